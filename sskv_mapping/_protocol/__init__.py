@@ -1,0 +1,38 @@
+"""Layer 1: the pure protocol core of the state store (no sockets, no asyncio, no clock it was not handed).
+
+The emulator and the client share it. See ``docs`` in the README and protocol.md.
+"""
+
+from .commands import (
+    Command,
+    Delete,
+    Get,
+    KeyNotify,
+    Set,
+    SetCondition,
+    VDelete,
+    VDeleteResult,
+    parse_command,
+)
+from .errors import *  # noqa: F403  (the exception tree is re-exported whole)
+from .errors import __all__ as _errors_all
+from .hlc import MAX_DRIFT_MS, HlcClock, HybridLogicalClock
+from .notifications import KeyEvent, KeyOperation
+
+__all__ = [
+    "MAX_DRIFT_MS",
+    "Command",
+    "Delete",
+    "Get",
+    "HlcClock",
+    "HybridLogicalClock",
+    "KeyEvent",
+    "KeyNotify",
+    "KeyOperation",
+    "Set",
+    "SetCondition",
+    "VDelete",
+    "VDeleteResult",
+    "parse_command",
+    *_errors_all,
+]

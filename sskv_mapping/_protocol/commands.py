@@ -1,0 +1,247 @@
+"""Layer 1 (pure protocol): one small frozen dataclass per state store command.
+
+Must not import anything above ``_protocol``.
+
+Client side: ``cmd.encode()`` gives the request payload and ``cmd.decode(payload)`` turns the reply into a
+value (or raises the mapped :class:`ServiceError`, or :class:`ProtocolError` for a reply that does not fit
+the command). Service side (the emulator): :func:`parse_command` turns a request payload into a command or
+raises the :class:`ServiceError` whose text the service would answer.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import ClassVar, Generic, TypeVar
+
+from . import resp3
+from .errors import (
+    KeyLengthZeroError,
+    ProtocolError,
+    RequestSyntaxError,
+    UnknownCommandError,
+    WrongNumberOfArgumentsError,
+    service_error,
+)
+
+__all__ = [
+    "Command",
+    "Delete",
+    "Get",
+    "KeyNotify",
+    "Set",
+    "SetCondition",
+    "VDelete",
+    "VDeleteResult",
+    "parse_command",
+]
+
+R = TypeVar("R")
+
+
+class SetCondition(enum.Enum):
+    """``NX``: only if absent. ``NEX``: only if absent or equal to the value being set (lease renewal)."""
+
+    NX = "NX"
+    NEX = "NEX"
+
+
+class VDeleteResult(enum.Enum):
+    """The three outcomes of VDEL (protocol.md §2)."""
+
+    DELETED = 1
+    NOT_FOUND = 0
+    VALUE_MISMATCH = -1
+
+    def __bool__(self) -> bool:
+        return self is VDeleteResult.DELETED
+
+
+def _reply(payload: bytes) -> resp3.Reply:
+    reply = resp3.parse_reply(payload)
+    if isinstance(reply, resp3.ErrorReply):
+        raise service_error(reply.text)
+    return reply
+
+
+def _unexpected(verb: str, reply: resp3.Reply) -> ProtocolError:
+    return ProtocolError(f"unexpected {verb} reply: {reply!r:.120}")
+
+
+def _is_ok(reply: resp3.Reply) -> bool:
+    return isinstance(reply, resp3.SimpleString) and reply.text == "OK"
+
+
+class _Base(Generic[R]):
+    VERB: ClassVar[bytes]
+
+    def encode(self) -> bytes:
+        raise NotImplementedError
+
+    def decode(self, payload: bytes) -> R:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class Get(_Base["bytes | None"]):
+    """``GET key`` -> the value, or ``None`` for a missing key."""
+
+    key: bytes
+    VERB: ClassVar[bytes] = b"GET"
+
+    def encode(self) -> bytes:
+        return resp3.encode_request(b"GET", self.key)
+
+    def decode(self, payload: bytes) -> bytes | None:
+        reply = _reply(payload)
+        if reply is None or isinstance(reply, bytes):
+            return reply
+        raise _unexpected("GET", reply)
+
+
+@dataclass(frozen=True, slots=True)
+class Set(_Base[bool]):
+    """``SET key value [NX|NEX] [PX ms]`` -> ``True`` if applied, ``False`` if skipped by the condition."""
+
+    key: bytes
+    value: bytes
+    condition: SetCondition | None = None
+    expiry_ms: int | None = None
+    VERB: ClassVar[bytes] = b"SET"
+
+    def encode(self) -> bytes:
+        args = [b"SET", self.key, self.value]
+        if self.condition is not None:
+            args.append(self.condition.value.encode())
+        if self.expiry_ms is not None:
+            args += [b"PX", b"%d" % self.expiry_ms]
+        return resp3.encode_request(*args)
+
+    def decode(self, payload: bytes) -> bool:
+        reply = _reply(payload)
+        if _is_ok(reply):
+            return True
+        if reply == -1 and not isinstance(reply, bool):
+            return False
+        raise _unexpected("SET", reply)
+
+
+@dataclass(frozen=True, slots=True)
+class Delete(_Base[bool]):
+    """``DEL key`` -> ``True`` if a key was deleted, ``False`` if it did not exist."""
+
+    key: bytes
+    VERB: ClassVar[bytes] = b"DEL"
+
+    def encode(self) -> bytes:
+        return resp3.encode_request(b"DEL", self.key)
+
+    def decode(self, payload: bytes) -> bool:
+        reply = _reply(payload)
+        if isinstance(reply, int) and reply in (0, 1):
+            return reply == 1
+        raise _unexpected("DEL", reply)
+
+
+@dataclass(frozen=True, slots=True)
+class VDelete(_Base[VDeleteResult]):
+    """``VDEL key value`` -> :class:`VDeleteResult`."""
+
+    key: bytes
+    value: bytes
+    VERB: ClassVar[bytes] = b"VDEL"
+
+    def encode(self) -> bytes:
+        return resp3.encode_request(b"VDEL", self.key, self.value)
+
+    def decode(self, payload: bytes) -> VDeleteResult:
+        reply = _reply(payload)
+        if isinstance(reply, int) and reply in (-1, 0, 1):
+            return VDeleteResult(reply)
+        raise _unexpected("VDEL", reply)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyNotify(_Base[bool]):
+    """``KEYNOTIFY key [STOP]`` -> ``True`` (registered / was registered), ``False`` (STOP, unknown)."""
+
+    key: bytes
+    stop: bool = False
+    VERB: ClassVar[bytes] = b"KEYNOTIFY"
+
+    def encode(self) -> bytes:
+        if self.stop:
+            return resp3.encode_request(b"KEYNOTIFY", self.key, b"STOP")
+        return resp3.encode_request(b"KEYNOTIFY", self.key)
+
+    def decode(self, payload: bytes) -> bool:
+        reply = _reply(payload)
+        if _is_ok(reply):
+            return True
+        if self.stop and reply == 0:
+            return False
+        raise _unexpected("KEYNOTIFY", reply)
+
+
+Command = Get | Set | Delete | VDelete | KeyNotify
+
+_ARITY = {b"GET": (2, 2), b"DEL": (2, 2), b"VDEL": (3, 3), b"KEYNOTIFY": (2, 3), b"SET": (3, 6)}
+
+
+def _positive_ms(raw: bytes) -> int:
+    if not raw.isdigit() or len(raw) > 18:
+        raise RequestSyntaxError()
+    value = int(raw)
+    if value <= 0:
+        raise RequestSyntaxError()
+    return value
+
+
+def parse_command(payload: bytes) -> Command:
+    """Service side: parse a request payload, raising the :class:`ServiceError` the service would answer.
+
+    Verbs and options are matched case-insensitively, like Redis; clients send upper case.
+    """
+    try:
+        args = resp3.parse_request(payload)
+    except ProtocolError as exc:
+        raise RequestSyntaxError() from exc
+    if not args:
+        raise RequestSyntaxError()
+    verb = args[0].upper()
+    arity = _ARITY.get(verb)
+    if arity is None:
+        raise UnknownCommandError()
+    if not arity[0] <= len(args) <= arity[1]:
+        raise WrongNumberOfArgumentsError()
+    key = args[1]
+    if not key:
+        raise KeyLengthZeroError()
+    if verb == b"GET":
+        return Get(key)
+    if verb == b"DEL":
+        return Delete(key)
+    if verb == b"VDEL":
+        return VDelete(key, args[2])
+    if verb == b"KEYNOTIFY":
+        if len(args) == 3:
+            if args[2].upper() != b"STOP":
+                raise RequestSyntaxError()
+            return KeyNotify(key, stop=True)
+        return KeyNotify(key)
+    # SET key value [NX|NEX] [PX ms] -- the condition always before PX
+    rest = [a.upper() for a in args[3:]]
+    condition: SetCondition | None = None
+    expiry: int | None = None
+    i = 0
+    if i < len(rest) and rest[i] in (b"NX", b"NEX"):
+        condition = SetCondition(rest[i].decode())
+        i += 1
+    if i < len(rest) and rest[i] == b"PX":
+        if i + 1 >= len(rest):
+            raise RequestSyntaxError()
+        expiry = _positive_ms(rest[i + 1])
+        i += 2
+    if i != len(rest):
+        raise RequestSyntaxError()
+    return Set(key, args[2], condition, expiry)

@@ -1,0 +1,126 @@
+"""Layer 1 (pure protocol): MQTT 5 user properties and header checks of requests and responses.
+
+Must not import anything above ``_protocol``. User properties are plain ``(name, value)`` pairs here; the
+transport converts them to and from its library's types.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+from .errors import ProtocolError, RpcStatusError, UnsupportedVersionError
+from .hlc import HybridLogicalClock
+
+__all__ = [
+    "CONTENT_TYPE",
+    "FENCING_TOKEN",
+    "HIGH_PRIORITY",
+    "PARTITION",
+    "PERSISTENCE",
+    "PROTOCOL_VERSION",
+    "PROT_VER",
+    "SOURCE_ID",
+    "STATUS",
+    "STATUS_MESSAGE",
+    "SUPPORTED_MAJOR",
+    "TIMESTAMP",
+    "UserProperties",
+    "check_response",
+    "expiry_seconds",
+    "request_properties",
+    "response_properties",
+]
+
+TIMESTAMP = "__ts"
+SOURCE_ID = "__srcId"
+PROT_VER = "__protVer"
+PARTITION = "$partition"
+HIGH_PRIORITY = "$high_priority"
+FENCING_TOKEN = "__ft"
+PERSISTENCE = "aio-persistence"
+STATUS = "__stat"
+STATUS_MESSAGE = "__stMsg"
+SUPPORTED_MAJOR = "__supProtMajVer"
+
+PROTOCOL_VERSION = "1.0"
+CONTENT_TYPE = "application/octet-stream"
+
+UserProperties = list[tuple[str, str]]
+
+
+def request_properties(
+    client_id: str,
+    timestamp: HybridLogicalClock,
+    fencing_token: HybridLogicalClock | None = None,
+    persist: bool = False,
+) -> UserProperties:
+    """The user properties the SDKs put on every request (protocol.md §1)."""
+    props: UserProperties = [
+        (TIMESTAMP, str(timestamp)),
+        (SOURCE_ID, client_id),
+        (PROT_VER, PROTOCOL_VERSION),
+        (PARTITION, client_id),
+        (HIGH_PRIORITY, ""),
+    ]
+    if fencing_token is not None:
+        props.append((FENCING_TOKEN, str(fencing_token)))
+    if persist:
+        props.append((PERSISTENCE, "true"))
+    return props
+
+
+def response_properties(
+    version: HybridLogicalClock | None, status: int = 200, message: str | None = None
+) -> UserProperties:
+    """Service side: the user properties of a response."""
+    props: UserProperties = [(STATUS, str(status)), (PROT_VER, PROTOCOL_VERSION)]
+    if version is not None:
+        props.append((TIMESTAMP, str(version)))
+    if message is not None:
+        props.append((STATUS_MESSAGE, message))
+    return props
+
+
+def expiry_seconds(timeout_s: float) -> int:
+    """Message Expiry Interval for a request timeout: whole seconds, rounded up, at least 1."""
+    return max(1, math.ceil(timeout_s))
+
+
+def _major(version: str) -> int:
+    head = version.split(".", 1)[0]
+    if not head.isascii() or not head.isdigit():
+        raise ProtocolError(f"malformed protocol version {version[:40]!r}")
+    return int(head)
+
+
+def check_response(
+    properties: Mapping[str, str] | Iterable[tuple[str, str]], content_type: str | None
+) -> HybridLogicalClock | None:
+    """Validate a response's headers; return its ``__ts`` (or ``None`` when absent).
+
+    Raises :class:`RpcStatusError` for ``__stat`` other than 200/204, :class:`UnsupportedVersionError` for a
+    protocol major other than 1, :class:`ProtocolError` for anything malformed (missing ``__stat``
+    included: every SDK rejects such a response).
+    """
+    props = dict(properties.items() if isinstance(properties, Mapping) else properties)
+    if content_type not in (None, CONTENT_TYPE):
+        raise ProtocolError(f"unexpected response content type {content_type[:60]!r}")
+    stat = props.get(STATUS)
+    if stat is None:
+        raise ProtocolError("response has no __stat property")
+    if not stat.isascii() or not stat.isdigit() or len(stat) > 3:
+        raise ProtocolError(f"malformed __stat {stat[:20]!r}")
+    version = props.get(PROT_VER)
+    if version is not None and _major(version) != 1:
+        raise UnsupportedVersionError(f"response protocol version {version[:20]!r}; this client speaks 1.x")
+    status = int(stat)
+    if status not in (200, 204):
+        if status == 505:
+            supported = props.get(SUPPORTED_MAJOR, "?")
+            raise UnsupportedVersionError(
+                f"the service does not support protocol {PROTOCOL_VERSION} (supports major {supported[:20]})"
+            )
+        raise RpcStatusError(status, props.get(STATUS_MESSAGE, ""))
+    ts = props.get(TIMESTAMP)
+    return HybridLogicalClock.parse(ts) if ts is not None else None

@@ -1,0 +1,175 @@
+"""Layer 1 (pure protocol): hybrid logical clocks, the versions and fencing tokens of the state store.
+
+Must not import asyncio, sockets or anything above ``_protocol``; the wall clock is injected.
+
+An HLC is written ``{wallMs:015}:{counter:05}:{nodeId}``; parsers accept unpadded numbers too. Order is
+wall time, then counter, then node id compared byte-wise.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .errors import ClockDriftError, ProtocolError
+
+__all__ = ["MAX_DRIFT_MS", "Clock", "HlcClock", "HybridLogicalClock", "system_clock_ms"]
+
+#: The largest distance (ms) an HLC may run ahead of the wall clock. Exactly this much is allowed.
+MAX_DRIFT_MS = 60_000
+_MAX_U64 = 2**64 - 1
+_MAX_DIGITS = 20
+
+#: A clock is a callable giving the wall time in whole milliseconds since the epoch.
+Clock = Callable[[], int]
+
+
+def system_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _uint(raw: str, what: str, text: str) -> int:
+    if not raw or len(raw) > _MAX_DIGITS or not (raw.isascii() and raw.isdigit()):
+        raise ProtocolError(f"malformed HLC {what} in {text[:80]!r}")
+    value = int(raw)
+    if value > _MAX_U64:
+        raise ProtocolError(f"HLC {what} out of range in {text[:80]!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class HybridLogicalClock:
+    """An immutable HLC value: a version of a key, or a fencing token.
+
+    Example:
+        >>> v = HybridLogicalClock.parse("1696374425000:1:StateStore")
+        >>> str(v)
+        '001696374425000:00001:StateStore'
+        >>> v < HybridLogicalClock(1696374425000, 2, "StateStore")
+        True
+    """
+
+    wall_ms: int
+    counter: int
+    node_id: str
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.wall_ms <= _MAX_U64 and 0 <= self.counter <= _MAX_U64):
+            raise ValueError("HLC wall time and counter must be unsigned 64-bit integers")
+        if ":" in self.node_id:
+            raise ValueError("an HLC node id may not contain ':'")
+
+    @classmethod
+    def parse(cls, text: str | bytes) -> HybridLogicalClock:
+        """Parse ``wall:counter:node``; raises :class:`ProtocolError` on anything else."""
+        if isinstance(text, bytes | bytearray | memoryview):
+            try:
+                text = bytes(text).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ProtocolError("HLC is not UTF-8") from exc
+        parts = text.split(":")
+        if len(parts) != 3:
+            raise ProtocolError(f"malformed HLC {text[:80]!r}: expected wall:counter:node")
+        wall = _uint(parts[0], "wall time", text)
+        counter = _uint(parts[1], "counter", text)
+        return cls(wall, counter, parts[2])
+
+    def __str__(self) -> str:
+        return f"{self.wall_ms:015d}:{self.counter:05d}:{self.node_id}"
+
+    def encode(self) -> str:
+        return str(self)
+
+    def sort_key(self) -> tuple[int, int, bytes]:
+        return (self.wall_ms, self.counter, self.node_id.encode("utf-8"))
+
+    def __lt__(self, other: HybridLogicalClock) -> bool:
+        return self.sort_key() < other.sort_key()
+
+    def __le__(self, other: HybridLogicalClock) -> bool:
+        return self.sort_key() <= other.sort_key()
+
+    def __gt__(self, other: HybridLogicalClock) -> bool:
+        return self.sort_key() > other.sort_key()
+
+    def __ge__(self, other: HybridLogicalClock) -> bool:
+        return self.sort_key() >= other.sort_key()
+
+    # -- the SDK clock rules, as pure functions returning the next value --------------------------------
+
+    def ticked(self, now_ms: int, max_drift_ms: int = MAX_DRIFT_MS) -> HybridLogicalClock:
+        """The value to send next: ``(now, 0)`` if the wall clock moved on, else counter + 1."""
+        if now_ms > self.wall_ms:
+            nxt = HybridLogicalClock(now_ms, 0, self.node_id)
+        else:
+            nxt = HybridLogicalClock(self.wall_ms, self.counter + 1, self.node_id)
+        _check_drift(nxt, now_ms, max_drift_ms)
+        return nxt
+
+    def merged(
+        self, other: HybridLogicalClock, now_ms: int, max_drift_ms: int = MAX_DRIFT_MS
+    ) -> HybridLogicalClock:
+        """The value after receiving ``other`` (a response or notification ``__ts``)."""
+        if other.node_id == self.node_id:
+            return self
+        if now_ms > self.wall_ms and now_ms > other.wall_ms:
+            nxt = HybridLogicalClock(now_ms, 0, self.node_id)
+        elif self.wall_ms == other.wall_ms:
+            nxt = HybridLogicalClock(self.wall_ms, max(self.counter, other.counter) + 1, self.node_id)
+        elif self.wall_ms > other.wall_ms:
+            nxt = HybridLogicalClock(self.wall_ms, self.counter + 1, self.node_id)
+        else:
+            nxt = HybridLogicalClock(other.wall_ms, other.counter + 1, self.node_id)
+        _check_drift(nxt, now_ms, max_drift_ms)
+        return nxt
+
+
+def _check_drift(value: HybridLogicalClock, now_ms: int, max_drift_ms: int) -> None:
+    if value.wall_ms - now_ms > max_drift_ms:
+        raise ClockDriftError(
+            f"hybrid logical clock {value} is {value.wall_ms - now_ms} ms ahead of the wall clock "
+            f"(at most {max_drift_ms} ms allowed); ensure the system clocks are synchronized"
+        )
+
+
+class HlcClock:
+    """A node's running hybrid logical clock (thread-safe), with an injectable wall clock.
+
+    Example:
+        >>> clock = HlcClock("my-client", now_ms=lambda: 1_000)
+        >>> str(clock.tick())
+        '000000000001000:00000:my-client'
+        >>> str(clock.tick())
+        '000000000001000:00001:my-client'
+    """
+
+    def __init__(self, node_id: str, now_ms: Clock = system_clock_ms, max_drift_ms: int = MAX_DRIFT_MS):
+        self._now = now_ms
+        self._max_drift = max_drift_ms
+        self._value = HybridLogicalClock(0, 0, node_id)
+        self._lock = threading.Lock()
+
+    @property
+    def node_id(self) -> str:
+        return self._value.node_id
+
+    @property
+    def current(self) -> HybridLogicalClock:
+        return self._value
+
+    def now_ms(self) -> int:
+        return self._now()
+
+    def tick(self) -> HybridLogicalClock:
+        """Advance for a send and return the new value; on drift error the clock is unchanged."""
+        with self._lock:
+            self._value = self._value.ticked(self._now(), self._max_drift)
+            return self._value
+
+    def update(self, other: HybridLogicalClock) -> HybridLogicalClock:
+        """Merge a received HLC and return the new value; on drift error the clock is unchanged."""
+        with self._lock:
+            self._value = self._value.merged(other, self._now(), self._max_drift)
+            return self._value

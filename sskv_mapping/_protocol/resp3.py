@@ -1,0 +1,203 @@
+"""Layer 1 (pure protocol): RESP3-style payloads of the state store, bytes in and values out.
+
+Must not import sockets, asyncio or anything above ``_protocol``.
+
+Requests are arrays of bulk strings. Replies are one of:
+
+* ``+<text>\\r\\n``          -> :class:`SimpleString`
+* ``:<int>\\r\\n``           -> ``int``
+* ``$<n>\\r\\n<bytes>\\r\\n`` -> ``bytes``; ``$-1\\r\\n`` -> ``None``
+* ``-ERR <text>\\r\\n``      -> :class:`ErrorReply` (a value, not raised: the command layer decides)
+* ``-1\\r\\n``               -> ``-1`` (the public article's legacy "not applied")
+* ``*<n>\\r\\n`` + n items   -> ``list`` (notifications, the coming SCAN)
+
+Parsing is strict: exact lengths, CRLF terminators, nothing after the value. Every malformed input raises
+:class:`ProtocolError` and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ProtocolError
+
+__all__ = [
+    "ErrorReply",
+    "Reply",
+    "SimpleString",
+    "encode_array",
+    "encode_bulk",
+    "encode_error",
+    "encode_integer",
+    "encode_request",
+    "encode_simple",
+    "parse_reply",
+    "parse_request",
+]
+
+#: Nesting limit for arrays; replies of this service are at most two deep (SCAN).
+MAX_DEPTH = 8
+#: A length or count header longer than this many digits is refused before int() sees it.
+_MAX_DIGITS = 18
+
+
+@dataclass(frozen=True, slots=True)
+class SimpleString:
+    """A RESP simple string such as ``+OK``."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    """A RESP error. ``text`` is what follows ``-ERR `` (or the whole line if it has another prefix)."""
+
+    text: str
+
+
+Reply = SimpleString | int | bytes | None | ErrorReply | list["Reply"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# encoding
+
+
+def encode_request(*args: bytes) -> bytes:
+    """Encode a request: an array of bulk strings. ``encode_request(b"GET", b"k")``."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        parts.append(b"$%d\r\n" % len(arg))
+        parts.append(arg)
+        parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+def encode_simple(text: str) -> bytes:
+    if "\r" in text or "\n" in text:
+        raise ValueError("a simple string may not contain CR or LF")
+    return b"+" + text.encode() + b"\r\n"
+
+
+def encode_integer(value: int) -> bytes:
+    return b":%d\r\n" % value
+
+
+def encode_bulk(value: bytes | None) -> bytes:
+    if value is None:
+        return b"$-1\r\n"
+    return b"$%d\r\n%s\r\n" % (len(value), value)
+
+
+def encode_error(text: str) -> bytes:
+    if "\r" in text or "\n" in text:
+        raise ValueError("an error text may not contain CR or LF")
+    return b"-ERR " + text.encode() + b"\r\n"
+
+
+def encode_array(items: list[bytes]) -> bytes:
+    """Encode an array of bulk strings (notifications use this)."""
+    return encode_request(*items)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# parsing
+
+
+def _line(data: bytes, pos: int) -> tuple[bytes, int]:
+    """Return the bytes from ``pos`` to the next CRLF, and the position after the CRLF."""
+    end = data.find(b"\r\n", pos)
+    if end < 0:
+        raise ProtocolError("truncated RESP payload: missing CRLF")
+    return data[pos:end], end + 2
+
+
+def _int(raw: bytes, what: str) -> int:
+    # int() would accept '+5', ' 5', '5_0' and unicode digits; the protocol allows none of them.
+    neg = raw[:1] == b"-"
+    digits = raw[1:] if neg else raw
+    if not digits or len(digits) > _MAX_DIGITS or not digits.isdigit():
+        raise ProtocolError(f"malformed {what}: {raw[:40]!r}")
+    value = int(digits)
+    return -value if neg else value
+
+
+def _parse(data: bytes, pos: int, depth: int) -> tuple[Reply, int]:
+    if pos >= len(data):
+        raise ProtocolError("truncated RESP payload")
+    kind = data[pos : pos + 1]
+    if kind == b"$":
+        raw, pos = _line(data, pos + 1)
+        n = _int(raw, "bulk length")
+        if n == -1:
+            return None, pos
+        if n < 0:
+            raise ProtocolError(f"negative bulk length {n}")
+        end = pos + n
+        if end + 2 > len(data):
+            raise ProtocolError("truncated bulk string")
+        if data[end : end + 2] != b"\r\n":
+            raise ProtocolError("bulk string not terminated by CRLF at its declared length")
+        return data[pos:end], end + 2
+    if kind == b":":
+        raw, pos = _line(data, pos + 1)
+        return _int(raw, "integer"), pos
+    if kind == b"+":
+        raw, pos = _line(data, pos + 1)
+        try:
+            return SimpleString(raw.decode("utf-8")), pos
+        except UnicodeDecodeError as exc:
+            raise ProtocolError("simple string is not UTF-8") from exc
+    if kind == b"-":
+        raw, pos = _line(data, pos + 1)
+        if raw == b"1":
+            return -1, pos  # the article's legacy "not applied"
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProtocolError("error text is not UTF-8") from exc
+        if text.startswith("ERR "):
+            text = text[4:]
+        elif text == "ERR":
+            text = ""
+        return ErrorReply(text), pos
+    if kind == b"*":
+        if depth >= MAX_DEPTH:
+            raise ProtocolError("RESP arrays nested too deeply")
+        raw, pos = _line(data, pos + 1)
+        n = _int(raw, "array length")
+        if n < 0:
+            raise ProtocolError(f"negative array length {n}")
+        # every element takes at least 3 bytes; refuse counts the payload cannot hold before looping
+        if n * 3 > len(data) - pos:
+            raise ProtocolError("truncated array")
+        items: list[Reply] = []
+        for _ in range(n):
+            item, pos = _parse(data, pos, depth + 1)
+            items.append(item)
+        return items, pos
+    raise ProtocolError(f"unknown RESP type byte {kind!r}")
+
+
+def parse_reply(data: bytes) -> Reply:
+    """Parse exactly one reply; anything after it is an error."""
+    value, pos = _parse(bytes(data), 0, 0)
+    if pos != len(data):
+        raise ProtocolError(f"{len(data) - pos} unexpected bytes after the reply")
+    return value
+
+
+def parse_request(data: bytes) -> list[bytes]:
+    """Parse a request: exactly one array of bulk strings, nothing after it (the emulator uses this)."""
+    data = bytes(data)
+    if data[:1] != b"*":
+        raise ProtocolError("a request must be an array")
+    value, pos = _parse(data, 0, MAX_DEPTH - 1)  # depth: elements may not be arrays
+    if pos != len(data):
+        raise ProtocolError(f"{len(data) - pos} unexpected bytes after the request")
+    assert isinstance(value, list)
+    args: list[bytes] = []
+    for item in value:
+        if not isinstance(item, bytes):
+            raise ProtocolError("request elements must be bulk strings")
+        args.append(item)
+    return args
