@@ -19,7 +19,6 @@ import logging
 import socket
 import ssl
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import aiomqtt
@@ -35,6 +34,7 @@ from .._protocol.errors import (
     RequestTimeoutError,
     TransportError,
 )
+from .base import InboundMessage
 from .settings import ConnectionSettings
 
 __all__ = ["InboundMessage", "MqttConnection"]
@@ -42,27 +42,6 @@ __all__ = ["InboundMessage", "MqttConnection"]
 log = logging.getLogger("sskv_mapping.transport")
 
 UserProperties = Sequence[tuple[str, str]]
-
-
-@dataclass(frozen=True, slots=True)
-class InboundMessage:
-    """A received PUBLISH, with the MQTT 5 properties this project uses, as plain values."""
-
-    topic: str
-    payload: bytes
-    qos: int
-    correlation_data: bytes | None
-    response_topic: str | None
-    content_type: str | None
-    user_properties: tuple[tuple[str, str], ...]
-    message_expiry: int | None = None
-
-    def user_property(self, name: str) -> str | None:
-        """The first value of user property ``name`` (order-independent lookup)."""
-        for key, value in self.user_properties:
-            if key == name:
-                return value
-        return None
 
 
 def _convert(message: aiomqtt.Message) -> InboundMessage:

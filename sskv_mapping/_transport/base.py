@@ -1,0 +1,78 @@
+"""Layer 2 (transport), pure part: the shape every connection has.
+
+:class:`~sskv_mapping._transport.mqtt.MqttConnection` (a real broker) and
+:class:`~sskv_mapping._transport.loopback.LoopbackConnection` (the emulator core in-process, for fast unit
+tests) both satisfy :class:`Connection`; the client is written against this Protocol only.
+
+Must not import aiomqtt/paho nor anything above ``_transport``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from .settings import ConnectionSettings
+
+__all__ = ["Connection", "ConnectionFactory", "InboundMessage", "MessageHandler"]
+
+
+@dataclass(frozen=True, slots=True)
+class InboundMessage:
+    """A received PUBLISH, with the MQTT 5 properties this project uses, as plain values."""
+
+    topic: str
+    payload: bytes
+    qos: int
+    correlation_data: bytes | None
+    response_topic: str | None
+    content_type: str | None
+    user_properties: tuple[tuple[str, str], ...]
+    message_expiry: int | None = None
+
+    def user_property(self, name: str) -> str | None:
+        """The first value of user property ``name`` (order-independent lookup)."""
+        for key, value in self.user_properties:
+            if key == name:
+                return value
+        return None
+
+
+MessageHandler = Callable[[InboundMessage], None]
+
+
+class Connection(Protocol):
+    """One connection to a broker. Not reusable: after it closes or drops, make a new one."""
+
+    settings: ConnectionSettings
+
+    @property
+    def connected(self) -> bool: ...
+
+    async def connect(self) -> None: ...
+
+    async def subscribe(self, filters: Iterable[str], qos: int = 1, timeout: float = 10.0) -> None: ...
+
+    async def unsubscribe(self, filters: Iterable[str], timeout: float = 10.0) -> None: ...
+
+    async def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        qos: int = 1,
+        correlation_data: bytes | None = None,
+        response_topic: str | None = None,
+        user_properties: Sequence[tuple[str, str]] = (),
+        content_type: str | None = None,
+        message_expiry: int | None = None,
+        timeout: float = 10.0,
+    ) -> None: ...
+
+    async def wait_closed(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+ConnectionFactory = Callable[[ConnectionSettings, MessageHandler], Connection]
