@@ -1,0 +1,99 @@
+"""Layer 3 helper: the one background event-loop thread behind every blocking facade.
+
+The blocking APIs (``StateStoreClient``, ``StateStoreDict``, the sync cache) are thin facades that run the
+async implementation on this loop; I/O is written once, async. The thread starts lazily, is a named
+daemon, is replaced in a forked child (the parent's thread does not exist there), and refuses calls made
+from its own thread, which would deadlock.
+
+Must not import aiomqtt/paho.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from ._protocol.errors import ClientStateError
+
+__all__ = ["LoopThread", "get_loop_thread"]
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An asyncio event loop running forever on a daemon thread."""
+
+    def __init__(self, name: str = "sskv-loop") -> None:
+        self._ready = threading.Event()
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+        self._ready.wait()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._ready.set)
+        self.loop.run_forever()
+
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
+
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop and block until it finishes; its exception is re-raised here."""
+        if self.in_loop_thread():
+            coro.close()
+            raise ClientStateError(
+                "a blocking sskv_mapping call was made from its own event-loop thread (it would deadlock); "
+                "use the async API there"
+            )
+        if not self._thread.is_alive():
+            coro.close()
+            raise ClientStateError("the sskv_mapping event-loop thread has stopped")
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result()
+        except concurrent.futures.CancelledError:
+            raise ClientStateError("the call was cancelled on the event-loop thread") from None
+        except KeyboardInterrupt:
+            fut.cancel()
+            raise
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(5)
+
+
+_lock = threading.Lock()
+_instance: LoopThread | None = None
+
+
+def get_loop_thread() -> LoopThread:
+    """The process-wide loop thread, started on first use."""
+    global _instance
+    inst = _instance
+    if inst is not None and inst.thread.is_alive():
+        return inst
+    with _lock:
+        if _instance is None or not _instance.thread.is_alive():
+            _instance = LoopThread()
+        return _instance
+
+
+def _after_fork_in_child() -> None:
+    global _instance, _lock
+    # The parent's loop thread does not exist in the child; its loop object must not be reused.
+    _instance = None
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

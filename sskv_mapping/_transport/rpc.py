@@ -1,0 +1,65 @@
+"""Layer 2 (transport): the correlation-data -> Future table of in-flight requests.
+
+Every pending call is removed in a ``finally`` by its owner (:meth:`PendingCalls.call`); a response that
+matches nothing (late, duplicated, or with foreign correlation data) is counted and dropped, never
+delivered to another call.
+
+Must not import aiomqtt/paho nor anything above ``_transport``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from .base import InboundMessage
+
+__all__ = ["PendingCalls"]
+
+
+class PendingCalls:
+    """Futures of in-flight requests keyed by their 16-byte correlation data."""
+
+    def __init__(self) -> None:
+        self._pending: dict[bytes, asyncio.Future[InboundMessage]] = {}
+        #: responses that matched no pending call (late after a timeout, duplicates, foreign)
+        self.unmatched = 0
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    @contextmanager
+    def call(self) -> Iterator[tuple[bytes, asyncio.Future[InboundMessage]]]:
+        """Register a call; yields ``(correlation_data, future)``; always unregisters on exit."""
+        corr = uuid.uuid4().bytes
+        fut: asyncio.Future[InboundMessage] = asyncio.get_running_loop().create_future()
+        self._pending[corr] = fut
+        try:
+            yield corr, fut
+        finally:
+            self._pending.pop(corr, None)
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled():
+                fut.exception()  # retrieved: a failure nobody awaited is not worth a warning
+
+    def resolve(self, message: InboundMessage) -> bool:
+        """Deliver a response to its call; returns False (and counts it) when nothing waits for it."""
+        corr = message.correlation_data
+        fut = self._pending.get(corr) if corr is not None else None
+        if fut is None or fut.done():
+            self.unmatched += 1
+            return False
+        fut.set_result(message)
+        return True
+
+    def fail_all(self, exc: BaseException) -> int:
+        """Fail every in-flight call (the connection dropped); returns how many there were."""
+        n = 0
+        for fut in list(self._pending.values()):
+            if not fut.done():
+                fut.set_exception(exc)
+                n += 1
+        return n

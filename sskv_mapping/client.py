@@ -1,0 +1,974 @@
+"""Layer 3: the state store client, :class:`AsyncStateStoreClient`, and its blocking twin
+:class:`StateStoreClient`.
+
+The async client owns one broker connection (through the ``_transport`` layer; it never sees aiomqtt),
+many requests in flight on it, KEYNOTIFY watches shared per key, and reconnection: aiomqtt has none, so
+the client reconnects with backoff, re-subscribes, re-registers every watched key and — because
+notifications sent while it was away are lost — re-reads each watched key and delivers a synthetic event
+when the key changed meanwhile.
+
+The blocking :class:`StateStoreClient` runs the async client on one background event-loop thread
+(``_sync.py``); every public async method has a sync twin with the same parameters (a test checks).
+
+Must not import aiomqtt/paho, nor the layers above (codecs, mapping, cache, emulator).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import math
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Final, TypeVar
+
+from ._protocol import headers, topics
+from ._protocol.commands import Delete, Get, KeyNotify, Set, SetCondition, VDelete, VDeleteResult, _Base
+from ._protocol.errors import (
+    ClientStateError,
+    ConfigurationError,
+    ConnectionLostError,
+    ProtocolError,
+    RequestTimeoutError,
+    StateStoreError,
+    TransportError,
+)
+from ._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
+from ._protocol.notifications import KeyEvent, KeyOperation, parse_notification
+from ._sync import get_loop_thread
+from ._transport.base import Connection, ConnectionFactory, InboundMessage
+from ._transport.rpc import PendingCalls
+from ._transport.settings import ConnectionSettings, TlsSettings
+
+__all__ = [
+    "UNSET",
+    "AsyncKeyWatch",
+    "AsyncStateStoreClient",
+    "ConnectionState",
+    "Entry",
+    "KeySubscription",
+    "KeyWatch",
+    "SetResult",
+    "StateStoreClient",
+    "TlsSettings",
+    "normalize_key",
+    "ttl_to_ms",
+]
+
+log = logging.getLogger("sskv_mapping.client")
+
+R = TypeVar("R")
+
+
+_CONNECTION_KEYS = frozenset(
+    {"client_id", "username", "password", "tls", "sat_token_file", "keepalive", "connect_timeout"}
+)
+
+
+def _settings_from_url(url: str, kwargs: dict[str, Any]) -> ConnectionSettings:
+    """Split connection arguments out of ``kwargs`` (in place) and build settings from the URL."""
+    conn = {k: kwargs.pop(k) for k in list(kwargs) if k in _CONNECTION_KEYS}
+    return ConnectionSettings.from_url(url, **{k: v for k, v in conn.items() if v is not None})
+
+
+class _Unset(enum.Enum):
+    UNSET = "UNSET"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: "Use the client default" (distinct from ``None``, which means "no limit" / "never expires").
+UNSET: Final = _Unset.UNSET
+
+KeyLike = str | bytes | bytearray | memoryview
+TtlLike = float | int | timedelta | None
+
+#: PX is milliseconds as a signed 64-bit integer on the service; refuse what cannot be meant.
+MAX_TTL_MS = 100 * 365 * 24 * 3600 * 1000
+
+
+def normalize_key(key: object) -> bytes:
+    """``str`` (UTF-8) or bytes-like -> ``bytes``; anything else or empty -> :class:`ConfigurationError`."""
+    if isinstance(key, str):
+        data = key.encode("utf-8")
+    elif isinstance(key, bytes | bytearray | memoryview):
+        data = bytes(key)
+    else:
+        raise ConfigurationError(f"state store keys are str or bytes, not {type(key).__name__}")
+    if not data:
+        raise ConfigurationError("state store keys may not be empty")
+    return data
+
+
+def _value_bytes(value: object) -> bytes:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise ConfigurationError(
+        f"client values are bytes, not {type(value).__name__} (use StateStoreDict or a codec for objects)"
+    )
+
+
+def ttl_to_ms(ttl: TtlLike) -> int | None:
+    """Seconds (or a timedelta) -> PX milliseconds, rounded up; ``None`` -> never expires."""
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float | timedelta):
+        raise ConfigurationError(
+            f"ttl must be seconds (int/float), a timedelta or None, not {type(ttl).__name__}"
+        )
+    seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
+    if math.isnan(seconds) or seconds <= 0:
+        raise ConfigurationError(f"ttl must be positive (got {ttl!r}); use None for 'never expires'")
+    ms = math.ceil(seconds * 1000)
+    if ms > MAX_TTL_MS:
+        raise ConfigurationError(f"ttl {ttl!r} is absurdly large (more than 100 years)")
+    return ms
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A stored value and its version (the HLC the service gave the last write)."""
+
+    value: bytes
+    version: HybridLogicalClock | None
+
+
+@dataclass(frozen=True, slots=True)
+class SetResult:
+    """Outcome of a SET: ``applied`` is False when NX/NEX skipped it; ``version`` is the key's version
+    (the new one if applied, the stored one if skipped). For a lock acquisition the version is the fencing
+    token."""
+
+    applied: bool
+    version: HybridLogicalClock | None
+
+    def __bool__(self) -> bool:
+        return self.applied
+
+
+class ConnectionState(enum.Enum):
+    DISCONNECTED = "disconnected"
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    RECONNECTING = "reconnecting"
+    CLOSED = "closed"
+
+
+_UNKNOWN = object()
+
+StateListener = Callable[[ConnectionState], None]
+EventSink = Callable[[KeyEvent], None]
+
+
+class _Registration:
+    """One KEYNOTIFY registration shared by every local watcher of a key."""
+
+    __slots__ = ("key", "last_seen", "lock", "registered", "sinks")
+
+    def __init__(self, key: bytes) -> None:
+        self.key = key
+        self.sinks: list[EventSink] = []
+        self.registered = False
+        #: the version of the last event delivered; ``None``: known absent; ``_UNKNOWN``: no event yet
+        self.last_seen: HybridLogicalClock | object | None = _UNKNOWN
+        self.lock = asyncio.Lock()
+
+
+class KeySubscription:
+    """A callback watching one key; :meth:`close` (or ``async with``) unregisters it."""
+
+    def __init__(self, client: AsyncStateStoreClient, key: bytes, sink: EventSink) -> None:
+        self._client = client
+        self.key = key
+        self._sink = sink
+        self._closed = False
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._client._remove_sink(self.key, self._sink)
+
+    async def __aenter__(self) -> KeySubscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+_CLOSED = object()
+
+
+class _QueueSink:
+    """Feeds an :class:`AsyncKeyWatch`; the client ends it when it closes."""
+
+    __slots__ = ("queue",)
+
+    def __init__(self, queue: asyncio.Queue[object]) -> None:
+        self.queue = queue
+
+    def __call__(self, event: KeyEvent) -> None:
+        self.queue.put_nowait(event)
+
+    def close(self) -> None:
+        self.queue.put_nowait(_CLOSED)
+
+
+class AsyncKeyWatch:
+    """``async for event in client.watch(key)``: the changes of one key as :class:`KeyEvent` values.
+
+    Registration happens on ``async with`` (or the first iteration); events of changes made after that are
+    delivered, including this client's own writes. After a reconnect, a synthetic event (``synthetic=True``)
+    reports a change that happened while disconnected.
+    """
+
+    def __init__(self, client: AsyncStateStoreClient, key: bytes) -> None:
+        self._client = client
+        self.key = key
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self._sub: KeySubscription | None = None
+        self._done = False
+
+    async def start(self) -> AsyncKeyWatch:
+        if self._sub is None and not self._done:
+            self._sub = await self._client.subscribe_key(self.key, _QueueSink(self._queue))
+        return self
+
+    async def __aenter__(self) -> AsyncKeyWatch:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> AsyncKeyWatch:
+        return self
+
+    async def __anext__(self) -> KeyEvent:
+        if self._sub is None:
+            await self.start()
+        if self._done and self._queue.empty():
+            raise StopAsyncIteration
+        item = await self._queue.get()
+        if item is _CLOSED:
+            self._done = True
+            raise StopAsyncIteration
+        assert isinstance(item, KeyEvent)
+        return item
+
+    async def next(self, timeout: float | None = None) -> KeyEvent:
+        """The next event, waiting at most ``timeout`` seconds (``TimeoutError`` after that)."""
+        async with asyncio.timeout(timeout):
+            return await self.__anext__()
+
+    async def aclose(self) -> None:
+        self._done = True
+        sub, self._sub = self._sub, None
+        self._queue.put_nowait(_CLOSED)
+        if sub is not None:
+            await sub.close()
+
+
+class AsyncStateStoreClient:
+    """Async client of the Azure IoT Operations state store.
+
+    Example:
+        >>> async def main() -> None:  # doctest: +SKIP
+        ...     async with AsyncStateStoreClient("127.0.0.1", 1883) as client:
+        ...         await client.set("greeting", b"hello", ttl=60)
+        ...         entry = await client.get("greeting")
+        ...         print(entry.value, entry.version)
+        ...         async with client.watch("greeting") as changes:
+        ...             async for event in changes:
+        ...                 print(event.op, event.value)
+
+    Args:
+        host, port: the broker. ``client_id`` defaults to a random ``sskv-…`` id.
+        username, password, tls, sat_token_file: authentication (see :class:`ConnectionSettings`).
+        timeout: default per-call timeout in seconds (``None``: wait forever).
+        reconnect: reconnect automatically with exponential backoff after a drop.
+        clock: wall clock in ms for the hybrid logical clock (injectable for tests).
+        settings: a complete :class:`ConnectionSettings` instead of the individual arguments.
+        connection_factory: how to build a connection (default: MQTT via aiomqtt).
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 1883,
+        *,
+        client_id: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        tls: TlsSettings | None = None,
+        sat_token_file: str | None = None,
+        timeout: float | None = 10.0,
+        reconnect: bool = True,
+        backoff_initial: float = 0.05,
+        backoff_max: float = 2.0,
+        clock: Clock = system_clock_ms,
+        settings: ConnectionSettings | None = None,
+        connection_factory: ConnectionFactory | None = None,
+    ) -> None:
+        if settings is None:
+            extra: dict[str, Any] = {}
+            if client_id is not None:
+                extra["client_id"] = client_id
+            settings = ConnectionSettings(
+                host=host,
+                port=port,
+                username=username,
+                password=password,
+                tls=tls,
+                sat_token_file=sat_token_file,
+                **extra,
+            )
+        if timeout is not None and not timeout > 0:
+            raise ConfigurationError("timeout must be positive or None")
+        if backoff_initial <= 0 or backoff_max < backoff_initial:
+            raise ConfigurationError("need 0 < backoff_initial <= backoff_max")
+        self.settings = settings
+        self.timeout = timeout
+        self._reconnect = reconnect
+        self._backoff = (backoff_initial, backoff_max)
+        self._factory = connection_factory
+        self.hlc = HlcClock(settings.client_id, clock)
+        self._response_topic = topics.response_topic(settings.client_id)
+        self._notify_filter = topics.notification_filter(settings.client_id)
+        self._pending = PendingCalls()
+        self._conn: Connection | None = None
+        self._connected_evt: asyncio.Event | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._state = ConnectionState.DISCONNECTED
+        self._listeners: list[StateListener] = []
+        self._registrations: dict[bytes, _Registration] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        #: counters: requests sent, reconnects done, notifications that failed to parse
+        self.requests_sent = 0
+        self.reconnects = 0
+        self.bad_notifications = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> AsyncStateStoreClient:
+        """``AsyncStateStoreClient.from_url("mqtt://127.0.0.1:1883")`` (``mqtts://`` for TLS)."""
+        conn_keys = {
+            "client_id",
+            "username",
+            "password",
+            "tls",
+            "sat_token_file",
+            "keepalive",
+            "connect_timeout",
+        }
+        conn_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in conn_keys and kwargs[k] is not None}
+        return cls(settings=ConnectionSettings.from_url(url, **conn_kwargs), **kwargs)
+
+    @property
+    def client_id(self) -> str:
+        return self.settings.client_id
+
+    @property
+    def state(self) -> ConnectionState:
+        return self._state
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.client_id!r} {self.settings.url} {self._state.value}>"
+
+    def add_state_listener(self, listener: StateListener) -> Callable[[], None]:
+        """Call ``listener(state)`` on the loop thread at every state change; returns an unsubscribe function.
+
+        A reconnection shows as ``RECONNECTING`` then ``CONNECTED``: the cache layer stops serving on the
+        first and clears on the second (notifications were lost meanwhile)."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def _set_state(self, state: ConnectionState) -> None:
+        if state is self._state:
+            return
+        self._state = state
+        for listener in list(self._listeners):
+            try:
+                listener(state)
+            except Exception:
+                log.exception("state listener failed")
+
+    def _new_connection(self) -> Connection:
+        if self._factory is not None:
+            return self._factory(self.settings, self._on_message)
+        from ._transport.mqtt import MqttConnection
+
+        return MqttConnection(self.settings, self._on_message)
+
+    async def _open(self) -> Connection:
+        conn = self._new_connection()
+        await conn.connect()
+        try:
+            # Responses and notifications in one SUBSCRIBE, acknowledged before the first request.
+            await conn.subscribe([self._response_topic, self._notify_filter], qos=1)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def connect(self) -> None:
+        """Connect; raises :class:`BrokerConnectError` if the broker cannot be reached or refuses us."""
+        if self._state is ConnectionState.CLOSED:
+            raise ClientStateError("this client was closed; create a new one")
+        if self._supervisor is not None:
+            raise ClientStateError("already connected")
+        self._loop = asyncio.get_running_loop()
+        self._connected_evt = asyncio.Event()
+        self._set_state(ConnectionState.CONNECTING)
+        try:
+            conn = await self._open()
+        except BaseException:
+            self._set_state(ConnectionState.DISCONNECTED)
+            raise
+        self._conn = conn
+        self._connected_evt.set()
+        self._set_state(ConnectionState.CONNECTED)
+        self._supervisor = self._loop.create_task(
+            self._supervise(conn), name=f"sskv-supervisor-{self.client_id}"
+        )
+
+    async def close(self) -> None:
+        """Stop watches, disconnect, and fail whatever is still in flight. Safe to call twice."""
+        if self._state is ConnectionState.CLOSED:
+            return
+        self._set_state(ConnectionState.CLOSED)
+        sup, self._supervisor = self._supervisor, None
+        if sup is not None:
+            sup.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sup
+        conn, self._conn = self._conn, None
+        self._pending.fail_all(ClientStateError("the client was closed"))
+        if conn is not None:
+            await conn.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for reg in self._registrations.values():
+            for sink in list(reg.sinks):
+                if isinstance(sink, _QueueSink):
+                    sink.close()
+        self._registrations.clear()
+        if self._connected_evt is not None:
+            self._connected_evt.set()  # wake waiters so they see CLOSED
+
+    async def __aenter__(self) -> AsyncStateStoreClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def wait_connected(self, timeout: float | None = None) -> None:
+        """Wait until the client is connected (e.g. after a drop); :class:`ConnectionLostError` on timeout."""
+        await self._connection(timeout)
+
+    # -- the connection supervisor ------------------------------------------------------------------------
+
+    async def _supervise(self, conn: Connection) -> None:
+        while True:
+            try:
+                await conn.wait_closed()
+                return  # closed on purpose
+            except TransportError as exc:
+                log.warning("connection to %s lost: %s", self.settings.url, exc)
+            assert self._connected_evt is not None
+            self._connected_evt.clear()
+            self._conn = None
+            self._pending.fail_all(ConnectionLostError(f"connection to {self.settings.url} lost"))
+            for reg in self._registrations.values():
+                reg.registered = False  # the service dropped our registrations
+            with contextlib.suppress(Exception):
+                await conn.close()
+            if not self._reconnect:
+                self._set_state(ConnectionState.DISCONNECTED)
+                self._connected_evt.set()  # wake waiters: they see DISCONNECTED and fail
+                return
+            self._set_state(ConnectionState.RECONNECTING)
+            conn = await self._reconnect_with_backoff()
+            self._conn = conn
+            self.reconnects += 1
+            self._connected_evt.set()
+            self._set_state(ConnectionState.CONNECTED)
+            self._loop_task(self._restore_watches(), "restore-watches")
+
+    def _loop_task(self, coro: Any, what: str) -> None:
+        assert self._loop is not None
+        task = self._loop.create_task(coro, name=f"sskv-{what}-{self.client_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _reconnect_with_backoff(self) -> Connection:
+        delay, cap = self._backoff
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                conn = await self._open()
+                log.info("reconnected to %s after %d attempt(s)", self.settings.url, attempt)
+                return conn
+            except StateStoreError as exc:
+                log.debug("reconnect attempt %d failed: %s", attempt, exc)
+            # full jitter keeps a crowd of clients from reconnecting in lock step
+            await asyncio.sleep(random.uniform(delay / 2, delay))
+            delay = min(cap, delay * 2)
+
+    async def _restore_watches(self) -> None:
+        """Re-register every watched key, then re-read it and report changes missed while away."""
+        for reg in list(self._registrations.values()):
+            try:
+                async with reg.lock:
+                    if not reg.sinks or reg.registered:
+                        continue
+                    await self._request(KeyNotify(reg.key), timeout=self.timeout)
+                    reg.registered = True
+                    payload, version = await self._request(Get(reg.key), timeout=self.timeout)
+                    value = Get(reg.key).decode(payload)
+                    # Deliver when the key differs from the last event we delivered, or when we never
+                    # delivered one (we cannot know what the watcher missed).
+                    if value is None:
+                        changed = reg.last_seen is not None
+                        event = KeyEvent(reg.key, KeyOperation.DELETE, None, None, synthetic=True)
+                    else:
+                        changed = reg.last_seen is _UNKNOWN or version != reg.last_seen
+                        event = KeyEvent(reg.key, KeyOperation.SET, value, version, synthetic=True)
+                    if changed:
+                        self._deliver(reg, event)
+            except StateStoreError as exc:
+                # the connection dropped again: the next reconnect restores this registration
+                log.warning("could not restore the watch on %r: %s", reg.key, exc)
+
+    # -- requests -----------------------------------------------------------------------------------------
+
+    async def _connection(self, timeout: float | None) -> Connection:
+        if self._state is ConnectionState.CLOSED:
+            raise ClientStateError("this client was closed")
+        conn = self._conn
+        if conn is not None and self._state is ConnectionState.CONNECTED:
+            return conn
+        if self._connected_evt is None:
+            raise ClientStateError("not connected: call connect() or use 'async with'")
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    # the event is set while connected (and on close/give-up), cleared while reconnecting
+                    state = self.state
+                    if state is ConnectionState.CLOSED:
+                        raise ClientStateError("this client was closed")
+                    if state is ConnectionState.DISCONNECTED:
+                        raise ConnectionLostError(f"disconnected from {self.settings.url} (reconnect is off)")
+                    conn = self._conn
+                    if conn is not None and state is ConnectionState.CONNECTED:
+                        return conn
+                    await self._connected_evt.wait()
+        except TimeoutError:
+            raise ConnectionLostError(f"not connected to {self.settings.url} (reconnecting)") from None
+
+    def _timeout(self, timeout: float | _Unset | None) -> float | None:
+        if timeout is UNSET:
+            return self.timeout
+        if timeout is not None and not timeout > 0:
+            raise ConfigurationError("timeout must be positive or None")
+        return timeout
+
+    async def _request(
+        self,
+        cmd: _Base[Any],
+        *,
+        timeout: float | None,
+        fencing_token: HybridLogicalClock | None = None,
+        persist: bool = False,
+    ) -> tuple[bytes, HybridLogicalClock | None]:
+        """Send one command and return ``(reply payload, response __ts)``; header errors raise here."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        conn = await self._connection(timeout)
+        payload = cmd.encode()
+        self.requests_sent += 1
+        with self._pending.call() as (corr, fut):
+            props = headers.request_properties(self.client_id, self.hlc.tick(), fencing_token, persist)
+            remaining = None if deadline is None else max(deadline - loop.time(), 0.001)
+            try:
+                async with asyncio.timeout(remaining):
+                    await conn.publish(
+                        topics.REQUEST_TOPIC,
+                        payload,
+                        qos=1,
+                        correlation_data=corr,
+                        response_topic=self._response_topic,
+                        user_properties=props,
+                        content_type=headers.CONTENT_TYPE,
+                        message_expiry=headers.expiry_seconds(remaining if remaining is not None else 3600),
+                    )
+                    message = await fut
+            except TimeoutError:
+                raise RequestTimeoutError(
+                    f"no response to {cmd.VERB.decode()} within {timeout} s from {self.settings.url}"
+                ) from None
+        version = headers.check_response(message.user_properties, message.content_type)
+        if version is not None:
+            self.hlc.update(version)
+        return message.payload, version
+
+    async def get(self, key: KeyLike, *, timeout: float | _Unset | None = UNSET) -> Entry | None:
+        """The key's value and version, or ``None`` if it does not exist."""
+        cmd = Get(normalize_key(key))
+        payload, version = await self._request(cmd, timeout=self._timeout(timeout))
+        value = cmd.decode(payload)
+        return None if value is None else Entry(value, version)
+
+    async def set(
+        self,
+        key: KeyLike,
+        value: bytes,
+        *,
+        condition: SetCondition | None = None,
+        ttl: TtlLike = None,
+        fencing_token: HybridLogicalClock | None = None,
+        persist: bool = False,
+        timeout: float | _Unset | None = UNSET,
+    ) -> SetResult:
+        """Store ``value``. ``condition=SetCondition.NX`` only if absent, ``NEX`` only if absent or equal;
+        ``ttl`` in seconds (``None``: never expires); ``fencing_token`` for keys protected by a lock."""
+        if condition is not None and not isinstance(condition, SetCondition):
+            raise ConfigurationError(f"condition must be a SetCondition or None, not {condition!r}")
+        if fencing_token is not None and not isinstance(fencing_token, HybridLogicalClock):
+            raise ConfigurationError("fencing_token must be a HybridLogicalClock")
+        cmd = Set(normalize_key(key), _value_bytes(value), condition, ttl_to_ms(ttl))
+        payload, version = await self._request(
+            cmd, timeout=self._timeout(timeout), fencing_token=fencing_token, persist=persist
+        )
+        return SetResult(cmd.decode(payload), version)
+
+    async def delete(
+        self,
+        key: KeyLike,
+        *,
+        fencing_token: HybridLogicalClock | None = None,
+        timeout: float | _Unset | None = UNSET,
+    ) -> bool:
+        """Delete the key; ``True`` if it existed."""
+        cmd = Delete(normalize_key(key))
+        payload, _ = await self._request(cmd, timeout=self._timeout(timeout), fencing_token=fencing_token)
+        return cmd.decode(payload)
+
+    async def vdelete(
+        self,
+        key: KeyLike,
+        value: bytes,
+        *,
+        fencing_token: HybridLogicalClock | None = None,
+        timeout: float | _Unset | None = UNSET,
+    ) -> VDeleteResult:
+        """Delete the key only if its value equals ``value``: DELETED, NOT_FOUND or VALUE_MISMATCH."""
+        cmd = VDelete(normalize_key(key), _value_bytes(value))
+        payload, _ = await self._request(cmd, timeout=self._timeout(timeout), fencing_token=fencing_token)
+        return cmd.decode(payload)
+
+    # -- watches ------------------------------------------------------------------------------------------
+
+    def watch(self, key: KeyLike) -> AsyncKeyWatch:
+        """Watch one key: ``async with client.watch("k") as w: async for ev in w: ...``."""
+        return AsyncKeyWatch(self, normalize_key(key))
+
+    async def subscribe_key(
+        self, key: KeyLike, callback: EventSink, *, timeout: float | _Unset | None = UNSET
+    ) -> KeySubscription:
+        """Call ``callback(event)`` on the loop thread for every change of ``key`` until closed.
+
+        Many subscribers of one key share one KEYNOTIFY registration; the last to leave sends STOP.
+        Returns once the service has confirmed the registration.
+        """
+        k = normalize_key(key)
+        reg = self._registrations.get(k)
+        if reg is None:
+            reg = self._registrations[k] = _Registration(k)
+        reg.sinks.append(callback)
+        try:
+            async with reg.lock:
+                if not reg.registered:
+                    await self._request(KeyNotify(k), timeout=self._timeout(timeout))
+                    reg.registered = True
+        except BaseException:
+            await self._remove_sink(k, callback)
+            raise
+        return KeySubscription(self, k, callback)
+
+    async def _remove_sink(self, key: bytes, sink: EventSink) -> None:
+        reg = self._registrations.get(key)
+        if reg is None:
+            return
+        with contextlib.suppress(ValueError):
+            reg.sinks.remove(sink)
+        if reg.sinks:
+            return
+        async with reg.lock:
+            if reg.sinks or self._registrations.get(key) is not reg:
+                return
+            del self._registrations[key]
+            if reg.registered and self._state is ConnectionState.CONNECTED:
+                reg.registered = False
+                try:
+                    await self._request(KeyNotify(key, stop=True), timeout=self.timeout)
+                except StateStoreError as exc:
+                    log.debug("KEYNOTIFY STOP for %r failed: %s", key, exc)
+
+    @property
+    def watched_keys(self) -> list[bytes]:
+        return list(self._registrations)
+
+    def _deliver(self, reg: _Registration, event: KeyEvent) -> None:
+        if event.op is KeyOperation.DELETE:
+            reg.last_seen = None
+        else:
+            reg.last_seen = event.version
+        for sink in list(reg.sinks):
+            try:
+                sink(event)
+            except Exception:
+                log.exception("watch callback failed for key %r", reg.key)
+
+    # -- inbound ------------------------------------------------------------------------------------------
+
+    def _on_message(self, message: InboundMessage) -> None:
+        if message.topic == self._response_topic:
+            self._pending.resolve(message)
+            return
+        if message.topic.startswith(topics.NOTIFY_PREFIX):
+            try:
+                client_id, event = parse_notification(
+                    message.topic, message.payload, message.user_property(headers.TIMESTAMP)
+                )
+            except ProtocolError as exc:
+                self.bad_notifications += 1
+                log.warning("dropping a malformed notification on %r: %s", message.topic, exc)
+                return
+            if client_id != self.client_id:
+                return
+            if event.version is not None:
+                with contextlib.suppress(StateStoreError):
+                    self.hlc.update(event.version)
+            reg = self._registrations.get(event.key)
+            if reg is not None:
+                self._deliver(reg, event)
+
+
+# -------------------------------------------------------------------------------------------------------
+# the blocking twin
+
+
+class KeyWatch:
+    """Blocking iterator over the changes of one key (see :class:`AsyncKeyWatch`)."""
+
+    def __init__(self, client: StateStoreClient, key: bytes) -> None:
+        self._client = client
+        self._watch = AsyncKeyWatch(client._async, key)
+        self.key = key
+
+    def start(self) -> KeyWatch:
+        self._client._run(self._watch.start())
+        return self
+
+    def __enter__(self) -> KeyWatch:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[KeyEvent]:
+        while True:
+            try:
+                yield self._client._run(self._watch.__anext__())
+            except StopAsyncIteration:
+                return
+
+    def next(self, timeout: float | None = None) -> KeyEvent:
+        """The next event, waiting at most ``timeout`` seconds (``TimeoutError`` after that)."""
+        event: KeyEvent = self._client._run(self._watch.next(timeout))
+        return event
+
+    def close(self) -> None:
+        self._client._run(self._watch.aclose())
+
+
+class StateStoreClient:
+    """Blocking client of the state store: the :class:`AsyncStateStoreClient` run on a background loop.
+
+    Example:
+        >>> with StateStoreClient("127.0.0.1", 1883) as client:  # doctest: +SKIP
+        ...     client.set("greeting", b"hello")
+        ...     print(client.get("greeting"))
+
+    Takes exactly the arguments of :class:`AsyncStateStoreClient`. Calls made from the background loop
+    thread itself raise :class:`ClientStateError` (they would deadlock).
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 1883,
+        *,
+        client_id: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        tls: TlsSettings | None = None,
+        sat_token_file: str | None = None,
+        timeout: float | None = 10.0,
+        reconnect: bool = True,
+        backoff_initial: float = 0.05,
+        backoff_max: float = 2.0,
+        clock: Clock = system_clock_ms,
+        settings: ConnectionSettings | None = None,
+        connection_factory: ConnectionFactory | None = None,
+    ) -> None:
+        self._portal = get_loop_thread()
+        self._async = AsyncStateStoreClient(
+            host,
+            port,
+            client_id=client_id,
+            username=username,
+            password=password,
+            tls=tls,
+            sat_token_file=sat_token_file,
+            timeout=timeout,
+            reconnect=reconnect,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
+            clock=clock,
+            settings=settings,
+            connection_factory=connection_factory,
+        )
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> StateStoreClient:
+        """``StateStoreClient.from_url("mqtt://127.0.0.1:1883")``."""
+        conn_keys = {
+            "client_id",
+            "username",
+            "password",
+            "tls",
+            "sat_token_file",
+            "keepalive",
+            "connect_timeout",
+        }
+        conn_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in conn_keys and kwargs[k] is not None}
+        return cls(settings=ConnectionSettings.from_url(url, **conn_kwargs), **kwargs)
+
+    def _run(self, coro: Any) -> Any:
+        return self._portal.run(coro)
+
+    @property
+    def async_client(self) -> AsyncStateStoreClient:
+        """The async client this facade drives (lives on the background loop thread)."""
+        return self._async
+
+    @property
+    def client_id(self) -> str:
+        return self._async.client_id
+
+    @property
+    def state(self) -> ConnectionState:
+        return self._async.state
+
+    @property
+    def settings(self) -> ConnectionSettings:
+        return self._async.settings
+
+    def __repr__(self) -> str:
+        return f"<StateStoreClient {self.client_id!r} {self.settings.url} {self.state.value}>"
+
+    def connect(self) -> None:
+        self._run(self._async.connect())
+
+    def close(self) -> None:
+        self._run(self._async.close())
+
+    def __enter__(self) -> StateStoreClient:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def wait_connected(self, timeout: float | None = None) -> None:
+        self._run(self._async.wait_connected(timeout))
+
+    def get(self, key: KeyLike, *, timeout: float | _Unset | None = UNSET) -> Entry | None:
+        result: Entry | None = self._run(self._async.get(key, timeout=timeout))
+        return result
+
+    def set(
+        self,
+        key: KeyLike,
+        value: bytes,
+        *,
+        condition: SetCondition | None = None,
+        ttl: TtlLike = None,
+        fencing_token: HybridLogicalClock | None = None,
+        persist: bool = False,
+        timeout: float | _Unset | None = UNSET,
+    ) -> SetResult:
+        result: SetResult = self._run(
+            self._async.set(
+                key,
+                value,
+                condition=condition,
+                ttl=ttl,
+                fencing_token=fencing_token,
+                persist=persist,
+                timeout=timeout,
+            )
+        )
+        return result
+
+    def delete(
+        self,
+        key: KeyLike,
+        *,
+        fencing_token: HybridLogicalClock | None = None,
+        timeout: float | _Unset | None = UNSET,
+    ) -> bool:
+        result: bool = self._run(self._async.delete(key, fencing_token=fencing_token, timeout=timeout))
+        return result
+
+    def vdelete(
+        self,
+        key: KeyLike,
+        value: bytes,
+        *,
+        fencing_token: HybridLogicalClock | None = None,
+        timeout: float | _Unset | None = UNSET,
+    ) -> VDeleteResult:
+        result: VDeleteResult = self._run(
+            self._async.vdelete(key, value, fencing_token=fencing_token, timeout=timeout)
+        )
+        return result
+
+    def watch(self, key: KeyLike) -> KeyWatch:
+        return KeyWatch(self, normalize_key(key))
+
+    def subscribe_key(
+        self, key: KeyLike, callback: EventSink, *, timeout: float | _Unset | None = UNSET
+    ) -> KeySubscription:
+        """Like the async twin; ``callback`` runs on the background loop thread and must not block."""
+        result: KeySubscription = self._run(self._async.subscribe_key(key, callback, timeout=timeout))
+        return result
+
+    def add_state_listener(self, listener: StateListener) -> Callable[[], None]:
+        return self._async.add_state_listener(listener)
+
+    @property
+    def watched_keys(self) -> list[bytes]:
+        return self._async.watched_keys

@@ -1,0 +1,331 @@
+"""Layer 4: leased locks whose grant is a fencing token (protocol.md §6).
+
+1. acquire/renew: ``SET lock holder NEX PX lease`` -> ``+OK``: held, and the response ``__ts`` is the
+   fencing token; ``:-1``: someone else holds it.
+2. write under the lock: ``SET key value`` with ``__ft = token`` (:meth:`AsyncLeasedLock.set`).
+3. release: ``VDEL lock holder``.
+4. wait: KEYNOTIFY the lock key first, then retry after each ``DELETE`` (never busy-polling).
+
+The lock never fails open: when it cannot confirm the lease (lost, renew failed, expired by our own
+clock) the caller gets :class:`LockError`, not a pretend lock. The service knows nothing of which lock
+protects which key; the fencing token is what stops a paused former holder.
+
+Must not import aiomqtt/paho, the emulator or the mapping layers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from types import TracebackType
+from typing import Any
+
+from ._protocol.commands import SetCondition, VDeleteResult
+from ._protocol.errors import ConfigurationError, LockError, StateStoreError
+from ._protocol.hlc import HybridLogicalClock
+from ._protocol.notifications import KeyEvent, KeyOperation
+from ._sync import get_loop_thread
+from .client import (
+    AsyncStateStoreClient,
+    KeyLike,
+    SetResult,
+    StateStoreClient,
+    TtlLike,
+    normalize_key,
+    ttl_to_ms,
+)
+
+__all__ = ["AsyncLeasedLock", "LeasedLock"]
+
+log = logging.getLogger("sskv_mapping.lock")
+
+
+class AsyncLeasedLock:
+    """A leased lock in the state store.
+
+    Example:
+        >>> async def main(client: AsyncStateStoreClient) -> None:  # doctest: +SKIP
+        ...     lock = AsyncLeasedLock(client, "orders-lock", lease=10)
+        ...     async with lock:                          # waits for the lock, releases at the end
+        ...         await lock.set("orders", b"...")      # written with the fencing token
+        ...     token = await lock.try_acquire()          # None if someone else holds it
+
+    Args:
+        client: a connected :class:`AsyncStateStoreClient`.
+        name: the lock key.
+        holder: this holder's value in the lock key (default: client id + a random suffix, so two locks
+            in one process never mistake each other for themselves).
+        lease: lease length in seconds; the key expires after it unless renewed.
+        auto_renew: renew in the background every ``lease * renew_fraction`` while held.
+        clock: monotonic seconds, used to know when our own lease has surely run out.
+    """
+
+    def __init__(
+        self,
+        client: AsyncStateStoreClient,
+        name: KeyLike,
+        *,
+        holder: KeyLike | None = None,
+        lease: float | timedelta = 10.0,
+        auto_renew: bool = False,
+        renew_fraction: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.name = normalize_key(name)
+        if holder is None:
+            holder = f"{client.client_id}/{uuid.uuid4().hex[:12]}"
+        self.holder = normalize_key(holder)
+        lease_ms = ttl_to_ms(lease)
+        if lease_ms is None:
+            raise ConfigurationError("a lease must have a length")
+        self.lease_ms = lease_ms
+        if not 0 < renew_fraction < 1:
+            raise ConfigurationError("renew_fraction must be between 0 and 1")
+        self._renew_fraction = renew_fraction
+        self._auto_renew = auto_renew
+        self._clock = clock
+        self._token: HybridLogicalClock | None = None
+        self._lease_deadline = 0.0
+        self._renew_task: asyncio.Task[None] | None = None
+        self._lost: str | None = None
+
+    def __repr__(self) -> str:
+        state = "held" if self.held else "not held"
+        return f"<AsyncLeasedLock {self.name!r} holder={self.holder!r} {state}>"
+
+    # -- state --------------------------------------------------------------------------------------------
+
+    @property
+    def held(self) -> bool:
+        """True while we hold a lease that has not run out by our own clock."""
+        return self._token is not None and self._lost is None and self._clock() < self._lease_deadline
+
+    @property
+    def fencing_token(self) -> HybridLogicalClock:
+        """The current fencing token; :class:`LockError` if the lock is not (surely) held."""
+        if self._token is None:
+            raise LockError(f"lock {self.name!r} is not held")
+        if self._lost is not None:
+            raise LockError(f"lock {self.name!r} was lost: {self._lost}")
+        if self._clock() >= self._lease_deadline:
+            raise LockError(f"the lease on {self.name!r} ran out before it was renewed")
+        return self._token
+
+    # -- acquire / renew / release ------------------------------------------------------------------------
+
+    async def _set_nex(self) -> SetResult:
+        started = self._clock()
+        result = await self.client.set(
+            self.name, self.holder, condition=SetCondition.NEX, ttl=self.lease_ms / 1000
+        )
+        if result.applied:
+            if result.version is None:
+                # never fail open: without the response __ts we have no fencing token
+                raise LockError(f"the service granted {self.name!r} without a fencing token (__ts)")
+            self._token = result.version
+            self._lost = None
+            # the lease started no later than our request did
+            self._lease_deadline = started + self.lease_ms / 1000
+        return result
+
+    async def try_acquire(self) -> HybridLogicalClock | None:
+        """One attempt: the fencing token if we now hold the lock, ``None`` if someone else does."""
+        result = await self._set_nex()
+        if not result.applied:
+            return None
+        self._start_renewing()
+        return result.version
+
+    async def acquire(self, timeout: float | None = None) -> HybridLogicalClock:
+        """Wait for the lock (KEYNOTIFY on the lock key, retry on each DELETE); returns the fencing token.
+
+        Raises :class:`LockError` when ``timeout`` seconds pass without getting it.
+        """
+        changed = asyncio.Event()
+
+        def on_event(event: KeyEvent) -> None:
+            # a release or expiry; or a synthetic event after a reconnect (we may have missed a DELETE)
+            if event.op is KeyOperation.DELETE or event.synthetic:
+                changed.set()
+
+        # Watch first, then try: a release between the try and the watch cannot be missed.
+        sub = await self.client.subscribe_key(self.name, on_event)
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    changed.clear()
+                    token = await self.try_acquire()
+                    if token is not None:
+                        return token
+                    await changed.wait()
+        except TimeoutError:
+            raise LockError(f"timed out after {timeout} s waiting for lock {self.name!r}") from None
+        finally:
+            await sub.close()
+
+    async def renew(self) -> HybridLogicalClock:
+        """Extend the lease (the same SET NEX); returns the new fencing token or raises :class:`LockError`."""
+        if self._token is None:
+            raise LockError(f"cannot renew {self.name!r}: not held")
+        try:
+            result = await self._set_nex()
+        except StateStoreError as exc:
+            raise LockError(f"could not renew {self.name!r}: {exc}") from exc
+        if not result.applied:
+            self._lost = "another holder has the lock"
+            raise LockError(f"lock {self.name!r} is held by someone else now")
+        assert result.version is not None
+        return result.version
+
+    async def release(self) -> bool:
+        """Release (VDEL with our holder value); ``True`` if we still held it."""
+        await self._stop_renewing()
+        self._token = None
+        result = await self.client.vdelete(self.name, self.holder)
+        return result is VDeleteResult.DELETED
+
+    async def holder_of(self) -> bytes | None:
+        """Who holds the lock now (the lock key's value), or ``None``."""
+        entry = await self.client.get(self.name)
+        return None if entry is None else entry.value
+
+    # -- fenced writes ------------------------------------------------------------------------------------
+
+    async def set(
+        self, key: KeyLike, value: bytes, *, ttl: TtlLike = None, condition: SetCondition | None = None
+    ) -> SetResult:
+        """Write a protected key with the current fencing token."""
+        return await self.client.set(
+            key, value, ttl=ttl, condition=condition, fencing_token=self.fencing_token
+        )
+
+    async def delete(self, key: KeyLike) -> bool:
+        """Delete a protected key with the current fencing token."""
+        return await self.client.delete(key, fencing_token=self.fencing_token)
+
+    # -- auto renew ---------------------------------------------------------------------------------------
+
+    def _start_renewing(self) -> None:
+        if self._auto_renew and (self._renew_task is None or self._renew_task.done()):
+            self._renew_task = asyncio.get_running_loop().create_task(
+                self._renew_loop(), name=f"sskv-lock-renew-{self.name!r}"
+            )
+
+    async def _renew_loop(self) -> None:
+        interval = self.lease_ms / 1000 * self._renew_fraction
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.renew()
+            except LockError as exc:
+                self._lost = self._lost or str(exc)
+                log.warning("lost lock %r: %s", self.name, exc)
+                return
+
+    async def _stop_renewing(self) -> None:
+        task, self._renew_task = self._renew_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def __aenter__(self) -> AsyncLeasedLock:
+        await self.acquire()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.release()
+
+
+class LeasedLock:
+    """Blocking twin of :class:`AsyncLeasedLock`, on a :class:`StateStoreClient`."""
+
+    def __init__(
+        self,
+        client: StateStoreClient,
+        name: KeyLike,
+        *,
+        holder: KeyLike | None = None,
+        lease: float | timedelta = 10.0,
+        auto_renew: bool = False,
+        renew_fraction: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._portal = get_loop_thread()
+        self._async = AsyncLeasedLock(
+            client.async_client,
+            name,
+            holder=holder,
+            lease=lease,
+            auto_renew=auto_renew,
+            renew_fraction=renew_fraction,
+            clock=clock,
+        )
+
+    def _run(self, coro: Any) -> Any:
+        return self._portal.run(coro)
+
+    def __repr__(self) -> str:
+        return repr(self._async).replace("AsyncLeasedLock", "LeasedLock", 1)
+
+    @property
+    def name(self) -> bytes:
+        return self._async.name
+
+    @property
+    def holder(self) -> bytes:
+        return self._async.holder
+
+    @property
+    def held(self) -> bool:
+        return self._async.held
+
+    @property
+    def fencing_token(self) -> HybridLogicalClock:
+        return self._async.fencing_token
+
+    def try_acquire(self) -> HybridLogicalClock | None:
+        result: HybridLogicalClock | None = self._run(self._async.try_acquire())
+        return result
+
+    def acquire(self, timeout: float | None = None) -> HybridLogicalClock:
+        result: HybridLogicalClock = self._run(self._async.acquire(timeout))
+        return result
+
+    def renew(self) -> HybridLogicalClock:
+        result: HybridLogicalClock = self._run(self._async.renew())
+        return result
+
+    def release(self) -> bool:
+        result: bool = self._run(self._async.release())
+        return result
+
+    def holder_of(self) -> bytes | None:
+        result: bytes | None = self._run(self._async.holder_of())
+        return result
+
+    def set(
+        self, key: KeyLike, value: bytes, *, ttl: TtlLike = None, condition: SetCondition | None = None
+    ) -> SetResult:
+        result: SetResult = self._run(self._async.set(key, value, ttl=ttl, condition=condition))
+        return result
+
+    def delete(self, key: KeyLike) -> bool:
+        result: bool = self._run(self._async.delete(key))
+        return result
+
+    def __enter__(self) -> LeasedLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,176 @@
+"""Reconnection: broker restarts, session take-overs, lost notifications repaired by the re-read."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from sskv_mapping import ConnectionLostError, KeyOperation, RequestTimeoutError
+from sskv_mapping._transport.base import Connection, InboundMessage, MessageHandler
+from sskv_mapping._transport.mqtt import MqttConnection
+from sskv_mapping._transport.settings import ConnectionSettings
+from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
+
+pytestmark = pytest.mark.broker
+
+
+def unique(prefix: str = "k") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+class StateWatcher:
+    """Records state changes of a client and lets a test wait for one."""
+
+    def __init__(self, client: AsyncStateStoreClient) -> None:
+        self.seen: list[ConnectionState] = []
+        self._changed = asyncio.Event()
+        client.add_state_listener(self._on)
+
+    def _on(self, state: ConnectionState) -> None:
+        self.seen.append(state)
+        self._changed.set()
+
+    async def wait_for(self, state: ConnectionState, count: int = 1, timeout: float = 10) -> None:
+        async with asyncio.timeout(timeout):
+            while self.seen.count(state) < count:
+                self._changed.clear()
+                await self._changed.wait()
+
+
+async def test_broker_restart_mid_traffic(stack: object, stack_url: tuple[str, int]) -> None:
+    """Traffic runs while the broker restarts: no call hangs, every call ends in a value or a typed error,
+    the watch resumes, and data written before the restart is still there (the emulator holds it)."""
+    host, port = stack_url
+    key = unique()
+    async with (
+        AsyncStateStoreClient(host, port, timeout=3) as a,
+        AsyncStateStoreClient(host, port, timeout=3) as b,
+    ):
+        states = StateWatcher(a)
+        await a.set(key, b"before")
+        outcomes: dict[str, int] = {"ok": 0, "lost": 0, "timeout": 0}
+        stop = asyncio.Event()
+        progress = asyncio.Event()
+
+        async def ok_count_above(n: int) -> None:
+            async with asyncio.timeout(15):
+                while outcomes["ok"] <= n:
+                    progress.clear()
+                    await progress.wait()
+
+        async def traffic() -> None:
+            i = 0
+            while not stop.is_set():
+                i += 1
+                try:
+                    await a.set(f"{key}-t", str(i).encode())
+                    outcomes["ok"] += 1
+                    progress.set()
+                except ConnectionLostError:
+                    outcomes["lost"] += 1
+                except RequestTimeoutError:
+                    outcomes["timeout"] += 1
+
+        async with a.watch(key) as changes:
+            runner = asyncio.ensure_future(traffic())
+            await ok_count_above(20)  # traffic is really flowing before the fault
+            await asyncio.to_thread(stack.broker.restart)  # type: ignore[attr-defined]
+            await states.wait_for(ConnectionState.RECONNECTING)
+            await states.wait_for(ConnectionState.CONNECTED, count=2)
+            ok_at_reconnect = outcomes["ok"]
+            # the emulator reconnects on its own; the first write after it may need a retry
+            async with asyncio.timeout(15):
+                while True:
+                    try:
+                        await b.set(key, b"after")
+                        break
+                    except (ConnectionLostError, RequestTimeoutError):
+                        continue
+            event = await changes.next(timeout=10)
+            while event.synthetic:  # the re-read may report the pre-restart value first
+                event = await changes.next(timeout=10)
+            assert (event.op, event.value) == (KeyOperation.SET, b"after")
+            await ok_count_above(ok_at_reconnect)
+            stop.set()
+            await asyncio.wait_for(runner, 10)  # no call hangs
+        assert outcomes["ok"] > 20
+        entry = await a.get(f"{key}-t")
+        assert entry is not None
+        assert len(a._pending) == 0 and len(b._pending) == 0
+
+
+class DroppingConnection(MqttConnection):
+    """An MQTT connection that can lose inbound notifications, as a flaky network would."""
+
+    drop = False
+    dropped: asyncio.Event
+
+    def __init__(self, settings: ConnectionSettings, on_message: MessageHandler) -> None:
+        def filtered(message: InboundMessage) -> None:
+            if DroppingConnection.drop and "/command/notify/" in message.topic:
+                DroppingConnection.dropped.set()
+                return
+            on_message(message)
+
+        super().__init__(settings, filtered)
+
+
+@pytest.fixture
+async def dropping_client(broker_url: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
+    DroppingConnection.drop = False
+    DroppingConnection.dropped = asyncio.Event()
+
+    def factory(settings: ConnectionSettings, handler: MessageHandler) -> Connection:
+        return DroppingConnection(settings, handler)
+
+    async with AsyncStateStoreClient(*broker_url, connection_factory=factory) as c:
+        yield c
+
+
+async def test_lost_notification_is_repaired_by_the_reconnect_reread(
+    dropping_client: AsyncStateStoreClient, other: AsyncStateStoreClient, broker_url: tuple[str, int]
+) -> None:
+    a = dropping_client
+    key = unique()
+    states = StateWatcher(a)
+    async with a.watch(key) as changes:
+        await other.set(key, b"v1")
+        first = await changes.next(timeout=5)
+        assert first.value == b"v1" and not first.synthetic
+        DroppingConnection.drop = True
+        await other.set(key, b"v2")
+        await asyncio.wait_for(DroppingConnection.dropped.wait(), 5)  # v2's notification is gone
+        DroppingConnection.drop = False
+        # Knock the client off the broker: a second connection with the same client id takes its session.
+        intruder = MqttConnection(
+            ConnectionSettings(host=broker_url[0], port=broker_url[1], client_id=a.client_id), lambda m: None
+        )
+        await intruder.connect()
+        await states.wait_for(ConnectionState.RECONNECTING)
+        await intruder.close()
+        await states.wait_for(ConnectionState.CONNECTED, count=2)
+        repaired = await changes.next(timeout=10)
+        assert repaired.synthetic and repaired.op is KeyOperation.SET and repaired.value == b"v2"
+        # and the watch is live again afterwards
+        await other.set(key, b"v3")
+        live = await changes.next(timeout=10)
+        assert live.value == b"v3" and not live.synthetic
+
+
+async def test_in_flight_calls_fail_with_connection_lost(stack: object, stack_url: tuple[str, int]) -> None:
+    host, port = stack_url
+    async with AsyncStateStoreClient(host, port, timeout=5) as a:
+        states = StateWatcher(a)
+        stack.emulator.pause()  # type: ignore[attr-defined]  # requests now wait for an answer forever
+        try:
+            call = asyncio.ensure_future(a.get("k"))
+            await asyncio.to_thread(stack.broker.kill)  # type: ignore[attr-defined]
+            with pytest.raises(ConnectionLostError):
+                await asyncio.wait_for(call, 5)
+            await states.wait_for(ConnectionState.RECONNECTING)
+            assert len(a._pending) == 0
+        finally:
+            stack.emulator.resume()  # type: ignore[attr-defined]

@@ -1,0 +1,79 @@
+"""The blocking twin: parity with the async API by a test, and real use over the broker."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import uuid
+
+import pytest
+from _support.parity import assert_twins
+
+from sskv_mapping import ClientStateError, KeyOperation, SetCondition, VDeleteResult
+from sskv_mapping._sync import get_loop_thread
+from sskv_mapping.client import AsyncKeyWatch, AsyncStateStoreClient, KeyWatch, StateStoreClient
+from sskv_mapping.lock import AsyncLeasedLock, LeasedLock
+
+
+def test_every_async_client_method_has_a_sync_twin() -> None:
+    checked = assert_twins(AsyncStateStoreClient, StateStoreClient)
+    assert {"get", "set", "delete", "vdelete", "connect", "close", "subscribe_key"} <= set(checked)
+    # the constructors take the same arguments too
+    a = inspect.signature(AsyncStateStoreClient.__init__).parameters
+    s = inspect.signature(StateStoreClient.__init__).parameters
+    assert [(p.name, p.default) for p in a.values()] == [(p.name, p.default) for p in s.values()]
+
+
+def test_every_async_lock_method_has_a_sync_twin() -> None:
+    checked = assert_twins(AsyncLeasedLock, LeasedLock)
+    assert {"try_acquire", "acquire", "renew", "release", "set", "delete"} <= set(checked)
+
+
+def test_every_async_watch_method_has_a_sync_twin() -> None:
+    assert "next" in assert_twins(AsyncKeyWatch, KeyWatch, {"__anext__": "__iter__"})
+
+
+@pytest.mark.broker
+def test_sync_client_round_trip_and_watch(broker_url: tuple[str, int]) -> None:
+    key = f"sync-{uuid.uuid4().hex[:8]}"
+    with StateStoreClient(*broker_url) as c:
+        assert c.get(key) is None
+        assert c.set(key, b"a").applied
+        assert not c.set(key, b"b", condition=SetCondition.NX).applied
+        entry = c.get(key)
+        assert entry is not None and entry.value == b"a"
+        with c.watch(key) as w:
+            c.set(key, b"c")
+            ev = w.next(timeout=5)
+            assert ev.op is KeyOperation.SET and ev.value == b"c"
+        assert c.vdelete(key, b"zz") is VDeleteResult.VALUE_MISMATCH
+        assert c.delete(key) is True
+    with pytest.raises(ClientStateError):
+        c.get(key)
+
+
+@pytest.mark.broker
+def test_sync_lock(broker_url: tuple[str, int]) -> None:
+    name = f"sync-lock-{uuid.uuid4().hex[:8]}"
+    with StateStoreClient(*broker_url) as c, LeasedLock(c, name, lease=5) as lock:
+        assert lock.held
+        assert lock.set(f"{name}-data", b"x").applied
+        assert lock.holder_of() == lock.holder
+
+
+def test_blocking_call_from_the_loop_thread_is_refused() -> None:
+    portal = get_loop_thread()
+    client = StateStoreClient("127.0.0.1", 1)
+
+    async def inside() -> None:
+        with pytest.raises(ClientStateError, match="deadlock"):
+            client.get("k")
+
+    asyncio.run_coroutine_threadsafe(inside(), portal.loop).result(5)
+
+
+def test_loop_thread_is_a_named_daemon_and_shared() -> None:
+    a, b = get_loop_thread(), get_loop_thread()
+    assert a is b and a.thread.daemon and a.thread.name == "sskv-loop"
+    assert a.thread is not threading.current_thread()
