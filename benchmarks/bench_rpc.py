@@ -1,0 +1,215 @@
+"""Request path benchmark: raw MQTT floor vs the client + emulator, latency and throughput.
+
+Run:  python benchmarks/bench_rpc.py [--rounds 5] [--requests 2000] [--ops 20000]
+
+Everything runs on this machine, on loopback, against one private mosquitto started here:
+
+(a) raw floor: a minimal MQTT 5 request/response through mosquitto, both ends written directly on asyncio
+    sockets (benchmarks/_rawmqtt.py), the responder echoing;
+(b) ``AsyncStateStoreClient.get`` through mosquitto and the emulator process;
+(c) throughput of ``get`` with 64 requests in flight on one client;
+(d) the same two numbers for redis.asyncio against a local redis-server, when both are installed.
+
+Each figure is the median over ``--rounds`` rounds (each round's own median for latencies); ratios are
+against (a) measured in the same run. This is a script, not a test: the machines are shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _rawmqtt import RawMqtt
+
+from sskv_mapping.client import AsyncStateStoreClient
+from sskv_mapping.emulator.broker import MosquittoBroker, free_port
+
+IN_FLIGHT = 64
+
+
+def machine() -> str:
+    cpu = platform.processor() or "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}, {platform.system()}"
+
+
+async def raw_floor(host: str, port: int, n: int) -> float:
+    echo = RawMqtt(host, port, "bench-echo")
+    await echo.connect()
+    await echo.subscribe("bench/req")
+    echo.on_publish = lambda t, p, props: echo.publish(props[0x08], p, corr=props[0x09])
+    req = RawMqtt(host, port, "bench-req")
+    await req.connect()
+    await req.subscribe("bench/resp")
+    waiting: dict[bytes, asyncio.Future[bytes]] = {}
+    req.on_publish = lambda t, p, props: waiting.pop(props[0x09]).set_result(p)
+    loop = asyncio.get_running_loop()
+    lat = []
+    for i in range(n + n // 10):
+        corr = i.to_bytes(16, "big")
+        fut = loop.create_future()
+        waiting[corr] = fut
+        t0 = time.perf_counter()
+        req.publish(b"bench/req", b"*2\r\n$3\r\nGET\r\n$5\r\nbench\r\n", b"bench/resp", corr)
+        await fut
+        lat.append(time.perf_counter() - t0)
+    await req.close()
+    await echo.close()
+    return statistics.median(lat[n // 10 :])
+
+
+async def client_latency(client: AsyncStateStoreClient, n: int) -> float:
+    lat = []
+    for _ in range(n + n // 10):
+        t0 = time.perf_counter()
+        await client.get("bench")
+        lat.append(time.perf_counter() - t0)
+    return statistics.median(lat[n // 10 :])
+
+
+async def client_throughput(client: AsyncStateStoreClient, ops: int) -> float:
+    per_worker = ops // IN_FLIGHT
+
+    async def worker() -> None:
+        for _ in range(per_worker):
+            await client.get("bench")
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
+    return per_worker * IN_FLIGHT / (time.perf_counter() - t0)
+
+
+async def redis_numbers(n: int, ops: int) -> tuple[float, float] | None:
+    exe = shutil.which("redis-server")
+    try:
+        import redis.asyncio as aredis
+    except ImportError:
+        return None
+    if exe is None:
+        return None
+    port = free_port()
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        r = aredis.Redis(host="127.0.0.1", port=port, max_connections=IN_FLIGHT)
+        for _ in range(200):
+            try:
+                await r.ping()
+                break
+            except Exception:
+                await asyncio.sleep(0.05)
+        await r.set("bench", b"x" * 16)
+        lat = []
+        for _ in range(n + n // 10):
+            t0 = time.perf_counter()
+            await r.get("bench")
+            lat.append(time.perf_counter() - t0)
+        per_worker = ops // IN_FLIGHT
+
+        async def worker() -> None:
+            for _ in range(per_worker):
+                await r.get("bench")
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
+        tput = per_worker * IN_FLIGHT / (time.perf_counter() - t0)
+        await r.aclose()
+        return statistics.median(lat[n // 10 :]), tput
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+def start_emulator(host: str, port: int) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sskv_mapping.emulator", "--host", host, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 20
+    for line in proc.stdout:
+        if "serving state store on" in line:
+            return proc
+        if time.monotonic() > deadline:
+            break
+    proc.kill()
+    raise RuntimeError("the emulator did not start")
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--requests", type=int, default=2000, help="sequential requests per latency round")
+    ap.add_argument("--ops", type=int, default=20000, help="requests per throughput round")
+    args = ap.parse_args()
+    print(f"machine: {machine()}", flush=True)
+    with MosquittoBroker() as broker:
+        emulator = start_emulator(broker.host, broker.port)
+        try:
+            async with AsyncStateStoreClient(broker.host, broker.port) as client:
+                await client.set("bench", b"x" * 16)
+                floor, lat, tput = [], [], []
+                for r in range(args.rounds):
+                    floor.append(await raw_floor(broker.host, broker.port, args.requests))
+                    lat.append(await client_latency(client, args.requests))
+                    tput.append(await client_throughput(client, args.ops))
+                    print(
+                        f"  round {r + 1}/{args.rounds}: floor {floor[-1] * 1e3:.3f} ms, "
+                        f"get {lat[-1] * 1e3:.3f} ms, {tput[-1]:,.0f} ops/s",
+                        flush=True,
+                    )
+        finally:
+            emulator.terminate()
+            emulator.wait(10)
+    redis_rounds = []
+    for _ in range(args.rounds):
+        numbers = await redis_numbers(args.requests, args.ops)
+        if numbers is None:
+            break
+        redis_rounds.append(numbers)
+    a, b, c = statistics.median(floor), statistics.median(lat), statistics.median(tput)
+    print()
+    print(f"| measure (median of {args.rounds} rounds) | value | ratio |")
+    print("|---|---|---|")
+    print(f"| (a) raw MQTT 5 round trip through mosquitto | {a * 1e3:.3f} ms | 1.00x |")
+    print(f"| (b) client `get` through mosquitto + emulator | {b * 1e3:.3f} ms | {b / a:.2f}x (a) |")
+    print(f"| (c) client `get` throughput, {IN_FLIGHT} in flight | {c:,.0f} ops/s | |")
+    if redis_rounds:
+        rl = statistics.median(x[0] for x in redis_rounds)
+        rt = statistics.median(x[1] for x in redis_rounds)
+        print(f"| (d) redis.asyncio `get` round trip | {rl * 1e3:.3f} ms | {rl / a:.2f}x (a) |")
+        print(
+            f"| (d) redis.asyncio throughput, {IN_FLIGHT} in flight | {rt:,.0f} ops/s | (c) is {c / rt:.2f}x |"
+        )
+    else:
+        print("| (d) redis | not measured (needs redis-server and the redis package) | |")
+    print()
+    print(
+        f"targets: (b) <= 2x (a): {'met' if b <= 2 * a else 'NOT met'}; (c) >= 5,000 ops/s: "
+        f"{'met' if c >= 5000 else 'NOT met'}"
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

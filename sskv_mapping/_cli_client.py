@@ -1,0 +1,319 @@
+"""The ``sskv get|set|del|vdel|watch|lock`` commands (registered by ``cli.py``).
+
+Human output by default, one JSON object per line with ``--json``. Exit codes by error class:
+
+====  ==========================================================
+0     success
+1     key not found / SET not applied / VDEL mismatch / lock busy
+2     usage error (bad arguments)
+3     connection problem (broker unreachable, lost, timed out)
+4     the service answered an error (``-ERR ...``)
+5     protocol error (a reply that does not parse)
+6     lock error
+130   interrupted (Ctrl-C)
+====  ==========================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ._protocol.commands import SetCondition, VDeleteResult
+from ._protocol.errors import (
+    ConfigurationError,
+    LockError,
+    ProtocolError,
+    ServiceError,
+    StateStoreError,
+    TransportError,
+)
+from ._protocol.hlc import HybridLogicalClock
+from ._protocol.notifications import KeyEvent
+from ._transport.settings import ConnectionSettings, TlsSettings
+from .client import AsyncStateStoreClient
+
+__all__ = ["EXIT_CODES", "add_client_parsers", "exit_code_for"]
+
+EXIT_OK, EXIT_MISS, EXIT_USAGE, EXIT_CONNECTION, EXIT_SERVICE, EXIT_PROTOCOL, EXIT_LOCK = range(7)
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES: list[tuple[type[BaseException], int]] = [
+    (ConfigurationError, EXIT_USAGE),
+    (TransportError, EXIT_CONNECTION),
+    (ServiceError, EXIT_SERVICE),
+    (ProtocolError, EXIT_PROTOCOL),
+    (LockError, EXIT_LOCK),
+    (StateStoreError, EXIT_SERVICE),
+]
+
+
+def exit_code_for(exc: BaseException) -> int:
+    for cls, code in EXIT_CODES:
+        if isinstance(exc, cls):
+            return code
+    return 1
+
+
+DEFAULT_URL = "mqtt://127.0.0.1:1883"
+
+
+def _connection_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("connection")
+    g.add_argument(
+        "--url",
+        default=os.environ.get("SSKV_URL", DEFAULT_URL),
+        help="broker URL, mqtt://host:port or mqtts://host:port (env SSKV_URL; default %(default)s, "
+        "the local emulator stack)",
+    )
+    g.add_argument("--client-id", help="MQTT client id (default: a random sskv-… id)")
+    g.add_argument("--username", default=os.environ.get("SSKV_USERNAME"), help="username (env SSKV_USERNAME)")
+    g.add_argument(
+        "--password-env",
+        default="SSKV_PASSWORD",
+        metavar="VAR",
+        help="read the password from this environment variable (default %(default)s); never pass it on the "
+        "command line",
+    )
+    g.add_argument("--ca-file", help="CA bundle to verify the broker (implies TLS)")
+    g.add_argument("--cert-file", help="X.509 client certificate (implies TLS)")
+    g.add_argument("--key-file", help="private key of the client certificate")
+    g.add_argument("--insecure", action="store_true", help="TLS without verifying the broker (tests only)")
+    g.add_argument("--sat-token-file", help="K8S-SAT token file for MQTT 5 enhanced authentication")
+    g.add_argument("--timeout", type=float, default=10.0, help="per-request timeout in seconds (default 10)")
+    p.add_argument("--json", action="store_true", help="machine-readable output, one JSON object per line")
+
+
+def _client(args: argparse.Namespace) -> AsyncStateStoreClient:
+    tls = None
+    if args.ca_file or args.cert_file or args.insecure or args.url.startswith(("mqtts:", "ssl:")):
+        tls = TlsSettings(
+            ca_file=args.ca_file, cert_file=args.cert_file, key_file=args.key_file, verify=not args.insecure
+        )
+    overrides: dict[str, Any] = {"tls": tls} if tls else {}
+    if args.client_id:
+        overrides["client_id"] = args.client_id
+    if args.username:
+        overrides["username"] = args.username
+        password = os.environ.get(args.password_env)
+        if password:
+            overrides["password"] = password
+    if args.sat_token_file:
+        overrides["sat_token_file"] = args.sat_token_file
+    settings = ConnectionSettings.from_url(args.url, **overrides)
+    return AsyncStateStoreClient(settings=settings, timeout=args.timeout, reconnect=False)
+
+
+def _key(text: str) -> bytes:
+    return text.encode("utf-8")
+
+
+def _show_value(value: bytes | None) -> dict[str, Any]:
+    if value is None:
+        return {"value": None}
+    try:
+        return {"value": value.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"value_base64": base64.b64encode(value).decode()}
+
+
+def _emit(args: argparse.Namespace, record: dict[str, Any], human: str) -> None:
+    print(json.dumps(record, ensure_ascii=False) if args.json else human, flush=True)
+
+
+def _human_value(value: bytes) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(value).decode()
+
+
+async def _cmd_get(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
+    entry = await client.get(_key(args.key))
+    if entry is None:
+        _emit(args, {"key": args.key, "found": False}, f"(not found) {args.key}")
+        return EXIT_MISS
+    record = {"key": args.key, "found": True, **_show_value(entry.value), "version": str(entry.version)}
+    _emit(args, record, _human_value(entry.value) + (f"\t(version {entry.version})" if args.verbose else ""))
+    return EXIT_OK
+
+
+def _read_value(text: str) -> bytes:
+    return sys.stdin.buffer.read() if text == "-" else text.encode("utf-8")
+
+
+async def _cmd_set(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
+    condition = SetCondition.NX if args.nx else SetCondition.NEX if args.nex else None
+    token = HybridLogicalClock.parse(args.fencing_token) if args.fencing_token else None
+    result = await client.set(
+        _key(args.key),
+        _read_value(args.value),
+        condition=condition,
+        ttl=args.ttl,
+        fencing_token=token,
+        persist=args.persist,
+    )
+    record = {"key": args.key, "applied": result.applied, "version": str(result.version)}
+    human = f"OK\t(version {result.version})" if result.applied else "(not applied: condition not met)"
+    _emit(args, record, human)
+    return EXIT_OK if result.applied else EXIT_MISS
+
+
+async def _cmd_del(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
+    token = HybridLogicalClock.parse(args.fencing_token) if args.fencing_token else None
+    deleted = await client.delete(_key(args.key), fencing_token=token)
+    _emit(args, {"key": args.key, "deleted": deleted}, "deleted" if deleted else f"(not found) {args.key}")
+    return EXIT_OK if deleted else EXIT_MISS
+
+
+async def _cmd_vdel(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
+    token = HybridLogicalClock.parse(args.fencing_token) if args.fencing_token else None
+    result = await client.vdelete(_key(args.key), _read_value(args.value), fencing_token=token)
+    human = {
+        VDeleteResult.DELETED: "deleted",
+        VDeleteResult.NOT_FOUND: f"(not found) {args.key}",
+        VDeleteResult.VALUE_MISMATCH: "(not deleted: the value differs)",
+    }[result]
+    _emit(args, {"key": args.key, "result": result.name.lower()}, human)
+    return EXIT_OK if result is VDeleteResult.DELETED else EXIT_MISS
+
+
+async def _cmd_watch(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
+    queue: asyncio.Queue[KeyEvent] = asyncio.Queue()
+    subs = [await client.subscribe_key(_key(k), queue.put_nowait) for k in args.keys]
+    if not args.json:
+        print(f"watching {', '.join(args.keys)} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    seen = 0
+    try:
+        while args.count is None or seen < args.count:
+            event = await queue.get()
+            seen += 1
+            key = event.key.decode("utf-8", "replace")
+            record = {
+                "key": key,
+                "op": event.op.value,
+                **_show_value(event.value),
+                "version": str(event.version),
+            }
+            value = "" if event.value is None else " " + _human_value(event.value)
+            _emit(args, record, f"{event.op.value} {key}{value}\t(version {event.version})")
+    finally:
+        for sub in subs:
+            await sub.close()
+    return EXIT_OK
+
+
+async def _cmd_lock(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
+    from .lock import AsyncLeasedLock
+
+    lock = AsyncLeasedLock(client, _key(args.name), lease=args.lease, auto_renew=True)
+    command = [c for c in args.command if c != "--"]
+    if not command:
+        holder = await lock.holder_of()
+        record = {"lock": args.name, "held": holder is not None, **_show_value(holder)}
+        _emit(args, record, f"held by {_human_value(holder)}" if holder is not None else "free")
+        return EXIT_OK
+    if args.wait == 0:
+        token = await lock.try_acquire()
+        if token is None:
+            _emit(args, {"lock": args.name, "acquired": False}, f"lock {args.name} is busy")
+            return EXIT_MISS
+    else:
+        token = await lock.acquire(timeout=args.wait)
+    if not args.json:
+        print(f"acquired {args.name} (fencing token {token})", file=sys.stderr, flush=True)
+    try:
+        env = {**os.environ, "SSKV_LOCK": args.name, "SSKV_FENCING_TOKEN": str(token)}
+        proc = await asyncio.create_subprocess_exec(*command, env=env)
+        rc = await proc.wait()
+    finally:
+        await lock.release()
+    _emit(args, {"lock": args.name, "fencing_token": str(token), "exit_code": rc}, f"released {args.name}")
+    return rc
+
+
+def _runner(
+    handler: Callable[[argparse.Namespace, AsyncStateStoreClient], Awaitable[int]],
+) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        async def main() -> int:
+            async with _client(args) as client:
+                return await handler(args, client)
+
+        try:
+            return asyncio.run(main())
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
+        except StateStoreError as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            if args.json:
+                print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), flush=True)
+            print(f"sskv: {message}", file=sys.stderr)
+            return exit_code_for(exc)
+
+    return run
+
+
+def add_client_parsers(sub: Any) -> None:
+    """Register get/set/del/vdel/watch/lock on an argparse subparsers object."""
+    p = sub.add_parser(
+        "get", help="print a key's value", description="Print a key's value (exit 1 if missing)."
+    )
+    p.add_argument("key")
+    p.add_argument("-v", "--verbose", action="store_true", help="also print the version")
+    _connection_args(p)
+    p.set_defaults(func=_runner(_cmd_get))
+
+    p = sub.add_parser(
+        "set", help="store a value", description="Store a value. VALUE '-' reads standard input."
+    )
+    p.add_argument("key")
+    p.add_argument("value")
+    cond = p.add_mutually_exclusive_group()
+    cond.add_argument("--nx", action="store_true", help="only if the key does not exist")
+    cond.add_argument("--nex", action="store_true", help="only if absent or equal to VALUE (lease renewal)")
+    p.add_argument("--ttl", type=float, help="expire after this many seconds")
+    p.add_argument("--fencing-token", help="HLC fencing token for a key protected by a lock")
+    p.add_argument("--persist", action="store_true", help="ask the broker to persist the entry")
+    _connection_args(p)
+    p.set_defaults(func=_runner(_cmd_set))
+
+    p = sub.add_parser("del", help="delete a key", description="Delete a key (exit 1 if it did not exist).")
+    p.add_argument("key")
+    p.add_argument("--fencing-token", help="HLC fencing token for a key protected by a lock")
+    _connection_args(p)
+    p.set_defaults(func=_runner(_cmd_del))
+
+    p = sub.add_parser(
+        "vdel", help="delete a key if its value matches", description="Delete KEY only if its value is VALUE."
+    )
+    p.add_argument("key")
+    p.add_argument("value")
+    p.add_argument("--fencing-token", help="HLC fencing token for a key protected by a lock")
+    _connection_args(p)
+    p.set_defaults(func=_runner(_cmd_vdel))
+
+    p = sub.add_parser("watch", help="print changes of keys", description="Print every change of the keys.")
+    p.add_argument("keys", nargs="+", metavar="KEY")
+    p.add_argument("--count", type=int, help="stop after this many events")
+    _connection_args(p)
+    p.set_defaults(func=_runner(_cmd_watch))
+
+    p = sub.add_parser(
+        "lock",
+        help="run a command while holding a leased lock",
+        description="Without COMMAND: show who holds the lock. With COMMAND: wait for the lock, run COMMAND "
+        "with SSKV_FENCING_TOKEN set (the lease is renewed meanwhile), release it, exit with COMMAND's code.",
+    )
+    p.add_argument("name")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    p.add_argument("--lease", type=float, default=10.0, help="lease length in seconds (default 10)")
+    p.add_argument("--wait", type=float, default=None, help="give up after this many seconds (0: try once)")
+    _connection_args(p)
+    p.set_defaults(func=_runner(_cmd_lock))
