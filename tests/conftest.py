@@ -1,0 +1,139 @@
+"""Suite-wide fixtures: a private mosquitto and the emulator process.
+
+* ``mosquitto`` (session): one broker for the whole run. Do not stop, restart or kill it.
+* ``fresh_mosquitto`` (function): a broker of your own, for tests that restart or kill it.
+* ``emulator`` (session): the emulator process on ``mosquitto``.
+* ``fresh_emulator`` (function): an emulator process on ``fresh_mosquitto`` (ask for both fixtures to
+  get the pair). For an emulator of your own on the session broker, call
+  ``start_emulator(mosquitto.host, mosquitto.port)`` from ``_support.procs`` in a ``with``.
+
+Tests using any of them are marked ``broker`` automatically (``-m "not broker"`` runs the rest).
+After the session, no mosquitto or emulator child may remain: the suite errors at teardown if one does
+(it is killed first), and ``atexit`` hooks sweep up after a crash.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+# Support code is imported as ``_support`` whether or not ``tests/`` is a package.
+_TESTS_DIR = str(Path(__file__).resolve().parent)
+if _TESTS_DIR not in sys.path:
+    sys.path.insert(0, _TESTS_DIR)
+
+from _support.procs import (  # noqa: E402
+    EmulatorProcess,
+    EmulatorStartError,
+    child_processes,
+    kill_child,
+    live_emulators,
+    start_emulator,
+)
+
+from sskv_mapping._protocol.errors import ConfigurationError  # noqa: E402
+from sskv_mapping.emulator.broker import MosquittoBroker, MosquittoStartError, live_brokers  # noqa: E402
+
+BROKER_FIXTURES = frozenset({"mosquitto", "fresh_mosquitto", "emulator", "fresh_emulator"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if BROKER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.broker)
+
+
+def _fail(message: str) -> NoReturn:
+    # pytrace=False: the message is the whole story; a session fixture's failure is cached by pytest,
+    # so every test using it reports it without waiting again.
+    pytest.fail(message, pytrace=False)
+
+
+def _start_broker() -> MosquittoBroker:
+    # pytest.fail outside the except blocks: the exception chain would only repeat the message.
+    try:
+        return MosquittoBroker().start()
+    except ConfigurationError as exc:
+        message = str(exc)
+    except MosquittoStartError as exc:
+        message = f"could not start a private mosquitto: {exc}"
+    _fail(message)
+
+
+def _start_emulator(broker: MosquittoBroker) -> EmulatorProcess:
+    if importlib.util.find_spec("sskv_mapping.emulator.__main__") is None:
+        _fail(
+            "the emulator process is not available: sskv_mapping/emulator/__main__.py is missing "
+            "(`python -m sskv_mapping.emulator` must print 'serving state store on ...' when ready)"
+        )
+    try:
+        return start_emulator(broker.host, broker.port)
+    except EmulatorStartError as exc:
+        message = str(exc)
+    _fail(message)
+
+
+@pytest.fixture(scope="session")
+def mosquitto() -> Iterator[MosquittoBroker]:
+    """The session's private mosquitto (shared: never stop, restart or kill it; see fresh_mosquitto)."""
+    broker = _start_broker()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def fresh_mosquitto() -> Iterator[MosquittoBroker]:
+    """A private mosquitto for this test only; restart() and kill() are fine."""
+    broker = _start_broker()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def emulator(mosquitto: MosquittoBroker) -> Iterator[EmulatorProcess]:
+    """The emulator process serving the session broker (shared: do not stop it)."""
+    proc = _start_emulator(mosquitto)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def fresh_emulator(fresh_mosquitto: MosquittoBroker) -> Iterator[EmulatorProcess]:
+    """An emulator process for this test only, serving ``fresh_mosquitto``."""
+    proc = _start_emulator(fresh_mosquitto)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leaked_child_processes() -> Iterator[None]:
+    """At session end no mosquitto/emulator started by us may remain (they are killed, then reported).
+
+    Autouse and session-scoped, so it is set up before and torn down after every other session fixture.
+    """
+    yield
+    leaks: list[str] = []
+    for broker in live_brokers():
+        leaks.append(repr(broker))
+        broker.stop()
+    for proc in live_emulators():
+        leaks.append(repr(proc))
+        proc.kill()
+    # Also mosquittos not started through MosquittoBroker (a test's own subprocess).
+    for pid, comm in child_processes("mosquitto"):
+        leaks.append(f"{comm} pid={pid}")
+        kill_child(pid)
+    assert not leaks, f"child processes left running after the test session (now killed): {leaks}"
