@@ -1,0 +1,497 @@
+"""Layer 5 (emulator), pure part: the state store as a state machine, faithful to protocol.md §1-§6.
+
+Must not import asyncio, sockets, aiomqtt/paho, the transport or the client: bytes and header values go
+in, response bytes, a version and notifications come out. The wall clock is injected (``now_ms``), so
+tests advance time instead of sleeping; expiry happens lazily whenever a request is handled *and* through
+:meth:`EmulatorCore.expire_due`, which a server calls on a timer (so watchers hear about an expiry even
+when nobody touches the key).
+
+What it models:
+
+* versions: one service hybrid logical clock (node id ``StateStore``); a request's ``__ts`` is merged into
+  it, and every change (SET, DEL, VDEL, expiry) ticks it, so each new version is strictly newer than the
+  key's previous version and than the request's ``__ts``;
+* ``NX`` / ``NEX`` / ``PX``; fencing tokens (§6); KEYNOTIFY registrations per client id (§4) and the
+  ``NOTIFY`` payloads; an optional key quota;
+* persistence: entries written with ``aio-persistence: true`` can be dumped (:meth:`dump_persistent`) and
+  loaded back (:meth:`load_persistent`); the file itself is the server's business.
+
+Choices where protocol.md leaves a cell blank: a DEL/VDEL that deleted answers with ``__ts`` = the version
+of the delete (the same ``__ts`` as its DELETE notification); DEL/VDEL that changed nothing, KEYNOTIFY and
+errors carry no ``__ts``. KEYNOTIFY from a request whose client id is unknown is refused with
+``not authorized`` (its notifications could not be addressed).
+"""
+
+from __future__ import annotations
+
+import base64
+import heapq
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._protocol import resp3
+from .._protocol.commands import (
+    Command,
+    Delete,
+    Get,
+    KeyNotify,
+    Set,
+    SetCondition,
+    VDelete,
+    parse_command,
+)
+from .._protocol.errors import (
+    ClockDriftError,
+    FencingTokenLowerVersionError,
+    FencingTokenRequiredError,
+    FencingTokenSkewError,
+    MalformedTimestampError,
+    MissingTimestampError,
+    NotAuthorizedError,
+    ProtocolError,
+    QuotaExceededError,
+    ServiceError,
+    TimestampSkewError,
+)
+from .._protocol.headers import FENCING_TOKEN, PERSISTENCE, TIMESTAMP
+from .._protocol.hlc import MAX_DRIFT_MS, HybridLogicalClock, system_clock_ms
+from .._protocol.notifications import KeyOperation, encode_notification
+from .._protocol.topics import notification_topic
+
+__all__ = ["SERVICE_NODE_ID", "CoreResult", "EmulatorCore", "Notification", "StoredEntry"]
+
+#: The node id of the service's hybrid logical clock (the real service writes ``StateStore`` too).
+SERVICE_NODE_ID = "StateStore"
+
+# The service clock never refuses to advance (a client may push it up to 60 s ahead, and an injected
+# wall clock may jump back); only *requests* are checked against MAX_DRIFT_MS.
+_UNLIMITED_DRIFT = 2**64
+_MAX_COUNTER = 2**64 - 1
+
+_OK = resp3.encode_simple("OK")
+_ONE = resp3.encode_integer(1)
+_ZERO = resp3.encode_integer(0)
+_MINUS_ONE = resp3.encode_integer(-1)
+_NIL = resp3.encode_bulk(None)
+_DELETE_PAYLOAD = encode_notification(KeyOperation.DELETE)
+
+_PERSIST_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """One KEYNOTIFY message: ``payload`` for ``client_id`` about ``key``, with ``__ts`` = ``version``."""
+
+    client_id: str
+    key: bytes
+    payload: bytes
+    version: HybridLogicalClock
+
+    @property
+    def topic(self) -> str:
+        """The notification topic (protocol.md §4)."""
+        return notification_topic(self.client_id, self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class CoreResult:
+    """What the service answers to one request.
+
+    ``payload`` is the RESP3 reply, ``version`` the response ``__ts`` (``None``: absent), and
+    ``notifications`` the messages to publish after the response, in order (an expiry noticed while
+    handling the request comes first).
+    """
+
+    payload: bytes
+    version: HybridLogicalClock | None
+    notifications: list[Notification] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StoredEntry:
+    """A key's state inside the emulator (exposed read-only for tests and tooling)."""
+
+    value: bytes
+    version: HybridLogicalClock
+    expires_at_ms: int | None = None
+    fencing_token: HybridLogicalClock | None = None
+    persist: bool = False
+
+
+class EmulatorCore:
+    """The state store service as a pure state machine.
+
+    Args:
+        now_ms: the wall clock in milliseconds since the epoch (inject a fake one in tests).
+        node_id: the node id of the service clock.
+        max_keys: the key quota (``None``: unlimited); a SET that would create a key beyond it fails with
+            ``the quota has been exceeded``.
+
+    Example:
+        >>> from sskv_mapping._protocol.resp3 import encode_request
+        >>> now = [1_700_000_000_000]
+        >>> core = EmulatorCore(now_ms=lambda: now[0])
+        >>> ts = {"__ts": "1700000000000:0:client-a"}
+        >>> core.handle("client-a", encode_request(b"SET", b"k", b"v", b"PX", b"1000"), ts).payload
+        b'+OK\\r\\n'
+        >>> core.handle("client-a", encode_request(b"GET", b"k"), ts).payload
+        b'$1\\r\\nv\\r\\n'
+        >>> now[0] += 1_000  # expired
+        >>> core.handle("client-a", encode_request(b"GET", b"k"), ts).payload
+        b'$-1\\r\\n'
+    """
+
+    def __init__(
+        self,
+        *,
+        now_ms: Callable[[], int] = system_clock_ms,
+        node_id: str = SERVICE_NODE_ID,
+        max_keys: int | None = None,
+    ) -> None:
+        if max_keys is not None and max_keys < 0:
+            raise ValueError("max_keys must be >= 0 (or None for no quota)")
+        self._now = now_ms
+        self.max_keys = max_keys
+        self._clock = HybridLogicalClock(0, 0, node_id)
+        self._store: dict[bytes, StoredEntry] = {}
+        # key -> registered client ids (a dict: insertion-ordered, so notification order is stable)
+        self._watchers: dict[bytes, dict[str, None]] = {}
+        self._watched_by: dict[str, set[bytes]] = {}
+        # (expires_at_ms, seq, key); entries go stale when the key is rewritten or deleted and are
+        # skipped when popped (lazy deletion), and the heap is rebuilt when stale ones dominate.
+        self._expiries: list[tuple[int, int, bytes]] = []
+        self._seq = 0
+        #: Bumped whenever an entry written with ``aio-persistence`` changes (set, deleted, expired);
+        #: a server compares it to decide when to rewrite its persistence file.
+        self.persistence_generation = 0
+
+    # -- inspection ---------------------------------------------------------------------------------
+
+    @property
+    def clock(self) -> HybridLogicalClock:
+        """The service's hybrid logical clock (the last version it issued or merged)."""
+        return self._clock
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._store
+
+    def __iter__(self) -> Iterator[bytes]:
+        """The stored keys (a snapshot; keys past their expiry may remain until the next purge)."""
+        return iter(list(self._store))
+
+    def keys(self) -> list[bytes]:
+        return list(self._store)
+
+    def entry(self, key: bytes) -> StoredEntry | None:
+        """The stored entry of ``key`` (no expiry check; for tests and tooling)."""
+        return self._store.get(key)
+
+    def watchers(self, key: bytes) -> list[str]:
+        """The client ids registered for ``key``."""
+        return list(self._watchers.get(key, ()))
+
+    def registrations(self, client_id: str) -> set[bytes]:
+        """The keys ``client_id`` is registered for."""
+        return set(self._watched_by.get(client_id, ()))
+
+    # -- requests -----------------------------------------------------------------------------------
+
+    def handle(self, client_id: str | None, payload: bytes, props: Mapping[str, str]) -> CoreResult:
+        """Handle one request and return the reply, its ``__ts`` and the notifications to send.
+
+        ``client_id`` is the requester's MQTT client id (``None`` when unknown); ``props`` its user
+        properties (``__ts``, ``__ft``, ``aio-persistence``...). Service errors become ``-ERR`` replies;
+        this never raises for any payload or header value.
+        """
+        now = self._now()
+        notes = self._expire(now) if self._expiries and self._expiries[0][0] <= now else []
+        try:
+            cmd = parse_command(payload)
+            raw_ts = props.get(TIMESTAMP)
+            if raw_ts is not None:
+                self._merge(self._request_hlc(raw_ts, now, TimestampSkewError), now)
+            elif type(cmd) is Set:
+                raise MissingTimestampError()
+            return self._dispatch(cmd, client_id, props, now, notes)
+        except ServiceError as exc:
+            return CoreResult(resp3.encode_error(exc.text), None, notes)
+
+    def _dispatch(
+        self,
+        cmd: Command,
+        client_id: str | None,
+        props: Mapping[str, str],
+        now: int,
+        notes: list[Notification],
+    ) -> CoreResult:
+        kind = type(cmd)
+        if kind is Get:
+            assert isinstance(cmd, Get)
+            entry = self._store.get(cmd.key)
+            if entry is None:
+                return CoreResult(_NIL, None, notes)
+            return CoreResult(resp3.encode_bulk(entry.value), entry.version, notes)
+        if kind is Set:
+            assert isinstance(cmd, Set)
+            return self._set(cmd, props, now, notes)
+        if kind is Delete or kind is VDelete:
+            assert isinstance(cmd, Delete | VDelete)
+            return self._delete(cmd, props, now, notes)
+        assert isinstance(cmd, KeyNotify)
+        return CoreResult(self._keynotify(cmd, client_id), None, notes)
+
+    def _set(self, cmd: Set, props: Mapping[str, str], now: int, notes: list[Notification]) -> CoreResult:
+        key = cmd.key
+        entry = self._store.get(key)
+        token = self._fencing_token(props, now)
+        self._check_fence(entry, token)
+        if entry is not None:
+            if cmd.condition is SetCondition.NX or (
+                cmd.condition is SetCondition.NEX and entry.value != cmd.value
+            ):
+                return CoreResult(_MINUS_ONE, entry.version, notes)
+        elif self.max_keys is not None and len(self._store) >= self.max_keys:
+            raise QuotaExceededError()
+        version = self._tick(now)
+        if (
+            entry is not None
+            and entry.fencing_token is not None
+            and (token is None or token < entry.fencing_token)
+        ):
+            token = entry.fencing_token
+        expires = now + cmd.expiry_ms if cmd.expiry_ms is not None else None
+        persist = props.get(PERSISTENCE, "").lower() == "true"
+        if persist or (entry is not None and entry.persist):
+            self.persistence_generation += 1
+        self._store[key] = StoredEntry(cmd.value, version, expires, token, persist)
+        if expires is not None:
+            self._schedule(expires, key)
+        self._notify(key, encode_notification(KeyOperation.SET, cmd.value), version, notes)
+        return CoreResult(_OK, version, notes)
+
+    def _delete(
+        self, cmd: Delete | VDelete, props: Mapping[str, str], now: int, notes: list[Notification]
+    ) -> CoreResult:
+        key = cmd.key
+        token = self._fencing_token(props, now)
+        entry = self._store.get(key)
+        if entry is None:
+            return CoreResult(_ZERO, None, notes)
+        self._check_fence(entry, token)
+        if isinstance(cmd, VDelete) and entry.value != cmd.value:
+            return CoreResult(_MINUS_ONE, None, notes)
+        version = self._remove(key, entry, now, notes)
+        return CoreResult(_ONE, version, notes)
+
+    def _keynotify(self, cmd: KeyNotify, client_id: str | None) -> bytes:
+        if client_id is None:
+            # Without a client id there is no topic to deliver to; the real service always knows it.
+            raise NotAuthorizedError()
+        key = cmd.key
+        if cmd.stop:
+            watchers = self._watchers.get(key)
+            if watchers is None or client_id not in watchers:
+                return _ZERO
+            del watchers[client_id]
+            if not watchers:
+                del self._watchers[key]
+            keys = self._watched_by[client_id]
+            keys.discard(key)
+            if not keys:
+                del self._watched_by[client_id]
+            return _OK
+        self._watchers.setdefault(key, {})[client_id] = None
+        self._watched_by.setdefault(client_id, set()).add(key)
+        return _OK
+
+    # -- clients ------------------------------------------------------------------------------------
+
+    def drop_client(self, client_id: str) -> int:
+        """Forget every KEYNOTIFY registration of ``client_id`` (it disconnected); returns how many."""
+        keys = self._watched_by.pop(client_id, None)
+        if not keys:
+            return 0
+        for key in keys:
+            watchers = self._watchers.get(key)
+            if watchers is not None:
+                watchers.pop(client_id, None)
+                if not watchers:
+                    del self._watchers[key]
+        return len(keys)
+
+    # -- expiry -------------------------------------------------------------------------------------
+
+    def next_expiry(self) -> int | None:
+        """The wall time (ms) of the earliest pending expiry, or ``None`` if no key expires."""
+        heap = self._expiries
+        while heap:
+            at, _, key = heap[0]
+            entry = self._store.get(key)
+            if entry is not None and entry.expires_at_ms == at:
+                return at
+            heapq.heappop(heap)
+        return None
+
+    def expire_due(self, now: int | None = None) -> list[Notification]:
+        """Delete every key whose expiry time has come (``now`` defaults to the injected clock).
+
+        Returns the DELETE notifications for their watchers; a key's fencing token goes with it.
+        """
+        return self._expire(self._now() if now is None else now)
+
+    def _expire(self, now: int) -> list[Notification]:
+        notes: list[Notification] = []
+        heap = self._expiries
+        while heap and heap[0][0] <= now:
+            at, _, key = heapq.heappop(heap)
+            entry = self._store.get(key)
+            if entry is not None and entry.expires_at_ms == at:
+                self._remove(key, entry, now, notes)
+        return notes
+
+    def _schedule(self, at: int, key: bytes) -> None:
+        self._seq += 1
+        heapq.heappush(self._expiries, (at, self._seq, key))
+        if len(self._expiries) > 2 * len(self._store) + 1024:
+            # Keys rewritten with PX again and again leave stale heap entries behind; rebuild.
+            self._expiries = [
+                (e.expires_at_ms, i, k)
+                for i, (k, e) in enumerate(self._store.items())
+                if e.expires_at_ms is not None
+            ]
+            heapq.heapify(self._expiries)
+
+    # -- persistence --------------------------------------------------------------------------------
+
+    def dump_persistent(self) -> bytes:
+        """The entries written with ``aio-persistence: true`` (and the service clock), as JSON bytes."""
+        entries = [
+            {
+                "key": base64.b64encode(k).decode(),
+                "value": base64.b64encode(e.value).decode(),
+                "version": str(e.version),
+                "expires_at_ms": e.expires_at_ms,
+                "fencing_token": None if e.fencing_token is None else str(e.fencing_token),
+            }
+            for k, e in self._store.items()
+            if e.persist
+        ]
+        doc = {"format": _PERSIST_FORMAT, "clock": str(self._clock), "entries": entries}
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    def load_persistent(self, data: bytes) -> int:
+        """Load entries saved by :meth:`dump_persistent`; returns how many were restored.
+
+        Entries whose expiry time has passed are dropped; the service clock moves past every restored
+        version, so new versions stay strictly newer. Raises ``ValueError`` for a file that does not parse.
+        """
+        try:
+            doc: Any = json.loads(data)
+            if not isinstance(doc, dict) or doc.get("format") != _PERSIST_FORMAT:
+                raise ValueError("not an sskv emulator persistence file (format 1)")
+            clock = HybridLogicalClock.parse(doc["clock"])
+            loaded: list[tuple[bytes, StoredEntry]] = []
+            for item in doc["entries"]:
+                token = item["fencing_token"]
+                expires = item["expires_at_ms"]
+                if expires is not None and not isinstance(expires, int):
+                    raise ValueError("expires_at_ms must be an integer")
+                loaded.append(
+                    (
+                        base64.b64decode(item["key"], validate=True),
+                        StoredEntry(
+                            base64.b64decode(item["value"], validate=True),
+                            HybridLogicalClock.parse(item["version"]),
+                            expires,
+                            None if token is None else HybridLogicalClock.parse(token),
+                            True,
+                        ),
+                    )
+                )
+        except (KeyError, TypeError, ProtocolError, ValueError) as exc:
+            raise ValueError(f"cannot load the persistence file: {exc}") from exc
+        now = self._now()
+        restored = 0
+        for key, entry in loaded:
+            if not key or (entry.expires_at_ms is not None and entry.expires_at_ms <= now):
+                continue
+            self._store[key] = entry
+            if entry.expires_at_ms is not None:
+                self._schedule(entry.expires_at_ms, key)
+            self._merge_version(entry.version)
+            restored += 1
+        self._merge_version(HybridLogicalClock(clock.wall_ms, clock.counter, self._clock.node_id))
+        return restored
+
+    # -- internals ----------------------------------------------------------------------------------
+
+    def _remove(
+        self, key: bytes, entry: StoredEntry, now: int, notes: list[Notification]
+    ) -> HybridLogicalClock:
+        del self._store[key]
+        if entry.persist:
+            self.persistence_generation += 1
+        version = self._tick(now)
+        self._notify(key, _DELETE_PAYLOAD, version, notes)
+        return version
+
+    def _notify(
+        self, key: bytes, payload: bytes, version: HybridLogicalClock, notes: list[Notification]
+    ) -> None:
+        watchers = self._watchers.get(key)
+        if watchers:
+            notes.extend(Notification(client_id, key, payload, version) for client_id in watchers)
+
+    def _request_hlc(self, raw: str, now: int, skew_error: type[ServiceError]) -> HybridLogicalClock:
+        try:
+            value = HybridLogicalClock.parse(raw)
+        except (ProtocolError, ValueError):
+            raise MalformedTimestampError() from None
+        if value.wall_ms - now > MAX_DRIFT_MS:
+            raise skew_error()
+        return value
+
+    def _fencing_token(self, props: Mapping[str, str], now: int) -> HybridLogicalClock | None:
+        raw = props.get(FENCING_TOKEN)
+        if raw is None:
+            return None
+        return self._request_hlc(raw, now, FencingTokenSkewError)
+
+    @staticmethod
+    def _check_fence(entry: StoredEntry | None, token: HybridLogicalClock | None) -> None:
+        if entry is None or entry.fencing_token is None:
+            return
+        if token is None:
+            raise FencingTokenRequiredError()
+        if token < entry.fencing_token:
+            raise FencingTokenLowerVersionError()
+
+    def _merge(self, ts: HybridLogicalClock, now: int) -> None:
+        if ts.node_id != self._clock.node_id:
+            try:
+                self._clock = self._clock.merged(ts, now, _UNLIMITED_DRIFT)
+                return
+            except (ClockDriftError, ValueError):
+                pass  # a counter at its maximum cannot be incremented: adopt it, _tick moves the wall on
+        # HybridLogicalClock.merged ignores our own node id; a request may still carry it.
+        self._merge_version(ts)
+
+    def _merge_version(self, other: HybridLogicalClock) -> None:
+        c = self._clock
+        if (other.wall_ms, other.counter) > (c.wall_ms, c.counter):
+            self._clock = HybridLogicalClock(other.wall_ms, other.counter, c.node_id)
+
+    def _tick(self, now: int) -> HybridLogicalClock:
+        c = self._clock
+        if now > c.wall_ms:
+            self._clock = HybridLogicalClock(now, 0, c.node_id)
+        elif c.counter < _MAX_COUNTER:
+            self._clock = HybridLogicalClock(c.wall_ms, c.counter + 1, c.node_id)
+        else:  # never refuse a change: step the wall time instead of overflowing the counter
+            self._clock = HybridLogicalClock(c.wall_ms + 1, 0, c.node_id)
+        return self._clock
