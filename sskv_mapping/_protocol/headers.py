@@ -89,7 +89,8 @@ def expiry_seconds(timeout_s: float) -> int:
 
 def _major(version: str) -> int:
     head = version.split(".", 1)[0]
-    if not head.isascii() or not head.isdigit():
+    # the length bound keeps int() away from its 4300-digit ValueError
+    if not head.isascii() or not head.isdigit() or len(head) > 9:
         raise ProtocolError(f"malformed protocol version {version[:40]!r}")
     return int(head)
 

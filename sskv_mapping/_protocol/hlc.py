@@ -85,16 +85,24 @@ class HybridLogicalClock:
     def sort_key(self) -> tuple[int, int, bytes]:
         return (self.wall_ms, self.counter, self.node_id.encode("utf-8"))
 
-    def __lt__(self, other: HybridLogicalClock) -> bool:
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, HybridLogicalClock):
+            return NotImplemented  # so that comparing with another type is a TypeError
         return self.sort_key() < other.sort_key()
 
-    def __le__(self, other: HybridLogicalClock) -> bool:
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, HybridLogicalClock):
+            return NotImplemented  # so that comparing with another type is a TypeError
         return self.sort_key() <= other.sort_key()
 
-    def __gt__(self, other: HybridLogicalClock) -> bool:
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, HybridLogicalClock):
+            return NotImplemented  # so that comparing with another type is a TypeError
         return self.sort_key() > other.sort_key()
 
-    def __ge__(self, other: HybridLogicalClock) -> bool:
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, HybridLogicalClock):
+            return NotImplemented  # so that comparing with another type is a TypeError
         return self.sort_key() >= other.sort_key()
 
     # -- the SDK clock rules, as pure functions returning the next value --------------------------------
@@ -104,26 +112,31 @@ class HybridLogicalClock:
         if now_ms > self.wall_ms:
             nxt = HybridLogicalClock(now_ms, 0, self.node_id)
         else:
-            nxt = HybridLogicalClock(self.wall_ms, self.counter + 1, self.node_id)
+            nxt = HybridLogicalClock(self.wall_ms, _next(self.counter), self.node_id)
         _check_drift(nxt, now_ms, max_drift_ms)
         return nxt
 
-    def merged(
-        self, other: HybridLogicalClock, now_ms: int, max_drift_ms: int = MAX_DRIFT_MS
-    ) -> HybridLogicalClock:
+    def merged(self, other: HybridLogicalClock, now_ms: int, max_drift_ms: int = MAX_DRIFT_MS) -> HybridLogicalClock:
         """The value after receiving ``other`` (a response or notification ``__ts``)."""
         if other.node_id == self.node_id:
             return self
         if now_ms > self.wall_ms and now_ms > other.wall_ms:
             nxt = HybridLogicalClock(now_ms, 0, self.node_id)
         elif self.wall_ms == other.wall_ms:
-            nxt = HybridLogicalClock(self.wall_ms, max(self.counter, other.counter) + 1, self.node_id)
+            nxt = HybridLogicalClock(self.wall_ms, _next(max(self.counter, other.counter)), self.node_id)
         elif self.wall_ms > other.wall_ms:
-            nxt = HybridLogicalClock(self.wall_ms, self.counter + 1, self.node_id)
+            nxt = HybridLogicalClock(self.wall_ms, _next(self.counter), self.node_id)
         else:
-            nxt = HybridLogicalClock(other.wall_ms, other.counter + 1, self.node_id)
+            nxt = HybridLogicalClock(other.wall_ms, _next(other.counter), self.node_id)
         _check_drift(nxt, now_ms, max_drift_ms)
         return nxt
+
+
+def _next(counter: int) -> int:
+    # A received __ts may carry the largest counter; +1 would fail in __post_init__ with a ValueError.
+    if counter >= _MAX_U64:
+        raise ClockDriftError("hybrid logical clock counter overflow; the clock cannot advance")
+    return counter + 1
 
 
 def _check_drift(value: HybridLogicalClock, now_ms: int, max_drift_ms: int) -> None:

@@ -37,8 +37,10 @@ __all__ = [
 
 #: Nesting limit for arrays; replies of this service are at most two deep (SCAN).
 MAX_DEPTH = 8
-#: A length or count header longer than this many digits is refused before int() sees it.
-_MAX_DIGITS = 18
+#: A length, count or integer header longer than this many digits is refused before int() sees it
+#: (RESP integers are signed 64-bit: at most 19 digits).
+_MAX_DIGITS = 19
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +119,20 @@ def _int(raw: bytes, what: str) -> int:
     digits = raw[1:] if neg else raw
     if not digits or len(digits) > _MAX_DIGITS or not digits.isdigit():
         raise ProtocolError(f"malformed {what}: {raw[:40]!r}")
-    value = int(digits)
-    return -value if neg else value
+    value = -int(digits) if neg else int(digits)
+    if not _I64_MIN <= value <= _I64_MAX:
+        raise ProtocolError(f"{what} outside the signed 64-bit range: {raw[:40]!r}")
+    return value
+
+
+def _text_line(raw: bytes, what: str) -> str:
+    # A lone CR or LF cannot occur in a simple string or error line (the encoders refuse them too).
+    if b"\r" in raw or b"\n" in raw:
+        raise ProtocolError(f"CR or LF inside {what}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"{what} is not UTF-8") from exc
 
 
 def _parse(data: bytes, pos: int, depth: int) -> tuple[Reply, int]:
@@ -143,18 +157,12 @@ def _parse(data: bytes, pos: int, depth: int) -> tuple[Reply, int]:
         return _int(raw, "integer"), pos
     if kind == b"+":
         raw, pos = _line(data, pos + 1)
-        try:
-            return SimpleString(raw.decode("utf-8")), pos
-        except UnicodeDecodeError as exc:
-            raise ProtocolError("simple string is not UTF-8") from exc
+        return SimpleString(_text_line(raw, "simple string")), pos
     if kind == b"-":
         raw, pos = _line(data, pos + 1)
         if raw == b"1":
             return -1, pos  # the article's legacy "not applied"
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ProtocolError("error text is not UTF-8") from exc
+        text = _text_line(raw, "error text")
         if text.startswith("ERR "):
             text = text[4:]
         elif text == "ERR":
