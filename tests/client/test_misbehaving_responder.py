@@ -186,7 +186,8 @@ async def test_requests_carry_the_protocol_properties(
     assert request.qos == 1 and request.content_type == "application/octet-stream"
     assert request.correlation_data is not None and len(request.correlation_data) == 16
     assert request.response_topic == topics.response_topic(lone_client.client_id)
-    await lone_client.get("k")
+    fake.behaviour = answer(b"$-1\r\n")
+    assert await lone_client.get("k") is None
     assert "__ts" in dict(fake.requests[-1].user_properties)  # on GET too
 
 

@@ -1,0 +1,276 @@
+"""Layer 4: one namespace of the state store, with a codec, a notification-kept local cache and a key index.
+
+Shared by :mod:`sskv_mapping.mapping` (the dict) and :mod:`sskv_mapping.cache` (the cache backend). All of
+it runs on the event loop of its :class:`AsyncStateStoreClient`, except :meth:`NamespaceStore.cached`,
+the hot path of a cache hit, which any thread may call (the local cache is thread-safe), so a blocking
+``d[key]`` that hits never touches the loop thread.
+
+Key layout for namespace ``ns``: data keys are ``ns/<key>``; the index is ``ns#index`` and its lock
+``ns#index-lock`` (never a data key: data keys always have the ``/``).
+
+Reads register KEYNOTIFY for the key *before* the GET, so no change between the two is missed; the local
+cache is then kept current by notifications, ordered by version. Writes go to the store, then into the
+local cache with the version the service returned (read-your-writes).
+
+Must not import aiomqtt/paho or the emulator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from ._index import StoredKeyIndex
+from ._protocol.commands import SetCondition, VDeleteResult
+from ._protocol.errors import ConfigurationError
+from ._protocol.hlc import HybridLogicalClock
+from ._protocol.notifications import KeyEvent
+from .client import AsyncStateStoreClient, ConnectionState, KeySubscription, SetResult, ttl_to_ms
+from .codecs import Codec, decode_value, encode_value
+from .local_cache import ABSENT, CachedEntry, LocalCache
+
+__all__ = ["MISSING", "NamespaceStore", "StoreEntry"]
+
+V = TypeVar("V")
+
+#: What :meth:`NamespaceStore.read` returns for a missing key (distinct from a stored ``None``).
+MISSING: Any = ABSENT
+
+
+@dataclass(frozen=True, slots=True)
+class StoreEntry(Generic[V]):
+    """A value as the namespace knows it: decoded value, version, and our fencing token if we wrote it."""
+
+    key: str
+    value: V
+    version: HybridLogicalClock | None
+    fencing_token: HybridLogicalClock | None = None
+
+
+def _check_namespace(namespace: str) -> bytes:
+    if not isinstance(namespace, str) or not namespace:
+        raise ConfigurationError("namespace must be a non-empty str")
+    if "/" in namespace or "#" in namespace:
+        raise ConfigurationError("namespace may not contain '/' or '#' (they separate its keys)")
+    return namespace.encode("utf-8")
+
+
+class NamespaceStore(Generic[V]):
+    """Keys ``namespace/<key>`` of one client, their codec, local cache, watches and index."""
+
+    def __init__(
+        self,
+        client: AsyncStateStoreClient,
+        namespace: str,
+        codec: Codec[V],
+        *,
+        cache: LocalCache[V] | None,
+        index: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        ns = _check_namespace(namespace)
+        self.client = client
+        self.namespace = namespace
+        self.codec = codec
+        self.cache = cache
+        self._prefix = ns + b"/"
+        self._clock = clock
+        self._watches: dict[bytes, KeySubscription] = {}
+        self._watching: dict[bytes, asyncio.Future[None]] = {}
+        self.index: StoredKeyIndex | None = (
+            StoredKeyIndex(client, ns + b"#index", ns + b"#index-lock", self.data_key) if index else None
+        )
+        self._unlisten: Callable[[], None] | None = None
+        self._was_down = False
+        self._started = False
+        self._closed = False
+
+    # -- keys ---------------------------------------------------------------------------------------------
+
+    def data_key(self, key: str) -> bytes:
+        if not isinstance(key, str):
+            raise ConfigurationError(f"keys of a namespace are str, not {type(key).__name__}")
+        if not key:
+            raise ConfigurationError("keys may not be empty")
+        return self._prefix + key.encode("utf-8")
+
+    def user_key(self, data_key: bytes) -> str:
+        return data_key[len(self._prefix) :].decode("utf-8")
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._unlisten = self.client.add_state_listener(self._on_state)
+        if self.index is not None:
+            await self.index.start()
+        self._started = True
+
+    def _on_state(self, state: ConnectionState) -> None:
+        if self.cache is None:
+            return
+        if state is ConnectionState.RECONNECTING:
+            self._was_down = True
+            self.cache.disconnected()
+        elif state is ConnectionState.CONNECTED and self._was_down:
+            self._was_down = False
+            # notifications were lost while away: nothing cached can be trusted; the client re-registers
+            # the watches and its re-read events refill what changed
+            self.cache.reconnected()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._unlisten is not None:
+            self._unlisten()
+        subs, self._watches = list(self._watches.values()), {}
+        for sub in subs:
+            await sub.close()
+        if self.index is not None:
+            await self.index.close()
+        if self.cache is not None:
+            self.cache.clear()
+
+    # -- watches ------------------------------------------------------------------------------------------
+
+    def _on_event(self, event: KeyEvent) -> None:
+        if self.cache is not None:
+            self.cache.apply_event(event, self.codec.loads)
+
+    async def _ensure_watch(self, data_key: bytes) -> None:
+        if self.cache is None or data_key in self._watches:
+            return
+        pending = self._watching.get(data_key)
+        if pending is not None:
+            await asyncio.shield(pending)
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._watching[data_key] = fut
+        try:
+            self._watches[data_key] = await self.client.subscribe_key(data_key, self._on_event)
+            fut.set_result(None)
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()
+            raise
+        finally:
+            del self._watching[data_key]
+
+    # -- reads --------------------------------------------------------------------------------------------
+
+    def cached(self, data_key: bytes) -> CachedEntry[V] | None:
+        """A fresh local entry, or ``None``. Thread-safe; never touches the network or the loop."""
+        cache = self.cache
+        return cache.get(data_key) if cache is not None else None
+
+    async def read(self, key: str) -> CachedEntry[V]:
+        """The entry for ``key`` (``value`` is ``MISSING`` when absent), from the cache or the store."""
+        data_key = self.data_key(key)
+        return await self.read_data_key(data_key)
+
+    async def read_data_key(self, data_key: bytes) -> CachedEntry[V]:
+        hit = self.cached(data_key)
+        if hit is not None:
+            return hit
+        cache = self.cache
+        if cache is None:
+            return await self._fetch(data_key)
+        await self._ensure_watch(data_key)
+        ticket = cache.begin_read(data_key)
+        try:
+            entry = await self._fetch(data_key)
+        except BaseException:
+            cache.abandon(ticket)
+            raise
+        cache.finish_read(ticket, entry)
+        return entry
+
+    async def _fetch(self, data_key: bytes) -> CachedEntry[V]:
+        got = await self.client.get(data_key)
+        if got is None:
+            return CachedEntry(ABSENT, None, None, None, None)
+        value = decode_value(self.codec, self.user_key(data_key), got.value)
+        return CachedEntry(value, got.value, got.version, None, None)
+
+    async def read_many(self, keys: Iterable[str]) -> list[CachedEntry[V]]:
+        return list(await asyncio.gather(*(self.read(k) for k in keys)))
+
+    # -- writes -------------------------------------------------------------------------------------------
+
+    def encode(self, key: str, value: V) -> bytes:
+        return encode_value(self.codec, key, value)
+
+    async def write(
+        self,
+        key: str,
+        value: V,
+        *,
+        ttl: float | None = None,
+        condition: SetCondition | None = None,
+        fencing_token: HybridLogicalClock | None = None,
+        listed: bool = True,
+    ) -> SetResult:
+        """Encode and SET (everything is checked before anything is sent); list the key in the index first."""
+        data_key = self.data_key(key)
+        raw = self.encode(key, value)
+        ttl_ms = ttl_to_ms(ttl)
+        if listed and self.index is not None:
+            await self.index.add([key])
+        await self._ensure_watch(data_key)
+        started = self._clock()
+        result = await self.client.set(
+            data_key,
+            raw,
+            condition=condition,
+            ttl=None if ttl_ms is None else ttl_ms / 1000,
+            fencing_token=fencing_token,
+        )
+        if result.applied and self.cache is not None:
+            expires = None if ttl_ms is None else started + ttl_ms / 1000
+            self.cache.store_write(data_key, CachedEntry(value, raw, result.version, fencing_token, expires))
+        return result
+
+    async def delete(self, key: str, *, fencing_token: HybridLogicalClock | None = None) -> bool:
+        data_key = self.data_key(key)
+        deleted = await self.client.delete(data_key, fencing_token=fencing_token)
+        if self.cache is not None:
+            self.cache.invalidate(data_key)
+        if self.index is not None:
+            await self.index.remove([key])
+        return deleted
+
+    async def delete_if(
+        self, key: str, raw: bytes, *, fencing_token: HybridLogicalClock | None = None
+    ) -> VDeleteResult:
+        """VDEL: delete only if the stored bytes are still ``raw``."""
+        data_key = self.data_key(key)
+        result = await self.client.vdelete(data_key, raw, fencing_token=fencing_token)
+        if self.cache is not None:
+            self.cache.invalidate(data_key)
+        if result is VDeleteResult.DELETED and self.index is not None:
+            await self.index.remove([key])
+        return result
+
+    # -- listing ------------------------------------------------------------------------------------------
+
+    async def listed_keys(self, *, refresh: bool = False) -> list[str]:
+        """Keys in the index, oldest first (may include keys whose data expired: see :meth:`live_keys`)."""
+        if self.index is None:
+            raise ConfigurationError("this namespace keeps no index")
+        index = await self.index.refresh() if refresh else self.index.snapshot()
+        return [k for k, _ in sorted(index.items(), key=lambda kv: (kv[1], kv[0]))]
+
+    async def live_items(self, *, refresh: bool = False) -> list[tuple[str, CachedEntry[V]]]:
+        """``(key, entry)`` for every listed key that exists now; dangling index entries are pruned."""
+        keys = await self.listed_keys(refresh=refresh)
+        entries = await self.read_many(keys)
+        live = [(k, e) for k, e in zip(keys, entries, strict=True) if e.value is not ABSENT]
+        missing = [k for k, e in zip(keys, entries, strict=True) if e.value is ABSENT]
+        if missing and self.index is not None:
+            await self.index.prune(missing)
+        return live

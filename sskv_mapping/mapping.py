@@ -1,0 +1,514 @@
+"""Layer 4: :class:`StateStoreDict`, a ``MutableMapping`` over one namespace of the state store, and its
+async twin :class:`AsyncStateStoreDict`.
+
+Reads are served by a local cache kept current by the store's change notifications (a hit never leaves
+the calling thread); writes go to the store. ``setdefault`` is atomic across processes (``SET NX``),
+``pop`` uses ``VDEL`` so it never deletes a value another process just wrote. ``len``, iteration and
+``clear`` go through the namespace's key index (:mod:`sskv_mapping._index`).
+
+A network failure raises a :class:`~sskv_mapping.errors.TransportError`, never ``KeyError``: ``d.get(k)``
+and ``k in d`` cannot mistake an outage for a missing key.
+
+Must not import aiomqtt/paho or the emulator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableMapping
+from typing import Any, Generic, TypeVar, overload
+
+from ._protocol.commands import SetCondition, VDeleteResult
+from ._protocol.errors import ConfigurationError, StateStoreError
+from ._protocol.hlc import HybridLogicalClock
+from ._store import NamespaceStore, StoreEntry
+from ._sync import get_loop_thread
+from .client import AsyncStateStoreClient, StateStoreClient, TlsSettings
+from .codecs import Codec, JsonCodec, get_codec
+from .local_cache import ABSENT, LocalCache
+from .lock import AsyncLeasedLock, LeasedLock
+
+__all__ = ["AsyncStateStoreDict", "StateStoreDict"]
+
+V = TypeVar("V")
+D = TypeVar("D")
+
+_NO_DEFAULT: Any = object()
+
+
+def _is_key(key: object) -> bool:
+    return isinstance(key, str) and bool(key)
+
+
+class AsyncStateStoreDict(Generic[V]):
+    """The async twin of :class:`StateStoreDict`: the same operations as coroutines.
+
+    Example:
+        >>> async def main() -> None:  # doctest: +SKIP
+        ...     async with await AsyncStateStoreDict.connect("127.0.0.1", 1883, namespace="config") as d:
+        ...         await d.set("feature.x", True)
+        ...         print(await d.get("feature.x"), await d.len())
+    """
+
+    def __init__(
+        self,
+        client: AsyncStateStoreClient,
+        *,
+        namespace: str = "default",
+        codec: Codec[V] | str | None = None,
+        cache_size: int = 10_000,
+        cache_ttl: float | None = None,
+        stale_while_disconnected: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        _owns_client: bool = False,
+    ) -> None:
+        resolved: Codec[Any] = JsonCodec() if codec is None else get_codec(codec)
+        cache: LocalCache[V] | None = None
+        if cache_size > 0:
+            cache = LocalCache(
+                maxsize=cache_size,
+                ttl=cache_ttl,
+                clock=clock,
+                stale_while_disconnected=stale_while_disconnected,
+            )
+        self._store: NamespaceStore[V] = NamespaceStore(client, namespace, resolved, cache=cache, clock=clock)
+        self._owns_client = _owns_client
+        self._fence: Callable[[], HybridLogicalClock] | None = None
+
+    @classmethod
+    async def connect(
+        cls,
+        host: str = "127.0.0.1",
+        port: int = 1883,
+        *,
+        namespace: str = "default",
+        codec: Codec[Any] | str | None = None,
+        client_id: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        tls: TlsSettings | None = None,
+        cache_size: int = 10_000,
+        stale_while_disconnected: bool = False,
+    ) -> AsyncStateStoreDict[Any]:
+        """Connect a client of its own and open the namespace (closed with the dict)."""
+        client = AsyncStateStoreClient(host, port, client_id=client_id, username=username, password=password, tls=tls)
+        await client.connect()
+        d: AsyncStateStoreDict[Any] = cls(
+            client,
+            namespace=namespace,
+            codec=codec,
+            cache_size=cache_size,
+            stale_while_disconnected=stale_while_disconnected,
+            _owns_client=True,
+        )
+        try:
+            await d.open()
+        except BaseException:
+            await client.close()
+            raise
+        return d
+
+    @property
+    def namespace(self) -> str:
+        return self._store.namespace
+
+    @property
+    def client(self) -> AsyncStateStoreClient:
+        return self._store.client
+
+    @property
+    def codec(self) -> Codec[V]:
+        return self._store.codec
+
+    @property
+    def local_cache(self) -> LocalCache[V] | None:
+        return self._store.cache
+
+    async def open(self) -> AsyncStateStoreDict[V]:
+        """Start watching the namespace index (done by ``async with`` and :meth:`connect`)."""
+        await self._store.start()
+        return self
+
+    async def close(self) -> None:
+        """Stop the watches; close the client too if this dict created it."""
+        await self._store.close()
+        if self._owns_client:
+            await self._store.client.close()
+
+    async def __aenter__(self) -> AsyncStateStoreDict[V]:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<AsyncStateStoreDict namespace={self.namespace!r} codec={self.codec!r}>"
+
+    # -- reads --------------------------------------------------------------------------------------------
+
+    async def getitem(self, key: str) -> V:
+        """``d[key]``: the value, or ``KeyError``."""
+        if not _is_key(key):
+            raise KeyError(key)
+        entry = await self._store.read(key)
+        if entry.value is ABSENT:
+            raise KeyError(key)
+        value: V = entry.value
+        return value
+
+    @overload
+    async def get(self, key: str) -> V | None: ...
+
+    @overload
+    async def get(self, key: str, default: D) -> V | D: ...
+
+    async def get(self, key: str, default: Any = None) -> Any:
+        """``d.get(key, default)``; a network failure raises instead of returning the default."""
+        try:
+            return await self.getitem(key)
+        except KeyError:
+            return default
+
+    async def contains(self, key: object) -> bool:
+        """``key in d``."""
+        if not _is_key(key):
+            return False
+        assert isinstance(key, str)
+        return (await self._store.read(key)).value is not ABSENT
+
+    async def entry(self, key: str) -> StoreEntry[V]:
+        """Value, version and the fencing token we wrote it with (if any); ``KeyError`` if absent."""
+        if not _is_key(key):
+            raise KeyError(key)
+        e = await self._store.read(key)
+        if e.value is ABSENT:
+            raise KeyError(key)
+        return StoreEntry(key, e.value, e.version, e.fence)
+
+    async def keys(self) -> list[str]:
+        """The keys that exist now, in insertion order of the index."""
+        return [k for k, _ in await self._store.live_items()]
+
+    async def values(self) -> list[V]:
+        return [v for _, v in await self.items()]
+
+    async def items(self) -> list[tuple[str, V]]:
+        pairs: list[tuple[str, V]] = []
+        for k, e in await self._store.live_items():
+            if e.value is not ABSENT:  # live_items filtered absences already; this narrows the type
+                pairs.append((k, e.value))
+        return pairs
+
+    async def len(self) -> int:
+        """``len(d)``: the number of keys that exist now."""
+        return len(await self._store.live_items())
+
+    async def copy(self) -> dict[str, V]:
+        """A plain ``dict`` snapshot."""
+        return dict(await self.items())
+
+    async def equals(self, other: object) -> bool:
+        """``d == other`` for a mapping ``other``."""
+        if isinstance(other, AsyncStateStoreDict):
+            other = await other.copy()
+        if not isinstance(other, Mapping):
+            return False
+        return await self.copy() == dict(other)
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._iter()
+
+    async def _iter(self) -> AsyncIterator[str]:
+        for key in await self.keys():
+            yield key
+
+    # -- writes -------------------------------------------------------------------------------------------
+
+    def _token(self) -> HybridLogicalClock | None:
+        return self._fence() if self._fence is not None else None
+
+    async def set(self, key: str, value: V, *, ttl: float | None = None) -> HybridLogicalClock | None:
+        """``d[key] = value`` (optionally expiring after ``ttl`` seconds); returns the new version."""
+        if not _is_key(key):
+            raise ConfigurationError(f"keys are non-empty str, not {key!r}")
+        result = await self._store.write(key, value, ttl=ttl, fencing_token=self._token())
+        return result.version
+
+    async def delitem(self, key: str) -> None:
+        """``del d[key]``: ``KeyError`` if absent."""
+        if not _is_key(key) or not await self._store.delete(key, fencing_token=self._token()):
+            raise KeyError(key)
+
+    async def setdefault(self, key: str, default: V = None) -> V:  # type: ignore[assignment]
+        """Atomic across processes: ``SET NX``; returns the value now stored."""
+        if not _is_key(key):
+            raise ConfigurationError(f"keys are non-empty str, not {key!r}")
+        while True:
+            result = await self._store.write(key, default, condition=SetCondition.NX, fencing_token=self._token())
+            if result.applied:
+                return default
+            entry = await self._store.read(key)
+            if entry.value is not ABSENT:
+                value: V = entry.value
+                return value
+            # it was deleted between our NX and our read: try again
+
+    async def pop(self, key: str, default: Any = _NO_DEFAULT) -> Any:
+        """Remove and return; uses VDEL so a value another process just wrote is never deleted."""
+        if not _is_key(key):
+            if default is _NO_DEFAULT:
+                raise KeyError(key)
+            return default
+        while True:
+            entry = await self._store.read(key)
+            if entry.value is ABSENT:
+                if default is _NO_DEFAULT:
+                    raise KeyError(key)
+                return default
+            assert entry.raw is not None
+            result = await self._store.delete_if(key, entry.raw, fencing_token=self._token())
+            if result is VDeleteResult.DELETED:
+                return entry.value
+            # changed (or deleted) under us: read again and decide on the new state
+
+    async def popitem(self) -> tuple[str, V]:
+        """Remove and return the most recently listed pair; ``KeyError`` if empty."""
+        for key in reversed(await self._store.listed_keys(refresh=True)):
+            value = await self.pop(key, ABSENT)
+            if value is not ABSENT:
+                return key, value
+        raise KeyError("popitem(): dictionary is empty")
+
+    async def update(self, other: Any = (), /, **kwargs: V) -> None:
+        """``d.update(mapping | iterable of pairs, **kwargs)``; the writes run concurrently."""
+        pairs: list[tuple[str, V]] = []
+        if isinstance(other, Mapping):
+            pairs.extend((k, other[k]) for k in other)
+        elif hasattr(other, "keys"):
+            pairs.extend((k, other[k]) for k in other.keys())  # noqa: SIM118 - a duck-typed mapping
+        else:
+            for item in other:
+                k, v = item
+                pairs.append((k, v))
+        pairs.extend(kwargs.items())
+        for k, v in pairs:  # check everything before sending anything
+            if not _is_key(k):
+                raise ConfigurationError(f"keys are non-empty str, not {k!r}")
+            self._store.encode(k, v)
+        if self._store.index is not None:
+            await self._store.index.add(k for k, _ in pairs)
+        await asyncio.gather(*(self.set(k, v) for k, v in pairs))
+
+    async def clear(self) -> None:
+        """Delete every key of the namespace."""
+        keys = await self._store.listed_keys(refresh=True)
+        token = self._token()
+        await asyncio.gather(*(self._store.client.delete(self._store.data_key(k), fencing_token=token) for k in keys))
+        if self._store.cache is not None:
+            for k in keys:
+                self._store.cache.invalidate(self._store.data_key(k))
+        if self._store.index is not None:
+            await self._store.index.remove(keys)
+
+    def fenced(self, lock: AsyncLeasedLock) -> AsyncStateStoreDict[V]:
+        """A view whose every write carries ``lock``'s current fencing token (``LockError`` if not held)."""
+        view: AsyncStateStoreDict[V] = object.__new__(type(self))
+        view.__dict__.update(self.__dict__)
+        view._owns_client = False
+        view._fence = lambda: lock.fencing_token
+        return view
+
+
+class StateStoreDict(MutableMapping[str, V]):
+    """A ``dict`` backed by the state store: one namespace, shared by every process that opens it.
+
+    Example:
+        >>> with StateStoreDict.connect("127.0.0.1", 1883, namespace="config") as config:  # doctest: +SKIP
+        ...     config["feature.x"] = True
+        ...     config.setdefault("retries", 3)      # atomic across processes
+        ...     print(dict(config), config.entry("retries").version)
+
+    Reads come from a local cache that the store's notifications keep current, so another process's
+    change is seen within milliseconds and a hit costs about a microsecond. Values go through ``codec``
+    (JSON by default). Values returned from the cache are shared objects: treat them as read-only.
+    """
+
+    def __init__(
+        self,
+        client: StateStoreClient,
+        *,
+        namespace: str = "default",
+        codec: Codec[V] | str | None = None,
+        cache_size: int = 10_000,
+        cache_ttl: float | None = None,
+        stale_while_disconnected: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        _owns_client: bool = False,
+    ) -> None:
+        self._client = client
+        self._portal = get_loop_thread()
+        self._async: AsyncStateStoreDict[V] = AsyncStateStoreDict(
+            client.async_client,
+            namespace=namespace,
+            codec=codec,
+            cache_size=cache_size,
+            cache_ttl=cache_ttl,
+            stale_while_disconnected=stale_while_disconnected,
+            clock=clock,
+        )
+        self._owns_client = _owns_client
+        self._run(self._async.open())
+
+    @classmethod
+    def connect(
+        cls,
+        host: str = "127.0.0.1",
+        port: int = 1883,
+        *,
+        namespace: str = "default",
+        codec: Codec[Any] | str | None = None,
+        client_id: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        tls: TlsSettings | None = None,
+        cache_size: int = 10_000,
+        stale_while_disconnected: bool = False,
+    ) -> StateStoreDict[Any]:
+        """Connect a client of its own and open the namespace (closed with the dict)."""
+        client = StateStoreClient(host, port, client_id=client_id, username=username, password=password, tls=tls)
+        client.connect()
+        try:
+            return cls(
+                client,
+                namespace=namespace,
+                codec=codec,
+                cache_size=cache_size,
+                stale_while_disconnected=stale_while_disconnected,
+                _owns_client=True,
+            )
+        except BaseException:
+            client.close()
+            raise
+
+    def _run(self, coro: Any) -> Any:
+        return self._portal.run(coro)
+
+    @property
+    def namespace(self) -> str:
+        return self._async.namespace
+
+    @property
+    def client(self) -> StateStoreClient:
+        return self._client
+
+    @property
+    def async_dict(self) -> AsyncStateStoreDict[V]:
+        return self._async
+
+    @property
+    def local_cache(self) -> LocalCache[V] | None:
+        return self._async.local_cache
+
+    def close(self) -> None:
+        self._run(self._async.close())
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> StateStoreDict[V]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reads: the cache-hit fast path runs in the calling thread ---------------------------------------
+
+    def __getitem__(self, key: str) -> V:
+        store = self._async._store
+        if isinstance(key, str) and key and store.cache is not None:
+            hit = store.cache.get(store._prefix + key.encode("utf-8"))
+            if hit is not None:
+                if hit.value is ABSENT:
+                    raise KeyError(key)
+                value: V = hit.value
+                return value
+        result: V = self._run(self._async.getitem(key))
+        return result
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            self[key]  # type: ignore[index]
+        except KeyError:
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        # a snapshot: unlike a dict, other processes may change the namespace while we iterate
+        return iter(self._run(self._async.keys()))
+
+    def __len__(self) -> int:
+        result: int = self._run(self._async.len())
+        return result
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StateStoreDict):
+            other = other.copy()
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return self.copy() == dict(other)
+
+    __hash__ = None  # type: ignore[assignment]  # like dict: mutable, unhashable
+
+    def __repr__(self) -> str:
+        try:
+            return repr(self.copy())
+        except StateStoreError as exc:
+            return f"<StateStoreDict namespace={self.namespace!r} (unavailable: {type(exc).__name__})>"
+
+    def entry(self, key: str) -> StoreEntry[V]:
+        """Value, version (HLC) and the fencing token this client wrote it with, if any."""
+        result: StoreEntry[V] = self._run(self._async.entry(key))
+        return result
+
+    def copy(self) -> dict[str, V]:
+        """A plain ``dict`` snapshot (like ``dict.copy``, the result is a ``dict``)."""
+        result: dict[str, V] = self._run(self._async.copy())
+        return result
+
+    # -- writes -------------------------------------------------------------------------------------------
+
+    def __setitem__(self, key: str, value: V) -> None:
+        self._run(self._async.set(key, value))
+
+    def set(self, key: str, value: V, *, ttl: float | None = None) -> HybridLogicalClock | None:
+        """``d[key] = value`` with an optional ``ttl`` in seconds; returns the new version."""
+        result: HybridLogicalClock | None = self._run(self._async.set(key, value, ttl=ttl))
+        return result
+
+    def __delitem__(self, key: str) -> None:
+        self._run(self._async.delitem(key))
+
+    def setdefault(self, key: str, default: V = None) -> V:  # type: ignore[assignment]
+        result: V = self._run(self._async.setdefault(key, default))
+        return result
+
+    def pop(self, key: str, default: Any = _NO_DEFAULT) -> Any:
+        return self._run(self._async.pop(key, default))
+
+    def popitem(self) -> tuple[str, V]:
+        result: tuple[str, V] = self._run(self._async.popitem())
+        return result
+
+    def update(self, other: Any = (), /, **kwargs: V) -> None:
+        self._run(self._async.update(other, **kwargs))
+
+    def clear(self) -> None:
+        self._run(self._async.clear())
+
+    def fenced(self, lock: LeasedLock) -> StateStoreDict[V]:
+        """A view whose every write carries ``lock``'s fencing token."""
+        view: StateStoreDict[V] = object.__new__(type(self))
+        view.__dict__.update(self.__dict__)
+        view._owns_client = False
+        view._async = self._async.fenced(lock._async)
+        return view
