@@ -410,6 +410,11 @@ class StateStoreDict(MutableMapping[str, V]):
     def local_cache(self) -> LocalCache[V] | None:
         return self._async.local_cache
 
+    def open(self) -> StateStoreDict[V]:
+        """Start watching the namespace index (the constructor already did; safe to call again)."""
+        self._run(self._async.open())
+        return self
+
     def close(self) -> None:
         self._run(self._async.close())
         if self._owns_client:

@@ -1,0 +1,199 @@
+"""Layer 2 (transport): an in-process stand-in for an MQTT broker, for fast hermetic unit tests.
+
+:class:`LoopbackBroker` routes publishes between :class:`LoopbackConnection` objects on one event loop:
+topic filters with ``+``/``#``, ``$SYS`` topics matched only by ``$SYS`` filters, in-order delivery (each
+delivery is scheduled with ``call_soon``, like a packet arriving later), session take-over by client id,
+and mosquitto's connection log lines on ``$SYS/broker/log/N|E`` so the emulator drops registrations of
+clients that go away. :meth:`LoopbackConnection.drop` simulates a network failure.
+
+It is the "fast" implementation the contract suites run against besides the real mosquitto; it never
+replaces the real broker in tests of the transport itself.
+
+Must not import aiomqtt/paho nor anything above ``_transport``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+
+from .._protocol.errors import BrokerConnectError, ClientStateError, ConnectionLostError
+from .base import InboundMessage, MessageHandler
+from .settings import ConnectionSettings
+
+__all__ = ["LoopbackBroker", "LoopbackConnection", "topic_matches"]
+
+
+def topic_matches(filter_: str, topic: str) -> bool:
+    """MQTT topic filter matching (``+`` one level, ``#`` the rest; ``$`` topics need a ``$`` filter)."""
+    if topic.startswith("$") and not filter_.startswith("$"):
+        return False
+    f_parts = filter_.split("/")
+    t_parts = topic.split("/")
+    for i, part in enumerate(f_parts):
+        if part == "#":
+            return True
+        if i >= len(t_parts):
+            return False
+        if part != "+" and part != t_parts[i]:
+            return False
+    return len(f_parts) == len(t_parts)
+
+
+class LoopbackBroker:
+    """An in-process broker. ``broker.connection`` is a ``ConnectionFactory``."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, LoopbackConnection] = {}
+        self.published = 0
+        self.refuse_connections = False
+
+    def connection(self, settings: ConnectionSettings, on_message: MessageHandler) -> LoopbackConnection:
+        return LoopbackConnection(self, settings, on_message)
+
+    @property
+    def clients(self) -> list[str]:
+        return list(self._sessions)
+
+    def _log(self, level: str, text: str) -> None:
+        self._route(f"$SYS/broker/log/{level}", f"{int(time.time())}: {text}".encode(), None, None, (), None, None)
+
+    def _attach(self, conn: LoopbackConnection) -> None:
+        if self.refuse_connections:
+            raise BrokerConnectError("the loopback broker refuses connections (test switch)")
+        cid = conn.client_id
+        old = self._sessions.get(cid)
+        if old is not None:
+            self._log("E", f"Client {cid} already connected, closing old connection.")
+            old._lost("session taken over")
+        self._sessions[cid] = conn
+        self._log("N", f"New client connected from 127.0.0.1:0 as {cid} (p5, c1, k60).")
+
+    def _detach(self, conn: LoopbackConnection, clean: bool) -> None:
+        if self._sessions.get(conn.client_id) is conn:
+            del self._sessions[conn.client_id]
+            word = "disconnected" if clean else "closed its connection"
+            self._log("N", f"Client {conn.client_id} {word}.")
+
+    def disconnect_all(self) -> None:
+        """Drop every connection, as a broker restart would."""
+        for conn in list(self._sessions.values()):
+            conn.drop()
+
+    def _route(
+        self,
+        topic: str,
+        payload: bytes,
+        correlation_data: bytes | None,
+        response_topic: str | None,
+        user_properties: Sequence[tuple[str, str]],
+        content_type: str | None,
+        message_expiry: int | None,
+    ) -> None:
+        self.published += 1
+        for conn in list(self._sessions.values()):
+            if any(topic_matches(f, topic) for f in conn._filters):
+                conn._deliver(
+                    InboundMessage(
+                        topic=topic,
+                        payload=payload,
+                        qos=1,
+                        correlation_data=correlation_data,
+                        response_topic=response_topic,
+                        content_type=content_type,
+                        user_properties=tuple(user_properties),
+                        message_expiry=message_expiry,
+                    )
+                )
+
+
+class LoopbackConnection:
+    """A :class:`~sskv_mapping._transport.base.Connection` to a :class:`LoopbackBroker`."""
+
+    def __init__(self, broker: LoopbackBroker, settings: ConnectionSettings, on_message: MessageHandler) -> None:
+        self.broker = broker
+        self.settings = settings
+        self._on_message = on_message
+        self._filters: set[str] = set()
+        self._closed: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def client_id(self) -> str:
+        return self.settings.client_id
+
+    @property
+    def connected(self) -> bool:
+        return self._closed is not None and not self._closed.done()
+
+    async def connect(self) -> None:
+        if self._closed is not None:
+            raise ClientStateError("LoopbackConnection.connect() may be called once")
+        self._loop = asyncio.get_running_loop()
+        self._closed = self._loop.create_future()
+        try:
+            self.broker._attach(self)
+        except BaseException:
+            self._closed.set_result(None)
+            raise
+
+    def _require(self) -> None:
+        if not self.connected:
+            raise ConnectionLostError("not connected to the loopback broker")
+
+    async def subscribe(self, filters: Iterable[str], qos: int = 1, timeout: float = 10.0) -> None:
+        self._require()
+        self._filters.update(filters)
+
+    async def unsubscribe(self, filters: Iterable[str], timeout: float = 10.0) -> None:
+        self._require()
+        self._filters.difference_update(filters)
+
+    async def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        qos: int = 1,
+        correlation_data: bytes | None = None,
+        response_topic: str | None = None,
+        user_properties: Sequence[tuple[str, str]] = (),
+        content_type: str | None = None,
+        message_expiry: int | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self._require()
+        self.broker._route(
+            topic, bytes(payload), correlation_data, response_topic, user_properties, content_type, message_expiry
+        )
+
+    def _deliver(self, message: InboundMessage) -> None:
+        assert self._loop is not None
+        self._loop.call_soon(self._dispatch, message)
+
+    def _dispatch(self, message: InboundMessage) -> None:
+        if self.connected:
+            self._on_message(message)
+
+    def _lost(self, reason: str) -> None:
+        if self._closed is not None and not self._closed.done():
+            self._closed.set_exception(ConnectionLostError(f"loopback connection lost: {reason}"))
+
+    def drop(self) -> None:
+        """Simulate a network failure: the broker forgets us and ``wait_closed`` raises."""
+        self.broker._detach(self, clean=False)
+        self._lost("dropped")
+
+    async def wait_closed(self) -> None:
+        if self._closed is None:
+            raise ClientStateError("not connected")
+        await asyncio.shield(self._closed)
+
+    async def close(self) -> None:
+        self.broker._detach(self, clean=True)
+        if self._closed is not None:
+            if not self._closed.done():
+                self._closed.set_result(None)
+            else:
+                self._closed.exception()  # retrieved: a drop before close() is no longer news
