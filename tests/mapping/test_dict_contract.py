@@ -56,7 +56,7 @@ def test_len_iter_views_and_copy(d: StateStoreDict[Any]) -> None:
     d["c"] = 3
     assert len(d) == 3
     assert sorted(d) == ["a", "b", "c"]
-    assert isinstance(d.keys(), KeysView) and "a" in d.keys() and len(d.keys()) == 3
+    assert isinstance(d.keys(), KeysView) and "a" in d.keys() and len(d.keys()) == 3  # noqa: SIM118 - the view
     assert sorted(d.values()) == [1, 2, 3]
     assert sorted(d.items()) == [("a", 1), ("b", 2), ("c", 3)]
     c = d.copy()
