@@ -1,0 +1,167 @@
+"""Layer 5 (emulator), entry point: ``python -m sskv_mapping.emulator --host H --port P``.
+
+Must not import aiomqtt/paho directly (the server goes through ``_transport``), nor the client layers.
+``sskv emulator`` (``sskv_mapping/cli.py``) reuses :func:`add_emulator_arguments` and :func:`run`.
+
+The process prints one line containing ``serving state store on`` to stdout (flushed) once its request
+subscription is acknowledged; SIGTERM and SIGINT stop it cleanly with exit status 0. If the broker cannot
+be reached at start it exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from .._protocol.errors import StateStoreError
+from .._protocol.topics import REQUEST_TOPIC
+
+__all__ = ["add_emulator_arguments", "build_parser", "main", "run"]
+
+DESCRIPTION = f"""\
+Serve a faithful local emulator of the Azure IoT Operations state store on an MQTT 5 broker.
+
+The emulator connects to the broker as an ordinary client, subscribes to the state store
+request topic
+  {REQUEST_TOPIC}
+and answers like the service: GET, SET (NX, NEX, PX), DEL, VDEL, KEYNOTIFY, hybrid logical
+clock versions, fencing tokens, expiry with DELETE notifications.
+
+Use a mosquitto started with 'log_dest topic' and 'connection_messages true' (or
+'sskv emulator --with-broker', which does that for you): that is how the emulator sees
+clients disconnect and drops their KEYNOTIFY registrations, as the service does.
+"""
+
+EPILOG = """\
+It prints 'sskv emulator: serving state store on mqtt://HOST:PORT ...' once ready, and stops cleanly on
+SIGTERM or Ctrl-C (exit status 0). Exit status 1: the broker could not be reached.
+
+examples:
+  python -m sskv_mapping.emulator --port 1883
+  python -m sskv_mapping.emulator --port 1883 --max-keys 10000 --persist-file store.json
+"""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _positive_int(text)
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError("a TCP port is 1-65535")
+    return value
+
+
+def add_emulator_arguments(parser: argparse.ArgumentParser, *, broker_address: bool = True) -> None:
+    """The options of the emulator process (shared by ``python -m sskv_mapping.emulator`` and ``sskv``)."""
+    if broker_address:
+        parser.add_argument("--host", default="127.0.0.1", help="broker host to connect to (default %(default)s)")
+        parser.add_argument("--port", type=_port, default=1883, help="broker port (default %(default)s)")
+    parser.add_argument(
+        "--client-id",
+        help="MQTT client id of the emulator (default: sskv-emulator-<random>; must be unique on the broker)",
+    )
+    parser.add_argument(
+        "--max-keys",
+        type=_positive_int,
+        metavar="N",
+        help="key quota: a SET creating key N+1 fails with 'the quota has been exceeded' (default: none)",
+    )
+    parser.add_argument(
+        "--persist-file",
+        type=Path,
+        metavar="FILE",
+        help="keep entries written with 'aio-persistence: true' in FILE (JSON), reloaded at start",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="log level on stderr (default %(default)s)",
+    )
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog or "python -m sskv_mapping.emulator",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_emulator_arguments(parser)
+    return parser
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _announce(line: str) -> None:
+    print(line, flush=True)
+
+
+async def serve(args: argparse.Namespace, host: str, port: int) -> int:
+    """Run the emulator until SIGTERM/SIGINT; returns the exit status."""
+    # Imported here so that `--help` stays fast and needs no MQTT library.
+    from .._transport.settings import ConnectionSettings
+    from .core import EmulatorCore
+    from .server import EmulatorServer
+
+    settings = ConnectionSettings(
+        host=host, port=port, client_id=args.client_id or f"sskv-emulator-{uuid.uuid4().hex[:12]}"
+    )
+    server = EmulatorServer(
+        settings,
+        EmulatorCore(max_keys=args.max_keys),
+        persist_file=args.persist_file,
+        on_ready=_announce,
+    )
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
+        loop.add_signal_handler(sig, server.stop)
+    try:
+        await server.run()
+    except StateStoreError as exc:
+        print(f"sskv emulator: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except ValueError as exc:  # an unreadable persistence file
+        print(f"sskv emulator: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+    print("sskv emulator: stopped", flush=True)
+    return 0
+
+
+def run(args: argparse.Namespace, host: str | None = None, port: int | None = None) -> int:
+    """Configure logging and serve on ``host:port`` (default: ``args.host``/``args.port``)."""
+    configure_logging(args.log_level)
+    return asyncio.run(serve(args, host or args.host, port or args.port))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

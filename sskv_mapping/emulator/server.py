@@ -1,0 +1,451 @@
+"""Layer 5 (emulator), I/O part: serves an :class:`~sskv_mapping.emulator.core.EmulatorCore` over MQTT.
+
+Must not import aiomqtt/paho (it talks MQTT only through ``_transport``'s :class:`MqttConnection`, or any
+``Connection`` a factory returns), nor the client, mapping or cache layers.
+
+What it does, like the real service (protocol.md):
+
+* subscribes (QoS 1) to mosquitto's ``$SYS/broker/log/#`` and then to the request topic, and only then
+  reports ready; a "Client X disconnected" log line drops X's KEYNOTIFY registrations;
+* for each request, in arrival order: learns the client id from ``__srcId`` (else from a
+  ``clients/{id}/...`` response topic), checks ``__protVer`` (major other than 1 → ``__stat=505`` with
+  ``__supProtMajVer=1``), runs the core, and publishes the response (QoS 1, same correlation data,
+  ``application/octet-stream``, ``__stat=200``, ``__protVer=1.0``, ``__ts``) and then the notifications
+  (QoS 1, ``__ts`` = the change's version);
+* expires keys on a timer (sleeping until ``core.next_expiry()``), so watchers get DELETE even when nobody
+  touches the key;
+* reconnects (with backoff) when the broker goes away, keeping the store;
+* optionally saves entries written with ``aio-persistence: true`` to a file and loads them at start.
+
+Where it is more lenient than the service, by design:
+
+* a request without correlation data or response topic is ignored (logged at debug): there is nobody to
+  answer. A response topic the service forbids (``is_forbidden_response_topic``) is ignored too; the
+  real service *disconnects* such a client, which the emulator cannot do to another MQTT session;
+* QoS 0 requests are served (the service's behaviour for them is not documented);
+* registrations survive the emulator's own reconnection: the disconnect lines of clients that left while
+  it was away are lost, so their registrations linger until they re-register or disconnect again.
+
+Requests are handled synchronously in the connection's message callback and their publishes are started
+in that order without awaiting each PUBACK (one task per publish: paho queues the packet during the
+task's first step, so order on the wire is arrival order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .._protocol import headers
+from .._protocol.errors import StateStoreError, TransportError
+from .._protocol.hlc import system_clock_ms
+from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic
+from .._transport.base import Connection, ConnectionFactory, InboundMessage
+from .._transport.mqtt import MqttConnection
+from .._transport.settings import ConnectionSettings
+from .broker import LOG_TOPIC_FILTER, parse_connection_log
+from .core import EmulatorCore, Notification
+
+__all__ = ["EmulatorServer", "client_id_from_response_topic"]
+
+log = logging.getLogger("sskv_mapping.emulator")
+
+_LOG_TOPIC_PREFIX = "$SYS/broker/log/"
+_RESPONSE_CONTENT_TYPE = headers.CONTENT_TYPE
+_UNSUPPORTED_VERSION_MESSAGE = "unsupported protocol version {!r}; this service supports major version 1"
+_RECONNECT_MIN_S = 0.05
+_RECONNECT_MAX_S = 2.0
+_PERSIST_DELAY_S = 0.05
+
+
+def client_id_from_response_topic(topic: str) -> str | None:
+    """``clients/{id}/...`` → ``id`` (``clients/{id}/services/...`` is preferred: ids may contain ``/``)."""
+    if not topic.startswith("clients/"):
+        return None
+    rest = topic[len("clients/") :]
+    end = rest.find("/services/")
+    if end < 0:
+        end = rest.find("/")
+    client_id = rest[:end] if end >= 0 else rest
+    return client_id or None
+
+
+def _protocol_major_ok(version: str) -> bool:
+    head = version.split(".", 1)[0]
+    return head == "1" or (head.isascii() and head.isdigit() and len(head) < 10 and int(head) == 1)
+
+
+class EmulatorServer:
+    """Serves the state store on an MQTT broker until :meth:`stop` is called.
+
+    Args:
+        settings: how to reach the broker and the emulator's own MQTT client id.
+        core: the state machine to serve (a new one with the real clock when ``None``).
+        connection_factory: builds the connection (``MqttConnection`` by default; tests may wrap it).
+        persist_file: where entries written with ``aio-persistence: true`` are kept; loaded by
+            :meth:`run` if it exists, rewritten shortly after each persistent change and at shutdown.
+        now_ms: the wall clock the expiry timer compares ``core.next_expiry()`` with (use the core's).
+        on_ready: called once with :meth:`ready_message` when the first subscriptions are acknowledged.
+
+    Example::
+
+        server = EmulatorServer(ConnectionSettings("127.0.0.1", 1883, client_id="sskv-emulator"))
+        task = asyncio.create_task(server.run())
+        await server.wait_ready()
+        ...
+        server.stop()
+        await task
+    """
+
+    def __init__(
+        self,
+        settings: ConnectionSettings,
+        core: EmulatorCore | None = None,
+        *,
+        connection_factory: ConnectionFactory | None = None,
+        persist_file: str | os.PathLike[str] | None = None,
+        now_ms: Callable[[], int] = system_clock_ms,
+        on_ready: Callable[[str], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.core = core if core is not None else EmulatorCore(now_ms=now_ms)
+        self._factory: ConnectionFactory = connection_factory or MqttConnection
+        self.persist_file = Path(persist_file) if persist_file is not None else None
+        self._now_ms = now_ms
+        self._on_ready = on_ready
+        self._conn: Connection | None = None
+        # asyncio.Event binds to the running loop on first use, not here.
+        self._stop = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._timer_wake = asyncio.Event()
+        self._timer_deadline: int | None = None
+        self._persist_wake = asyncio.Event()
+        self._saved_generation = self.core.persistence_generation
+        self._publishes: set[asyncio.Task[None]] = set()
+        #: Counters for logs and tests.
+        self.stats: dict[str, int] = {
+            "requests": 0,
+            "ignored": 0,
+            "errors": 0,
+            "notifications": 0,
+            "publish_failures": 0,
+            "dropped_clients": 0,
+            "connections": 0,
+        }
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def ready_message(self) -> str:
+        """The readiness line (test fixtures wait for its ``serving state store on``)."""
+        return (
+            f"sskv emulator: serving state store on {self.settings.url} "
+            f"(topic {REQUEST_TOPIC}, client id {self.settings.client_id})"
+        )
+
+    @property
+    def ready(self) -> bool:
+        """True once the first request subscription was acknowledged."""
+        return self._ready.is_set()
+
+    async def wait_ready(self) -> None:
+        """Return once the first request subscription is acknowledged (``run`` must be running)."""
+        await self._ready.wait()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to finish: flush pending publishes, disconnect, save. Safe from signal handlers."""
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Serve until :meth:`stop`. Connection drops are retried with backoff; a failure to connect the
+        very first time raises :class:`~sskv_mapping.errors.TransportError` (nothing was served yet)."""
+        self._load_persistent()
+        helpers = [
+            asyncio.create_task(self._expiry_loop(), name="sskv-emulator-expiry"),
+            asyncio.create_task(self._persist_loop(), name="sskv-emulator-persist"),
+        ]
+        try:
+            await self._serve()
+        finally:
+            for task in helpers:
+                task.cancel()
+            for task in helpers:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self._shutdown_connection()
+            self._save_persistent()
+
+    async def _serve(self) -> None:
+        delay = _RECONNECT_MIN_S
+        while not self._stop.is_set():
+            conn = self._factory(self.settings, self._on_message)
+            try:
+                await conn.connect()
+                self._conn = conn
+                await self._subscribe(conn)
+            except (TransportError, OSError) as exc:
+                self._conn = None
+                with contextlib.suppress(Exception):
+                    await conn.close()
+                if not self._ready.is_set():
+                    raise TransportError(f"cannot serve on {self.settings.url}: {exc}") from exc
+                log.warning("reconnecting to %s failed (%s); retrying in %.2f s", self.settings.url, exc, delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                delay = min(delay * 2, _RECONNECT_MAX_S)
+                continue
+            delay = _RECONNECT_MIN_S
+            self.stats["connections"] += 1
+            if not self._ready.is_set():
+                self._ready.set()
+                if self._on_ready is not None:
+                    self._on_ready(self.ready_message())
+                log.info("%s", self.ready_message())
+            else:
+                log.warning("reconnected to %s; serving again", self.settings.url)
+            if await self._wait_closed_or_stopped(conn):
+                return
+            self._conn = None
+            log.warning("lost the connection to %s; reconnecting", self.settings.url)
+
+    async def _subscribe(self, conn: Connection) -> None:
+        # The log subscription first: once requests flow, every disconnect must already be visible.
+        try:
+            await conn.subscribe([LOG_TOPIC_FILTER], qos=1)
+        except TransportError as exc:
+            if "refused" not in str(exc):
+                raise
+            log.warning(
+                "the broker refused %s (%s): registrations of disconnected clients will not be dropped",
+                LOG_TOPIC_FILTER,
+                exc,
+            )
+        await conn.subscribe([REQUEST_TOPIC], qos=1)
+
+    async def _wait_closed_or_stopped(self, conn: Connection) -> bool:
+        """True when stop() was called, False when the connection dropped."""
+        closed = asyncio.ensure_future(conn.wait_closed())
+        stopped = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({closed, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for fut in (closed, stopped):
+                fut.cancel()
+            for fut in (closed, stopped):
+                with contextlib.suppress(asyncio.CancelledError, StateStoreError):
+                    await fut
+        return self._stop.is_set()
+
+    async def _shutdown_connection(self) -> None:
+        pending = list(self._publishes)
+        if pending:  # responses already started: give them a moment to be acknowledged
+            await asyncio.wait(pending, timeout=2.0)
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+        for task in list(self._publishes):
+            task.cancel()
+
+    # -- inbound --------------------------------------------------------------------------------------
+
+    def _on_message(self, message: InboundMessage) -> None:
+        try:
+            if message.topic == REQUEST_TOPIC:
+                self._handle_request(message)
+            elif message.topic.startswith(_LOG_TOPIC_PREFIX):
+                self._handle_log(message.payload)
+        except Exception:  # never let one message stop the service
+            self.stats["errors"] += 1
+            log.exception("failed to handle a message on %r", message.topic)
+
+    def _handle_log(self, payload: bytes) -> None:
+        event = parse_connection_log(payload.decode("utf-8", "replace"))
+        if event is None or event[0] != "disconnected":
+            return
+        dropped = self.core.drop_client(event[1])
+        if dropped:
+            self.stats["dropped_clients"] += 1
+            log.debug("client %r disconnected: dropped %d registration(s)", event[1], dropped)
+
+    def _handle_request(self, message: InboundMessage) -> None:
+        correlation = message.correlation_data
+        response_topic = message.response_topic
+        if correlation is None or not response_topic:
+            self.stats["ignored"] += 1
+            log.debug(
+                "ignoring a request without %s",
+                "correlation data" if correlation is None else "a response topic",
+            )
+            return
+        if is_forbidden_response_topic(response_topic):
+            # The real service disconnects such a client; the emulator cannot, so it stays silent.
+            self.stats["ignored"] += 1
+            log.warning("ignoring a request with the forbidden response topic %r", response_topic[:200])
+            return
+        props: dict[str, str] = {}
+        for name, value in message.user_properties:
+            props.setdefault(name, value)  # the first occurrence wins, as InboundMessage.user_property
+        self.stats["requests"] += 1
+        version = props.get(headers.PROT_VER)
+        if version is not None and not _protocol_major_ok(version):
+            self._publish(
+                response_topic,
+                b"",
+                correlation,
+                [
+                    *headers.response_properties(None, 505, _UNSUPPORTED_VERSION_MESSAGE.format(version[:40])),
+                    (headers.SUPPORTED_MAJOR, "1"),
+                ],
+                _RESPONSE_CONTENT_TYPE,
+            )
+            return
+        client_id = props.get(headers.SOURCE_ID) or client_id_from_response_topic(response_topic)
+        try:
+            result = self.core.handle(client_id, message.payload, props)
+        except Exception as exc:  # a bug in the core: answer 500 rather than leave the caller waiting
+            self.stats["errors"] += 1
+            log.exception("the core failed on a request")
+            self._publish(
+                response_topic,
+                b"",
+                correlation,
+                headers.response_properties(None, 500, f"internal error: {type(exc).__name__}"),
+                _RESPONSE_CONTENT_TYPE,
+            )
+            return
+        self._publish(
+            response_topic,
+            result.payload,
+            correlation,
+            headers.response_properties(result.version),
+            _RESPONSE_CONTENT_TYPE,
+        )
+        if result.notifications:
+            self._publish_notifications(result.notifications)
+        self._after_change()
+
+    # -- outbound -------------------------------------------------------------------------------------
+
+    def _publish_notifications(self, notes: list[Notification]) -> None:
+        for note in notes:
+            self.stats["notifications"] += 1
+            self._publish(note.topic, note.payload, None, [(headers.TIMESTAMP, str(note.version))], None)
+
+    def _publish(
+        self,
+        topic: str,
+        payload: bytes,
+        correlation: bytes | None,
+        user_properties: Sequence[tuple[str, str]],
+        content_type: str | None,
+    ) -> None:
+        conn = self._conn
+        if conn is None:
+            self.stats["publish_failures"] += 1
+            log.debug("not connected: dropping a publish to %r", topic[:200])
+            return
+        task = asyncio.get_running_loop().create_task(
+            conn.publish(
+                topic,
+                payload,
+                qos=1,
+                correlation_data=correlation,
+                user_properties=user_properties,
+                content_type=content_type,
+            )
+        )
+        self._publishes.add(task)
+        task.add_done_callback(self._publish_done)
+
+    def _publish_done(self, task: asyncio.Task[None]) -> None:
+        self._publishes.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self.stats["publish_failures"] += 1
+            log.debug("a publish failed: %s", exc)
+
+    # -- expiry and persistence -------------------------------------------------------------------------
+
+    def _after_change(self) -> None:
+        nxt = self.core.next_expiry()
+        if nxt is not None and (self._timer_deadline is None or nxt < self._timer_deadline):
+            self._timer_wake.set()
+        if self.persist_file is not None and self.core.persistence_generation != self._saved_generation:
+            self._persist_wake.set()
+
+    async def _expiry_loop(self) -> None:
+        wake = self._timer_wake
+        while True:
+            wake.clear()
+            nxt = self.core.next_expiry()
+            self._timer_deadline = nxt
+            if nxt is None:
+                await wake.wait()
+                continue
+            delay = (nxt - self._now_ms()) / 1000
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), delay)
+                continue
+            try:
+                notes = self.core.expire_due()
+                if notes:
+                    self._publish_notifications(notes)
+                self._after_change()
+            except Exception:
+                log.exception("expiring keys failed")
+                await asyncio.sleep(0.1)  # do not spin on a persistent failure
+
+    def _load_persistent(self) -> None:
+        path = self.persist_file
+        if path is None or not path.exists():
+            return
+        restored = self.core.load_persistent(path.read_bytes())
+        self._saved_generation = self.core.persistence_generation
+        log.info("restored %d persistent entr%s from %s", restored, "y" if restored == 1 else "ies", path)
+
+    async def _persist_loop(self) -> None:
+        if self.persist_file is None:
+            return
+        while True:
+            await self._persist_wake.wait()
+            await asyncio.sleep(_PERSIST_DELAY_S)  # coalesce a burst of writes into one file write
+            self._persist_wake.clear()
+            generation = self.core.persistence_generation
+            data = self.core.dump_persistent()
+            try:
+                await asyncio.to_thread(_write_atomically, self.persist_file, data)
+                self._saved_generation = generation
+            except OSError as exc:
+                log.error("cannot write %s: %s", self.persist_file, exc)
+
+    def _save_persistent(self) -> None:
+        if self.persist_file is None or self.core.persistence_generation == self._saved_generation:
+            return
+        try:
+            _write_atomically(self.persist_file, self.core.dump_persistent())
+            self._saved_generation = self.core.persistence_generation
+        except OSError as exc:
+            log.error("cannot write %s: %s", self.persist_file, exc)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
