@@ -1,0 +1,581 @@
+"""Layer 4: the local, in-process cache in front of the state store, kept current by KEYNOTIFY events.
+
+Must not import the client, the transport, aiomqtt, the mapping/cache layers or the emulator: only
+``_protocol``, ``cachetools`` and the standard library. It never does I/O, never sleeps and never reads a
+clock it was not handed, so it is tested by advancing a fake clock.
+
+What it guarantees, and how:
+
+* **Newest wins.** Every entry carries the key's version (an HLC from the one service clock). A
+  notification or an acknowledged write older than the cached entry never overwrites it, whatever order
+  the broker delivers them in; duplicates are no-ops. An event without a version just drops the entry.
+* **An invalidation that lands while a read is in flight wins over that read.** A GET result is stored
+  only through a :class:`ReadTicket` taken *before* the request was sent; any event, write or invalidation
+  of that key in between, or a clear/disconnect, makes :meth:`LocalCache.finish_read` refuse it.
+* **Never outlive the key.** ``expires_at`` (from the key's ``PX`` TTL, on the cache's monotonic clock)
+  bounds an entry; an optional local ``ttl`` bounds every entry further (a ``cachetools.TTLCache``).
+* **Nothing served from a dead subscription.** After :meth:`LocalCache.disconnected` entries are not
+  served (notifications are being lost) unless ``stale_while_disconnected=True``, which serves them marked
+  ``stale=True``; :meth:`LocalCache.reconnected` empties the cache.
+
+All methods are thread-safe (one :class:`threading.Lock`): readers call :meth:`LocalCache.get` from any
+thread while notifications are applied from the event-loop thread. Decoding a notification's value happens
+outside the lock.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from types import TracebackType
+from typing import Any, Final, Generic, Literal, TypeVar
+
+from cachetools import Cache, LRUCache, TTLCache
+
+from ._protocol.errors import ConfigurationError
+from ._protocol.hlc import HybridLogicalClock
+from ._protocol.notifications import KeyEvent, KeyOperation
+
+__all__ = ["ABSENT", "Absent", "CacheStats", "CachedEntry", "LocalCache", "ReadTicket"]
+
+log = logging.getLogger("sskv_mapping.local_cache")
+
+V = TypeVar("V")
+
+#: A monotonic clock in seconds, like :func:`time.monotonic`.
+MonotonicClock = Callable[[], float]
+
+
+class _AbsentType(enum.Enum):
+    ABSENT = "ABSENT"
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+#: The value of a cached *absence*: the key is known not to exist (negative caching).
+ABSENT: Final = _AbsentType.ABSENT
+#: The type of :data:`ABSENT`, for annotations (``entry.value is ABSENT`` narrows it away).
+Absent = Literal[_AbsentType.ABSENT]
+
+
+@dataclass(frozen=True, slots=True)
+class CachedEntry(Generic[V]):
+    """What the cache knows about one key.
+
+    Attributes:
+        value: the decoded value, or :data:`ABSENT` when the key is known not to exist.
+        raw: the stored bytes (``None`` for an absence), e.g. for ``VDEL``, which compares bytes.
+        version: the key's version (the HLC of the change), ``None`` if unknown (a GET miss has none).
+        fence: the fencing token this client wrote the value with, if any.
+        expires_at: when the key itself expires (``PX``), on the cache's monotonic clock; ``None``: never.
+        stale: set on entries served while disconnected with ``stale_while_disconnected=True``.
+
+    The decoded ``value`` is shared by every reader of the entry: treat it as immutable (or decode ``raw``
+    again) before handing a mutable object to user code.
+
+    Example:
+        >>> v = HybridLogicalClock(1_700_000_000_000, 0, "StateStore")
+        >>> CachedEntry({"a": 1}, b'{"a":1}', v).absent
+        False
+        >>> CachedEntry.missing(v).value
+        ABSENT
+    """
+
+    value: V | Absent
+    raw: bytes | None = None
+    version: HybridLogicalClock | None = None
+    fence: HybridLogicalClock | None = None
+    expires_at: float | None = None
+    stale: bool = False
+
+    @property
+    def absent(self) -> bool:
+        """Whether this entry records that the key does not exist."""
+        return self.value is ABSENT
+
+    @classmethod
+    def missing(cls, version: HybridLogicalClock | None = None) -> CachedEntry[V]:
+        """A cached absence, e.g. after a ``DELETE`` notification with that version or a GET miss."""
+        return cls(ABSENT, None, version)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """A consistent snapshot of a :class:`LocalCache`'s counters."""
+
+    hits: int
+    misses: int
+    size: int
+    maxsize: int
+    reads_in_flight: int
+
+
+class _Flight:
+    """Book-keeping for the open read tickets of one key; removed when the last one closes."""
+
+    __slots__ = ("changes", "count", "stores")
+
+    def __init__(self) -> None:
+        self.count = 0  # open tickets
+        self.changes = 0  # events, writes and invalidations of the key since the first ticket opened
+        self.stores = 0  # read results stored since the first ticket opened
+
+
+class ReadTicket:
+    """Proof that a read of ``key`` started at a given moment; see :meth:`LocalCache.begin_read`.
+
+    A ticket is closed exactly once, by :meth:`LocalCache.finish_read` or :meth:`LocalCache.abandon`;
+    closing it again is a no-op. Used as a context manager it is abandoned on exit unless finished, so an
+    exception or a cancellation cannot leak it.
+
+    Example:
+        >>> cache: LocalCache[bytes] = LocalCache(maxsize=10)
+        >>> with cache.begin_read(b"k") as ticket:
+        ...     value = b"v"  # the network GET goes here
+        ...     cache.finish_read(ticket, CachedEntry(value, value, None))
+        True
+        >>> cache.reads_in_flight
+        0
+    """
+
+    __slots__ = ("_cache", "_changes", "_epoch", "_open", "_stores", "key")
+
+    def __init__(self, cache: LocalCache[Any], key: bytes, changes: int, stores: int, epoch: int) -> None:
+        self._cache = cache
+        self.key = key
+        self._changes = changes
+        self._stores = stores
+        self._epoch = epoch
+        self._open = True
+
+    @property
+    def closed(self) -> bool:
+        """Whether the ticket was finished or abandoned."""
+        return not self._open
+
+    def __enter__(self) -> ReadTicket:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._open:
+            self._cache.abandon(self)
+
+    def __repr__(self) -> str:
+        return f"<ReadTicket key={self.key[:40]!r} {'closed' if self.closed else 'open'}>"
+
+
+def _key_text(key: bytes) -> str:
+    text = repr(key)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class LocalCache(Generic[V]):
+    """A bounded, thread-safe cache of decoded values, ordered by version, with read-in-flight protection.
+
+    Args:
+        maxsize: the most entries kept; the least recently used one is evicted first.
+        ttl: if set, no entry is served longer than this many seconds after it was stored (a local bound
+            on top of the keys' own expiry, for keys whose notifications might be missed).
+        clock: the monotonic clock (seconds) for ``ttl`` and ``expires_at``; inject a fake one in tests.
+        stale_while_disconnected: keep serving entries while disconnected, marked ``stale=True``.
+
+    Keys are the normalized ``bytes`` keys of the store.
+
+    Example:
+        >>> now = [0.0]
+        >>> cache: LocalCache[str] = LocalCache(maxsize=100, clock=lambda: now[0])
+        >>> v1 = HybridLogicalClock(1_000, 0, "StateStore")
+        >>> cache.store_write(b"k", CachedEntry("one", b"one", v1, expires_at=cache.deadline(5.0)))
+        True
+        >>> cache.get(b"k").value
+        'one'
+        >>> cache.apply_event(KeyEvent(b"k", KeyOperation.DELETE, None, v1), bytes.decode)
+        >>> cache.get(b"k").value  # an event as old as the entry changes nothing
+        'one'
+        >>> now[0] = 5.0  # the key's PX expiry has passed
+        >>> cache.get(b"k") is None
+        True
+    """
+
+    def __init__(
+        self,
+        maxsize: int = 1024,
+        *,
+        ttl: float | None = None,
+        clock: MonotonicClock = time.monotonic,
+        stale_while_disconnected: bool = False,
+    ) -> None:
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
+            raise ConfigurationError(f"LocalCache maxsize must be a positive int, not {maxsize!r}")
+        if ttl is not None and (
+            isinstance(ttl, bool) or not isinstance(ttl, int | float) or not (math.isfinite(ttl) and ttl > 0)
+        ):
+            raise ConfigurationError(f"LocalCache ttl must be positive seconds or None, not {ttl!r}")
+        if not callable(clock):
+            raise ConfigurationError("LocalCache clock must be a callable returning monotonic seconds")
+        self._clock = clock
+        self._ttl = None if ttl is None else float(ttl)
+        self._data: Cache[bytes, CachedEntry[V]] = (
+            LRUCache(maxsize) if ttl is None else TTLCache(maxsize, float(ttl), timer=clock)
+        )
+        self._lookup: Callable[[bytes], CachedEntry[V]] = self._data.__getitem__
+        self._serve_stale = bool(stale_while_disconnected)
+        self._connected = True
+        self._lock = threading.Lock()
+        self._inflight: dict[bytes, _Flight] = {}
+        # bumped by clear(), disconnected() and reconnected(): reads begun before are refused
+        self._epoch = 0
+        self._hits = 0
+        self._misses = 0
+
+    # -- the hot path -------------------------------------------------------------------------------------
+
+    def get(self, key: bytes) -> CachedEntry[V] | None:
+        """The entry for ``key`` if it may be served now, else ``None``; counts a hit or a miss.
+
+        An entry past its ``expires_at`` (or the local ``ttl``) is dropped. While disconnected nothing is
+        served, unless the cache serves stale entries, which then come back with ``stale=True``.
+        """
+        # Hot path (every d[key]). On CPython 3.11 ``with lock`` measured about twice the cost of an
+        # explicit acquire/release, and ``self._data[key]`` dispatches through a slot wrapper that the bound
+        # ``__getitem__`` saved in __init__ skips. benchmarks/bench_local_cache.py tracks the total.
+        lock = self._lock
+        lock.acquire()
+        try:
+            try:
+                entry = self._lookup(key)  # LRU/TTL aware, marks the entry recently used
+            except KeyError:
+                self._misses += 1
+                return None
+            expires_at = entry.expires_at
+            if expires_at is not None and expires_at <= self._clock():
+                self._drop(key)
+                self._misses += 1
+                return None
+            if self._connected:
+                self._hits += 1
+                return entry
+            if self._serve_stale:
+                self._hits += 1
+                return replace(entry, stale=True)
+            self._misses += 1
+            return None
+        finally:
+            lock.release()
+
+    # -- reads from the network ---------------------------------------------------------------------------
+
+    def begin_read(self, key: bytes) -> ReadTicket:
+        """Call before sending a GET for ``key``; pass the ticket to :meth:`finish_read` or :meth:`abandon`.
+
+        Prefer ``with cache.begin_read(key) as ticket:`` so the ticket is abandoned on any error.
+        """
+        with self._lock:
+            flight = self._inflight.get(key)
+            if flight is None:
+                flight = self._inflight[key] = _Flight()
+            flight.count += 1
+            return ReadTicket(self, key, flight.changes, flight.stores, self._epoch)
+
+    def finish_read(self, ticket: ReadTicket, entry: CachedEntry[V]) -> bool:
+        """Store the result of the read ``ticket`` stands for, unless something newer is known.
+
+        Refused (returns ``False``) when, since :meth:`begin_read`, the key had an event, a write or an
+        invalidation, or the cache was cleared, disconnected or reconnected. When two reads of one key
+        overlap, the versions decide; if one of them has no version (a GET miss) the order is unknowable
+        and the entry is dropped rather than guessed. Closes the ticket; a closed ticket stores nothing.
+
+        Returns:
+            Whether ``entry`` was stored.
+        """
+        self._check_ticket(ticket)
+        key = ticket.key
+        with self._lock:
+            if not ticket._open:
+                return False
+            ticket._open = False
+            flight = self._inflight[key]
+            changed = flight.changes != ticket._changes or ticket._epoch != self._epoch
+            raced = flight.stores != ticket._stores
+            self._release(key, flight)
+            if changed:
+                return False
+            old = self._stored(key)
+            new_v = entry.version
+            old_v = None if old is None else old.version
+            if raced:
+                # Another read of this key stored its result while ours was in flight; which GET the
+                # service answered last is unknown, so only versions can order the two.
+                if old is None:  # that result is gone again (evicted or dropped): nothing to order against
+                    return False
+                if new_v is None or old_v is None:  # a miss has no version: unknowable, trust neither
+                    self._drop(key)
+                    self._bump(key)
+                    return False
+            if new_v is not None and old_v is not None and new_v <= old_v:
+                return False
+            # without a race, an entry held now was there before our GET was sent, so our result is newer
+            self._put(key, entry)
+            if flight.count:
+                flight.stores += 1
+            return True
+
+    def abandon(self, ticket: ReadTicket) -> None:
+        """Close a ticket whose read failed or was cancelled; nothing is stored. Idempotent."""
+        self._check_ticket(ticket)
+        with self._lock:
+            if ticket._open:
+                ticket._open = False
+                self._release(ticket.key, self._inflight[ticket.key])
+
+    # -- writes and notifications -------------------------------------------------------------------------
+
+    def store_write(self, key: bytes, entry: CachedEntry[V]) -> bool:
+        """Record this client's own acknowledged write (read-your-writes).
+
+        Stored unless the cache already holds a newer version (an event that overtook the acknowledgement).
+        Replaces an entry of the *same* version, because a write knows more (fence, expiry) than the
+        notification echoing it. A write without a version (e.g. an acknowledged DEL, which carries none)
+        only drops the entry: it cannot be ordered against events.
+
+        Returns:
+            Whether ``entry`` was stored.
+        """
+        with self._lock:
+            self._bump(key)
+            if entry.version is None:
+                self._drop(key)
+                return False
+            old = self._stored(key)
+            if old is not None and old.version is not None and entry.version < old.version:
+                return False
+            self._put(key, entry)
+            return True
+
+    def apply_event(self, event: KeyEvent, loads: Callable[[bytes], V]) -> None:
+        """Apply a KEYNOTIFY change (real or synthetic) of a key; never raises for bad data.
+
+        Only keys already cached, or with a read in flight, are updated: an event does not pull an evicted
+        key back in. A ``SET`` stores ``loads(value)`` with the event's version, a ``DELETE`` a cached
+        absence; both only if strictly newer than the cached entry. An event without a version, or whose
+        value ``loads`` cannot decode, drops the entry.
+        """
+        key = event.key
+        version = event.version
+        if version is None or (event.op is KeyOperation.SET and event.value is None):
+            self.invalidate(key)
+            return
+        if event.op is KeyOperation.DELETE:
+            with self._lock:
+                self._bump(key)
+                if self._wants(key, version):
+                    self._put(key, CachedEntry(ABSENT, None, version))
+            return
+        with self._lock:
+            self._bump(key)
+            if not self._wants(key, version):
+                return
+        raw = event.value
+        assert raw is not None
+        try:
+            value = loads(raw)  # outside the lock: decoding may be slow, readers must not wait for it
+        except Exception as exc:
+            log.warning(
+                "dropping the cached entry of %s: the value in its notification does not decode (%s: %s)",
+                _key_text(key),
+                type(exc).__name__,
+                exc,
+            )
+            self.invalidate(key)
+            return
+        with self._lock:
+            self._bump(key)
+            if self._wants(key, version):
+                self._put(key, CachedEntry(value, raw, version))
+
+    def invalidate(self, key: bytes) -> bool:
+        """Forget ``key``; a read of it in flight will not be stored. Returns whether an entry was held."""
+        with self._lock:
+            self._bump(key)
+            return self._drop(key)
+
+    def clear(self) -> None:
+        """Forget every entry; reads in flight will not be stored. The hit/miss counters are kept."""
+        with self._lock:
+            self._clear()
+
+    # -- connection state ---------------------------------------------------------------------------------
+
+    def disconnected(self) -> None:
+        """The broker connection dropped: notifications are lost from now on, so stop serving entries
+        (or serve them as stale, with ``stale_while_disconnected=True``)."""
+        with self._lock:
+            self._connected = False
+            self._epoch += 1
+
+    def reconnected(self) -> None:
+        """The connection is back: anything may have changed meanwhile, so empty the cache and serve again.
+
+        The client re-registers its watches and delivers synthetic events for keys that changed; those go
+        through :meth:`apply_event` as usual.
+        """
+        with self._lock:
+            self._clear()
+            self._connected = True
+
+    @property
+    def connected(self) -> bool:
+        """Whether the cache believes its notifications are flowing (see :meth:`disconnected`)."""
+        return self._connected
+
+    # -- helpers for callers --------------------------------------------------------------------------------
+
+    def deadline(self, ttl: float | None) -> float | None:
+        """``expires_at`` for a key written with a ``PX`` of ``ttl`` seconds, or ``None`` for no TTL.
+
+        Call it *before* sending the write: the service starts the TTL when it applies the SET, which is
+        later, so the local entry expires no later than the key.
+        """
+        return None if ttl is None else self._clock() + ttl
+
+    def peek(self, key: bytes) -> CachedEntry[V] | None:
+        """The entry held for ``key``, even if it could not be served now; no counting, no LRU update."""
+        with self._lock:
+            return self._stored(key)
+
+    def expire(self) -> int:
+        """Drop every entry past its ``expires_at`` or local ``ttl`` now; returns how many were dropped."""
+        with self._lock:
+            before = Cache.__len__(self._data)  # not len(): TTLCache.__len__ would purge first
+            if isinstance(self._data, TTLCache):
+                self._data.expire()
+            now = self._clock()
+            for key in [k for k, e in self._items() if e.expires_at is not None and e.expires_at <= now]:
+                self._drop(key)
+            return before - Cache.__len__(self._data)
+
+    # -- stats ----------------------------------------------------------------------------------------------
+
+    @property
+    def hits(self) -> int:
+        """How many :meth:`get` calls returned an entry."""
+        return self._hits
+
+    @property
+    def misses(self) -> int:
+        """How many :meth:`get` calls returned ``None``."""
+        return self._misses
+
+    @property
+    def size(self) -> int:
+        """How many entries are held (entries past ``expires_at`` count until read or :meth:`expire`)."""
+        with self._lock:
+            return len(self._data)
+
+    @property
+    def maxsize(self) -> int:
+        return int(self._data.maxsize)
+
+    @property
+    def ttl(self) -> float | None:
+        """The local TTL in seconds, if any."""
+        return self._ttl
+
+    @property
+    def reads_in_flight(self) -> int:
+        """How many read tickets are open."""
+        with self._lock:
+            return sum(f.count for f in self._inflight.values())
+
+    def stats(self) -> CacheStats:
+        """A consistent snapshot of the counters."""
+        with self._lock:
+            return CacheStats(
+                hits=self._hits,
+                misses=self._misses,
+                size=len(self._data),
+                maxsize=int(self._data.maxsize),
+                reads_in_flight=sum(f.count for f in self._inflight.values()),
+            )
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __contains__(self, key: object) -> bool:
+        """Whether :meth:`get` would serve an entry (a value or a cached absence) for ``key`` now."""
+        if not isinstance(key, bytes):
+            return False
+        with self._lock:
+            if not (self._connected or self._serve_stale):
+                return False
+            entry = self._stored(key)
+            if entry is None:
+                return False
+            return entry.expires_at is None or entry.expires_at > self._clock()
+
+    def __repr__(self) -> str:
+        state = "connected" if self._connected else "disconnected"
+        counts = f"hits={self._hits} misses={self._misses}"
+        return f"<LocalCache {len(self)}/{self.maxsize} entries, {state}, {counts}>"
+
+    # -- internals; the caller holds the lock ---------------------------------------------------------------
+
+    def _stored(self, key: bytes) -> CachedEntry[V] | None:
+        # ``in`` on a TTLCache honours the local ttl; Cache.__getitem__ reads without an LRU update
+        if key not in self._data:
+            return None
+        return Cache.__getitem__(self._data, key)
+
+    def _items(self) -> list[tuple[bytes, CachedEntry[V]]]:
+        return [(k, Cache.__getitem__(self._data, k)) for k in list(Cache.__iter__(self._data))]
+
+    def _put(self, key: bytes, entry: CachedEntry[V]) -> None:
+        if entry.stale:
+            entry = replace(entry, stale=False)
+        self._data[key] = entry
+
+    def _drop(self, key: bytes) -> bool:
+        try:
+            del self._data[key]
+        except KeyError:  # missing, or a TTLCache entry that had expired (deleted all the same)
+            return False
+        return True
+
+    def _bump(self, key: bytes) -> None:
+        flight = self._inflight.get(key)
+        if flight is not None:
+            flight.changes += 1
+
+    def _wants(self, key: bytes, version: HybridLogicalClock) -> bool:
+        """Whether an event of ``version`` should be stored: key held (or being read) and event newer."""
+        old = self._stored(key)
+        if old is None:
+            return key in self._inflight
+        return old.version is None or version > old.version
+
+    def _release(self, key: bytes, flight: _Flight) -> None:
+        flight.count -= 1
+        if flight.count == 0:
+            del self._inflight[key]
+
+    def _clear(self) -> None:
+        self._data.clear()
+        self._epoch += 1
+
+    def _check_ticket(self, ticket: ReadTicket) -> None:
+        if ticket._cache is not self:
+            raise ConfigurationError("this read ticket belongs to another LocalCache")
