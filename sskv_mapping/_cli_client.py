@@ -262,17 +262,13 @@ def _runner(
 
 def add_client_parsers(sub: Any) -> None:
     """Register get/set/del/vdel/watch/lock on an argparse subparsers object."""
-    p = sub.add_parser(
-        "get", help="print a key's value", description="Print a key's value (exit 1 if missing)."
-    )
+    p = sub.add_parser("get", help="print a key's value", description="Print a key's value (exit 1 if missing).")
     p.add_argument("key")
     p.add_argument("-v", "--verbose", action="store_true", help="also print the version")
     _connection_args(p)
     p.set_defaults(func=_runner(_cmd_get))
 
-    p = sub.add_parser(
-        "set", help="store a value", description="Store a value. VALUE '-' reads standard input."
-    )
+    p = sub.add_parser("set", help="store a value", description="Store a value. VALUE '-' reads standard input.")
     p.add_argument("key")
     p.add_argument("value")
     cond = p.add_mutually_exclusive_group()

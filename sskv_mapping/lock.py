@@ -121,9 +121,7 @@ class AsyncLeasedLock:
 
     async def _set_nex(self) -> SetResult:
         started = self._clock()
-        result = await self.client.set(
-            self.name, self.holder, condition=SetCondition.NEX, ttl=self.lease_ms / 1000
-        )
+        result = await self.client.set(self.name, self.holder, condition=SetCondition.NEX, ttl=self.lease_ms / 1000)
         if result.applied:
             if result.version is None:
                 # never fail open: without the response __ts we have no fencing token
@@ -201,9 +199,7 @@ class AsyncLeasedLock:
         self, key: KeyLike, value: bytes, *, ttl: TtlLike = None, condition: SetCondition | None = None
     ) -> SetResult:
         """Write a protected key with the current fencing token."""
-        return await self.client.set(
-            key, value, ttl=ttl, condition=condition, fencing_token=self.fencing_token
-        )
+        return await self.client.set(key, value, ttl=ttl, condition=condition, fencing_token=self.fencing_token)
 
     async def delete(self, key: KeyLike) -> bool:
         """Delete a protected key with the current fencing token."""

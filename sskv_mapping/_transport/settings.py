@@ -61,9 +61,7 @@ class ConnectionSettings:
 
     def __post_init__(self) -> None:
         if not self.client_id or ":" in self.client_id:
-            raise ConfigurationError(
-                "client_id must be non-empty and may not contain ':' (it is an HLC node id)"
-            )
+            raise ConfigurationError("client_id must be non-empty and may not contain ':' (it is an HLC node id)")
         if len(self.client_id.encode()) > 65535:
             raise ConfigurationError("client_id is too long")
         if not (0 < self.port < 65536):
@@ -81,9 +79,7 @@ class ConnectionSettings:
         """``mqtt://[user[:password]@]host[:port]`` or ``mqtts://...`` (TLS, port 8883 by default)."""
         parts = urlsplit(url)
         if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
-            raise ConfigurationError(
-                f"unsupported broker URL scheme {parts.scheme!r} (use mqtt:// or mqtts://)"
-            )
+            raise ConfigurationError(f"unsupported broker URL scheme {parts.scheme!r} (use mqtt:// or mqtts://)")
         secure = parts.scheme in ("mqtts", "ssl")
         try:
             port = parts.port
