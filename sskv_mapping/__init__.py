@@ -1,6 +1,7 @@
 """sskv_mapping: the Azure IoT Operations state store as a Python dict and cache backend.
 
-``import sskv_mapping`` needs no optional extra.
+``import sskv_mapping`` needs no optional extra (framework adapters live in ``sskv_mapping.integrations``
+and import their framework only when imported themselves).
 """
 
 from ._protocol.commands import SetCondition, VDeleteResult
@@ -8,14 +9,48 @@ from ._protocol.errors import *  # noqa: F403
 from ._protocol.errors import __all__ as _errors_all
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
+from ._transport.settings import ConnectionSettings, TlsSettings
+from .client import (
+    UNSET,
+    AsyncKeyWatch,
+    AsyncStateStoreClient,
+    ConnectionState,
+    Entry,
+    KeyWatch,
+    SetResult,
+    StateStoreClient,
+)
+from .codecs import Codec, JsonCodec, MsgpackCodec, PickleCodec, RawCodec, StrCodec
+from .lock import AsyncLeasedLock, LeasedLock
+from .mapping import AsyncStateStoreDict, StateStoreDict
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "UNSET",
+    "AsyncKeyWatch",
+    "AsyncLeasedLock",
+    "AsyncStateStoreClient",
+    "AsyncStateStoreDict",
+    "Codec",
+    "ConnectionSettings",
+    "ConnectionState",
+    "Entry",
     "HybridLogicalClock",
+    "JsonCodec",
     "KeyEvent",
     "KeyOperation",
+    "KeyWatch",
+    "LeasedLock",
+    "MsgpackCodec",
+    "PickleCodec",
+    "RawCodec",
     "SetCondition",
+    "SetResult",
+    "StateStoreClient",
+    "StateStoreDict",
+    "StrCodec",
+    "TlsSettings",
     "VDeleteResult",
     "__version__",
     *_errors_all,
