@@ -168,13 +168,17 @@ class NamespaceStore(Generic[V]):
         cache = self.cache
         return cache.get(data_key) if cache is not None else None
 
-    async def read(self, key: str) -> CachedEntry[V]:
-        """The entry for ``key`` (``value`` is ``MISSING`` when absent), from the cache or the store."""
-        data_key = self.data_key(key)
-        return await self.read_data_key(data_key)
+    async def read(self, key: str, *, fresh: bool = False) -> CachedEntry[V]:
+        """The entry for ``key`` (``value`` is ``MISSING`` when absent), from the cache or the store.
 
-    async def read_data_key(self, data_key: bytes) -> CachedEntry[V]:
-        hit = self.cached(data_key)
+        ``fresh=True`` skips the cache: read-modify-write operations (``pop``, ``setdefault``...) decide on
+        the store's current value, not on a cached one that a notification may be about to replace.
+        """
+        data_key = self.data_key(key)
+        return await self.read_data_key(data_key, fresh=fresh)
+
+    async def read_data_key(self, data_key: bytes, *, fresh: bool = False) -> CachedEntry[V]:
+        hit = None if fresh else self.cached(data_key)
         if hit is not None:
             return hit
         cache = self.cache

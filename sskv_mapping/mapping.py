@@ -248,7 +248,7 @@ class AsyncStateStoreDict(Generic[V]):
             result = await self._store.write(key, default, condition=SetCondition.NX, fencing_token=self._token())
             if result.applied:
                 return default
-            entry = await self._store.read(key)
+            entry = await self._store.read(key, fresh=True)
             if entry.value is not ABSENT:
                 value: V = entry.value
                 return value
@@ -261,7 +261,7 @@ class AsyncStateStoreDict(Generic[V]):
                 raise KeyError(key)
             return default
         while True:
-            entry = await self._store.read(key)
+            entry = await self._store.read(key, fresh=True)
             if entry.value is ABSENT:
                 if default is _NO_DEFAULT:
                     raise KeyError(key)
