@@ -26,9 +26,9 @@ Where it is more lenient than the service, by design:
 * registrations survive the emulator's own reconnection: the disconnect lines of clients that left while
   it was away are lost, so their registrations linger until they re-register or disconnect again.
 
-Requests are handled synchronously in the connection's message callback and their publishes are started
-in that order without awaiting each PUBACK (one task per publish: paho queues the packet during the
-task's first step, so order on the wire is arrival order).
+Requests are handled synchronously in the connection's message callback, and their publishes are queued
+in that order without awaiting any PUBACK (``MqttConnection.publish_nowait``; with another connection
+type, one task per publish, whose first steps run in creation order).
 """
 
 from __future__ import annotations
@@ -349,6 +349,24 @@ class EmulatorServer:
             self.stats["publish_failures"] += 1
             log.debug("not connected: dropping a publish to %r", topic[:200])
             return
+        nowait = getattr(conn, "publish_nowait", None)
+        if nowait is not None:
+            # MqttConnection: paho queues the packet right here, in call order, and no task is made.
+            try:
+                nowait(
+                    topic,
+                    payload,
+                    qos=1,
+                    correlation_data=correlation,
+                    user_properties=user_properties,
+                    content_type=content_type,
+                )
+            except StateStoreError as exc:
+                self.stats["publish_failures"] += 1
+                log.debug("a publish failed: %s", exc)
+            return
+        # Any other Connection: one task per publish; a task's first step runs in creation order, so the
+        # packets still leave in call order while PUBACKs are awaited concurrently.
         task = asyncio.get_running_loop().create_task(
             conn.publish(
                 topic,
