@@ -251,18 +251,12 @@ class EmulatorCore:
         token = self._fencing_token(props, now)
         self._check_fence(entry, token)
         if entry is not None:
-            if cmd.condition is SetCondition.NX or (
-                cmd.condition is SetCondition.NEX and entry.value != cmd.value
-            ):
+            if cmd.condition is SetCondition.NX or (cmd.condition is SetCondition.NEX and entry.value != cmd.value):
                 return CoreResult(_MINUS_ONE, entry.version, notes)
         elif self.max_keys is not None and len(self._store) >= self.max_keys:
             raise QuotaExceededError()
         version = self._tick(now)
-        if (
-            entry is not None
-            and entry.fencing_token is not None
-            and (token is None or token < entry.fencing_token)
-        ):
+        if entry is not None and entry.fencing_token is not None and (token is None or token < entry.fencing_token):
             token = entry.fencing_token
         expires = now + cmd.expiry_ms if cmd.expiry_ms is not None else None
         persist = props.get(PERSISTENCE, "").lower() == "true"
@@ -360,9 +354,7 @@ class EmulatorCore:
         if len(self._expiries) > 2 * len(self._store) + 1024:
             # Keys rewritten with PX again and again leave stale heap entries behind; rebuild.
             self._expiries = [
-                (e.expires_at_ms, i, k)
-                for i, (k, e) in enumerate(self._store.items())
-                if e.expires_at_ms is not None
+                (e.expires_at_ms, i, k) for i, (k, e) in enumerate(self._store.items()) if e.expires_at_ms is not None
             ]
             heapq.heapify(self._expiries)
 
@@ -430,9 +422,7 @@ class EmulatorCore:
 
     # -- internals ----------------------------------------------------------------------------------
 
-    def _remove(
-        self, key: bytes, entry: StoredEntry, now: int, notes: list[Notification]
-    ) -> HybridLogicalClock:
+    def _remove(self, key: bytes, entry: StoredEntry, now: int, notes: list[Notification]) -> HybridLogicalClock:
         del self._store[key]
         if entry.persist:
             self.persistence_generation += 1
@@ -440,9 +430,7 @@ class EmulatorCore:
         self._notify(key, _DELETE_PAYLOAD, version, notes)
         return version
 
-    def _notify(
-        self, key: bytes, payload: bytes, version: HybridLogicalClock, notes: list[Notification]
-    ) -> None:
+    def _notify(self, key: bytes, payload: bytes, version: HybridLogicalClock, notes: list[Notification]) -> None:
         watchers = self._watchers.get(key)
         if watchers:
             notes.extend(Notification(client_id, key, payload, version) for client_id in watchers)

@@ -227,9 +227,7 @@ def test_set_without_timestamp_is_refused(s: Store) -> None:
     assert s.call(b"GET", b"k").payload == b"$-1\r\n"
 
 
-@pytest.mark.parametrize(
-    "verb", [(b"GET", b"k"), (b"DEL", b"k"), (b"VDEL", b"k", b"v"), (b"KEYNOTIFY", b"k")]
-)
+@pytest.mark.parametrize("verb", [(b"GET", b"k"), (b"DEL", b"k"), (b"VDEL", b"k", b"v"), (b"KEYNOTIFY", b"k")])
 def test_other_commands_do_not_need_a_timestamp(s: Store, verb: tuple[bytes, ...]) -> None:
     assert not s.call(*verb, ts=None).payload.startswith(b"-ERR")
 
@@ -717,9 +715,7 @@ class CoreModel(RuleBasedStateMachine):
         px=st.none() | st.integers(1, 300),
         ft=st.none() | st.integers(0, 4),
     )
-    def set(
-        self, client: str, key: bytes, value: bytes, cond: bytes | None, px: int | None, ft: int | None
-    ) -> None:
+    def set(self, client: str, key: bytes, value: bytes, cond: bytes | None, px: int | None, ft: int | None) -> None:
         args = [b"SET", key, value]
         if cond:
             args.append(cond)
@@ -816,8 +812,7 @@ class CoreModel(RuleBasedStateMachine):
         stored = {
             k
             for k in self.core
-            if (e := self.core.entry(k)) is not None
-            and (e.expires_at_ms is None or e.expires_at_ms > self.now)
+            if (e := self.core.entry(k)) is not None and (e.expires_at_ms is None or e.expires_at_ms > self.now)
         }
         assert stored == live
         expiring = [e.expires_at for e in self.model.values() if e.expires_at is not None]

@@ -357,6 +357,13 @@ async def test_large_key_and_value(c: MiniClient) -> None:
     assert (await c.note(k)).payload == set_note(v)
 
 
+async def test_a_megabyte_value(c: MiniClient) -> None:
+    k = key()
+    v = uuid.uuid4().bytes * 62_500  # 1,000,000 bytes
+    assert (await c.request(b"SET", k, v)).payload == OK
+    assert (await c.request(b"GET", k)).payload == b"$1000000\r\n" + v + b"\r\n"
+
+
 @pytest.mark.parametrize("raw", [b"\r\n", b"a\x00b", b"\x00\r\n$1\r\n*2", "clé/+/#".encode()])
 async def test_binary_keys(c: MiniClient, raw: bytes) -> None:
     k = uuid.uuid4().hex.encode() + raw
@@ -512,6 +519,64 @@ def test_unreadable_persistence_file_is_reported(fresh_mosquitto: MosquittoBroke
         cwd=REPO_ROOT,
     )
     assert out.returncode == 1 and "persistence file" in out.stderr
+
+
+# -- `sskv emulator` ----------------------------------------------------------------------------------------
+
+
+async def test_sskv_emulator_with_broker_serves_and_stops_both() -> None:
+    port = free_port()
+    argv = [sys.executable, "-m", "sskv_mapping.cli", "emulator", "--with-broker", "--broker-port", str(port)]
+    proc = EmulatorProcess(argv)
+    await asyncio.to_thread(proc.start)
+    try:
+        assert f"mosquitto broker listening on mqtt://127.0.0.1:{port}" in proc.output
+        async with MiniClient("127.0.0.1", port) as c:
+            k = key()
+            await c.request(b"KEYNOTIFY", k)
+            assert (await c.request(b"SET", k, b"v", b"PX", b"100")).payload == OK
+            assert (await c.note(k)).payload == set_note(b"v")
+            assert (await c.note(k)).payload == DELETE_NOTE
+    finally:
+        status = await asyncio.to_thread(proc.stop)
+    assert status == 0
+    assert not _accepts(port)  # the private mosquitto went with it
+
+
+def test_sskv_help_lists_the_emulator(capsys: pytest.CaptureFixture[str]) -> None:
+    from sskv_mapping.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    assert "emulator" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        main(["emulator", "--help"])
+    assert exit_info.value.code == 0
+    help_text = capsys.readouterr().out
+    assert "--with-broker" in help_text and "--broker-port" in help_text
+
+
+def test_default_broker_port_falls_back_to_a_free_one_when_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sskv_mapping import cli
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        monkeypatch.setattr(cli, "DEFAULT_BROKER_PORT", taken)
+        port, note = cli.pick_broker_port("127.0.0.1", None)
+        assert port is None and note is not None and str(taken) in note
+        assert cli.pick_broker_port("127.0.0.1", 4242) == (4242, None)  # an explicit port is used as is
+    free = free_port()
+    monkeypatch.setattr(cli, "DEFAULT_BROKER_PORT", free)
+    assert cli.pick_broker_port("127.0.0.1", None) == (free, None)
+
+
+def test_broker_port_without_with_broker_is_a_usage_error() -> None:
+    from sskv_mapping.cli import main
+
+    assert main(["emulator", "--broker-port", "1234"]) == 2
 
 
 def _accepts(port: int) -> bool:
