@@ -153,6 +153,8 @@ class EmulatorCore:
         if max_keys is not None and max_keys < 0:
             raise ValueError("max_keys must be >= 0 (or None for no quota)")
         self._now = now_ms
+        #: The injected wall clock (a server's expiry timer must use the same one).
+        self.now_ms = now_ms
         self.max_keys = max_keys
         self._clock = HybridLogicalClock(0, 0, node_id)
         self._store: dict[bytes, StoredEntry] = {}

@@ -89,7 +89,7 @@ class EmulatorServer:
         connection_factory: builds the connection (``MqttConnection`` by default; tests may wrap it).
         persist_file: where entries written with ``aio-persistence: true`` are kept; loaded by
             :meth:`run` if it exists, rewritten shortly after each persistent change and at shutdown.
-        now_ms: the wall clock the expiry timer compares ``core.next_expiry()`` with (use the core's).
+        now_ms: the wall clock the expiry timer compares ``core.next_expiry()`` with (default: the core's).
         on_ready: called once with :meth:`ready_message` when the first subscriptions are acknowledged.
 
     Example::
@@ -109,14 +109,14 @@ class EmulatorServer:
         *,
         connection_factory: ConnectionFactory | None = None,
         persist_file: str | os.PathLike[str] | None = None,
-        now_ms: Callable[[], int] = system_clock_ms,
+        now_ms: Callable[[], int] | None = None,
         on_ready: Callable[[str], None] | None = None,
     ) -> None:
         self.settings = settings
-        self.core = core if core is not None else EmulatorCore(now_ms=now_ms)
+        self.core = core if core is not None else EmulatorCore(now_ms=now_ms or system_clock_ms)
         self._factory: ConnectionFactory = connection_factory or MqttConnection
         self.persist_file = Path(persist_file) if persist_file is not None else None
-        self._now_ms = now_ms
+        self._now_ms = now_ms or self.core.now_ms
         self._on_ready = on_ready
         self._conn: Connection | None = None
         # asyncio.Event binds to the running loop on first use, not here.

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -24,10 +24,14 @@ from _support.miniclient import MiniClient, Response
 from _support.procs import EmulatorProcess, start_emulator
 
 from sskv_mapping._protocol import errors
+from sskv_mapping._protocol.errors import TransportError
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.resp3 import encode_request
 from sskv_mapping._protocol.topics import REQUEST_TOPIC, SERVICE_ID
+from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.emulator.broker import MosquittoBroker, free_port
+from sskv_mapping.emulator.core import CoreResult, EmulatorCore
+from sskv_mapping.emulator.server import EmulatorServer, client_id_from_response_topic
 
 SET_NOTE = b"*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n$5\r\nVALUE\r\n"
 DELETE_NOTE = b"*2\r\n$6\r\nNOTIFY\r\n$6\r\nDELETE\r\n"
@@ -519,6 +523,61 @@ def test_unreadable_persistence_file_is_reported(fresh_mosquitto: MosquittoBroke
         cwd=REPO_ROOT,
     )
     assert out.returncode == 1 and "persistence file" in out.stderr
+
+
+# -- EmulatorServer in-process ----------------------------------------------------------------------------
+
+
+class ExplodingCore(EmulatorCore):
+    """A core with a bug on one request."""
+
+    def handle(self, client_id: str | None, payload: bytes, props: Mapping[str, str]) -> CoreResult:
+        if payload == encode_request(b"GET", b"boom"):
+            raise RuntimeError("a bug in the core")
+        return super().handle(client_id, payload, props)
+
+
+async def test_in_process_server_answers_500_on_a_core_bug_and_keeps_serving(
+    fresh_mosquitto: MosquittoBroker,
+) -> None:
+    host, port = fresh_mosquitto.host, fresh_mosquitto.port
+    announced: list[str] = []
+    server = EmulatorServer(
+        ConnectionSettings(host=host, port=port, client_id="emu-in-process"), ExplodingCore(), on_ready=announced.append
+    )
+    task = asyncio.create_task(server.run())
+    try:
+        await asyncio.wait_for(server.wait_ready(), 10)
+        assert announced == [server.ready_message()] and "serving state store on" in announced[0]
+        async with MiniClient(host, port) as c:
+            r = await c.request(b"GET", b"boom")
+            assert r.props["__stat"] == "500" and "RuntimeError" in r.props["__stMsg"]
+            assert (await c.request(b"SET", b"after", b"v")).payload == OK
+        assert server.stats["errors"] == 1 and server.stats["requests"] == 2
+    finally:
+        server.stop()
+        await asyncio.wait_for(task, 10)
+
+
+async def test_in_process_server_fails_fast_when_the_broker_is_unreachable() -> None:
+    server = EmulatorServer(ConnectionSettings(host="127.0.0.1", port=free_port(), client_id="emu-nowhere"))
+    with pytest.raises(TransportError):
+        await asyncio.wait_for(server.run(), 15)
+    assert not server.ready
+
+
+@pytest.mark.parametrize(
+    ("topic", "expected"),
+    [
+        ("clients/a/services/statestore/_any_/command/invoke/response", "a"),
+        ("clients/a/b/services/statestore/v1/x/command/invoke/response", "a/b"),
+        ("clients/a/responses", "a"),
+        ("clients/", None),
+        ("replies/a", None),
+    ],
+)
+def test_client_id_from_response_topic(topic: str, expected: str | None) -> None:
+    assert client_id_from_response_topic(topic) == expected
 
 
 # -- `sskv emulator` ----------------------------------------------------------------------------------------
