@@ -92,11 +92,33 @@ TtlLike = float | int | timedelta | None
 #: PX is milliseconds as a signed 64-bit integer on the service; refuse what cannot be meant.
 MAX_TTL_MS = 100 * 365 * 24 * 3600 * 1000
 
+#: Default ``max_payload``: MQTT's absolute packet limit (256 MiB) less 1 MiB of room for the PUBLISH headers
+#: (topic, correlation data, user properties). A broker with a smaller maximum packet size drops the whole
+#: connection on a larger request, so set ``max_payload`` below that broker's limit (see the client docstring).
+DEFAULT_MAX_PAYLOAD = 255 * 1024 * 1024
+
+
+def _check_timeout(timeout: object) -> float | None:
+    """``None`` (no limit) or a finite number of seconds > 0, else :class:`ConfigurationError`."""
+    if timeout is None:
+        return None
+    try:
+        ok = isinstance(timeout, int | float) and not isinstance(timeout, bool)
+        ok = ok and timeout > 0 and math.isfinite(timeout)  # type: ignore[operator, arg-type]
+    except OverflowError:  # an int too large for a float
+        ok = False
+    if not ok:
+        raise ConfigurationError(f"timeout must be a positive, finite number of seconds or None, not {timeout!r:.40}")
+    return timeout  # type: ignore[return-value]
+
 
 def normalize_key(key: object) -> bytes:
     """``str`` (UTF-8) or bytes-like -> ``bytes``; anything else or empty -> :class:`ConfigurationError`."""
     if isinstance(key, str):
-        data = key.encode("utf-8")
+        try:
+            data = key.encode("utf-8")
+        except UnicodeEncodeError as exc:  # lone surrogates: not typed otherwise
+            raise ConfigurationError(f"state store key is not valid UTF-8 text: {exc.reason}") from None
     elif isinstance(key, bytes | bytearray | memoryview):
         data = bytes(key)
     else:
@@ -119,16 +141,16 @@ def ttl_to_ms(ttl: TtlLike) -> int | None:
     if ttl is None:
         return None
     if isinstance(ttl, bool) or not isinstance(ttl, int | float | timedelta):
-        raise ConfigurationError(
-            f"ttl must be seconds (int/float), a timedelta or None, not {type(ttl).__name__}"
-        )
-    seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
+        raise ConfigurationError(f"ttl must be seconds (int/float), a timedelta or None, not {type(ttl).__name__}")
+    try:
+        seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
+    except OverflowError:  # an int too large for a float
+        seconds = math.inf
     if math.isnan(seconds) or seconds <= 0:
         raise ConfigurationError(f"ttl must be positive (got {ttl!r}); use None for 'never expires'")
-    ms = math.ceil(seconds * 1000)
-    if ms > MAX_TTL_MS:
+    if seconds * 1000 > MAX_TTL_MS:  # also inf, which math.ceil() cannot take
         raise ConfigurationError(f"ttl {ttl!r} is absurdly large (more than 100 years)")
-    return ms
+    return math.ceil(seconds * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +316,12 @@ class AsyncStateStoreClient:
         clock: wall clock in ms for the hybrid logical clock (injectable for tests).
         settings: a complete :class:`ConnectionSettings` instead of the individual arguments.
         connection_factory: how to build a connection (default: MQTT via aiomqtt).
+        max_payload: the largest request payload (the encoded command: key + value + a few dozen bytes)
+            the client sends; a larger request raises :class:`ConfigurationError` before anything is sent.
+            A broker drops the whole connection on a packet above its maximum packet size (mosquitto's
+            ``max_packet_size``, Azure IoT Operations' ``maxPacketSizeBytes``), which in-flight calls would
+            only see as a timeout: set this about 1 KiB below that limit. ``None``: no check. Default
+            ``DEFAULT_MAX_PAYLOAD`` (just under MQTT's own 256 MiB packet limit).
     """
 
     def __init__(
@@ -313,6 +341,7 @@ class AsyncStateStoreClient:
         clock: Clock = system_clock_ms,
         settings: ConnectionSettings | None = None,
         connection_factory: ConnectionFactory | None = None,
+        max_payload: int | None = DEFAULT_MAX_PAYLOAD,
     ) -> None:
         if settings is None:
             extra: dict[str, Any] = {}
@@ -327,12 +356,14 @@ class AsyncStateStoreClient:
                 sat_token_file=sat_token_file,
                 **extra,
             )
-        if timeout is not None and not timeout > 0:
-            raise ConfigurationError("timeout must be positive or None")
+        _check_timeout(timeout)
+        if max_payload is not None and (isinstance(max_payload, bool) or not isinstance(max_payload, int)):
+            raise ConfigurationError(f"max_payload must be an int or None, not {max_payload!r}")
         if backoff_initial <= 0 or backoff_max < backoff_initial:
             raise ConfigurationError("need 0 < backoff_initial <= backoff_max")
         self.settings = settings
         self.timeout = timeout
+        self.max_payload = max_payload
         self._reconnect = reconnect
         self._backoff = (backoff_initial, backoff_max)
         self._factory = connection_factory
@@ -473,7 +504,7 @@ class AsyncStateStoreClient:
 
     async def wait_connected(self, timeout: float | None = None) -> None:
         """Wait until the client is connected (e.g. after a drop); :class:`ConnectionLostError` on timeout."""
-        await self._connection(timeout)
+        await self._connection(_check_timeout(timeout))
 
     # -- the connection supervisor ------------------------------------------------------------------------
 
@@ -579,9 +610,7 @@ class AsyncStateStoreClient:
     def _timeout(self, timeout: float | _Unset | None) -> float | None:
         if timeout is UNSET:
             return self.timeout
-        if timeout is not None and not timeout > 0:
-            raise ConfigurationError("timeout must be positive or None")
-        return timeout
+        return _check_timeout(timeout)
 
     async def _request(
         self,
@@ -592,10 +621,18 @@ class AsyncStateStoreClient:
         persist: bool = False,
     ) -> tuple[bytes, HybridLogicalClock | None]:
         """Send one command and return ``(reply payload, response __ts)``; header errors raise here."""
+        # Argument errors first: nothing may be sent (nor waited for) when the request cannot be right.
+        if fencing_token is not None and not isinstance(fencing_token, HybridLogicalClock):
+            raise ConfigurationError(f"fencing_token must be a HybridLogicalClock, not {type(fencing_token).__name__}")
+        payload = cmd.encode()
+        if self.max_payload is not None and len(payload) > self.max_payload:
+            raise ConfigurationError(
+                f"the {cmd.VERB.decode()} request is {len(payload)} bytes, more than max_payload={self.max_payload}"
+                " (the broker would drop the connection on it)"
+            )
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         conn = await self._connection(timeout)
-        payload = cmd.encode()
         self.requests_sent += 1
         with self._pending.call() as (corr, fut):
             props = headers.request_properties(self.client_id, self.hlc.tick(), fencing_token, persist)
@@ -832,6 +869,7 @@ class StateStoreClient:
         clock: Clock = system_clock_ms,
         settings: ConnectionSettings | None = None,
         connection_factory: ConnectionFactory | None = None,
+        max_payload: int | None = DEFAULT_MAX_PAYLOAD,
     ) -> None:
         self._portal = get_loop_thread()
         self._async = AsyncStateStoreClient(
@@ -849,6 +887,7 @@ class StateStoreClient:
             clock=clock,
             settings=settings,
             connection_factory=connection_factory,
+            max_payload=max_payload,
         )
 
     @classmethod

@@ -83,8 +83,9 @@ def response_properties(
 
 
 def expiry_seconds(timeout_s: float) -> int:
-    """Message Expiry Interval for a request timeout: whole seconds, rounded up, at least 1."""
-    return max(1, math.ceil(timeout_s))
+    """Message Expiry Interval for a request timeout: whole seconds, rounded up, at least 1, at most
+    2**32 - 1 (the property is a four-byte integer: a longer timeout must not fail to encode)."""
+    return min(max(1, math.ceil(timeout_s)), 0xFFFFFFFF)
 
 
 def _major(version: str) -> int:
