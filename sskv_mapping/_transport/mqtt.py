@@ -42,6 +42,27 @@ __all__ = ["InboundMessage", "MqttConnection"]
 
 log = logging.getLogger("sskv_mapping.transport")
 
+
+class _RedactAuthenticationData(logging.Filter):
+    """paho (logging through ``log``) writes each CONNECT's properties at DEBUG, the K8S-SAT token in
+    Authentication Data included: show those properties with that one value replaced."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(isinstance(arg, Properties) for arg in record.args):
+            record.args = tuple(_redacted(arg) if isinstance(arg, Properties) else arg for arg in record.args)
+        return True
+
+
+def _redacted(props: Properties) -> object:
+    if getattr(props, "AuthenticationData", None) is None:
+        return props
+    shown: dict[str, object] = props.json()  # type: ignore[no-untyped-call]
+    shown["AuthenticationData"] = "<redacted>"
+    return shown
+
+
+log.addFilter(_RedactAuthenticationData())
+
 UserProperties = Sequence[tuple[str, str]]
 
 

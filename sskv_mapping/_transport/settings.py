@@ -83,8 +83,11 @@ class ConnectionSettings:
         secure = parts.scheme in ("mqtts", "ssl")
         try:
             port = parts.port
-        except ValueError as exc:
-            raise ConfigurationError(f"bad port in broker URL: {exc}") from None
+        except ValueError:
+            # Not quoting the bad "port": with an unescaped / ? # in the password it is a piece of the password.
+            raise ConfigurationError(
+                "bad port in broker URL (percent-encode '/', '?', '#' and '@' in a user name or password)"
+            ) from None
         kwargs: dict[str, object] = {
             "host": parts.hostname or "127.0.0.1",
             "port": port or (8883 if secure else 1883),
