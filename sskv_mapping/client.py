@@ -465,9 +465,7 @@ class AsyncStateStoreClient:
         self._conn = conn
         self._connected_evt.set()
         self._set_state(ConnectionState.CONNECTED)
-        self._supervisor = self._loop.create_task(
-            self._supervise(conn), name=f"sskv-supervisor-{self.client_id}"
-        )
+        self._supervisor = self._loop.create_task(self._supervise(conn), name=f"sskv-supervisor-{self.client_id}")
 
     async def close(self) -> None:
         """Stop watches, disconnect, and fail whatever is still in flight. Safe to call twice."""
@@ -990,9 +988,7 @@ class StateStoreClient:
         fencing_token: HybridLogicalClock | None = None,
         timeout: float | _Unset | None = UNSET,
     ) -> VDeleteResult:
-        result: VDeleteResult = self._run(
-            self._async.vdelete(key, value, fencing_token=fencing_token, timeout=timeout)
-        )
+        result: VDeleteResult = self._run(self._async.vdelete(key, value, fencing_token=fencing_token, timeout=timeout))
         return result
 
     def watch(self, key: KeyLike) -> KeyWatch:

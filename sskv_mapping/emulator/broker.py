@@ -50,9 +50,7 @@ __all__ = [
 ]
 
 #: The one-line message of the ``ConfigurationError`` raised when there is no mosquitto binary.
-MOSQUITTO_NOT_FOUND: Final = (
-    "mosquitto not found: install it with 'apt-get install mosquitto' (Debian/Ubuntu)"
-)
+MOSQUITTO_NOT_FOUND: Final = "mosquitto not found: install it with 'apt-get install mosquitto' (Debian/Ubuntu)"
 
 #: Where to look when ``mosquitto`` is not on ``PATH`` (Debian puts it in /usr/sbin, which a non-root
 #: user's PATH usually lacks).
