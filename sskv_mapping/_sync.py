@@ -66,6 +66,21 @@ class LoopThread:
             fut.cancel()
             raise
 
+    async def run_async(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` running on this loop, from any event loop, without blocking a thread.
+
+        On the loop thread itself it is simply awaited; elsewhere the caller's loop waits on a future that
+        this loop completes (how async framework code uses a client that lives on the background loop).
+        """
+        if self.in_loop_thread():
+            return await coro
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+
     def stop(self) -> None:
         if self._thread.is_alive():
             self.loop.call_soon_threadsafe(self.loop.stop)

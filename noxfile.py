@@ -1,0 +1,144 @@
+"""The test matrix.
+
+Only CPython 3.11 exists on the project's machines, and nox treats a missing interpreter as an error when
+``CI`` is set, so the matrix varies *dependencies*; the Python list comes from ``SSKV_NOX_PYTHONS``
+(e.g. ``SSKV_NOX_PYTHONS="3.11 3.12 3.13" nox``) on machines that have more.
+
+``nox`` with no arguments runs the default sessions below; ``nox -l`` lists them all. ``.ci/run`` runs the
+README's test command (``scripts/test.sh``: the whole pytest suite in ``.venv`` with the latest supported
+frameworks), which covers what ``tests``, ``broker``, ``integrations`` and ``faults`` cover with the newest
+versions; the sessions add the older versions, the bare install, lint and types.
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+PYTHONS = os.environ.get("SSKV_NOX_PYTHONS", "3.11").split()
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = [
+    "lint",
+    "types",
+    "bare",
+    "tests",
+    "broker",
+    "oldest",
+    "django",
+    "flask",
+    "litestar",
+    "aiocache",
+    "fastapi",
+    "faults",
+]
+
+TEST_DEPS = ["pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.2", "hypothesis>=6.90"]
+PYTEST = ["pytest", "-q", "-p", "no:cacheprovider"]
+
+
+def _install(session: nox.Session, *extras: str, deps: tuple[str, ...] = ()) -> None:
+    spec = f".[{','.join(extras)}]" if extras else "."
+    session.install(spec, *TEST_DEPS, *deps)
+
+
+@nox.session(python=PYTHONS)
+def lint(session: nox.Session) -> None:
+    """ruff check + ruff format --check."""
+    session.install("ruff>=0.4")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHONS)
+def types(session: nox.Session) -> None:
+    """mypy --strict on the package."""
+    session.install(".[msgpack]", "mypy>=1.8", "types-cachetools")
+    session.run("mypy", "sskv_mapping")
+
+
+@nox.session(python=PYTHONS)
+def bare(session: nox.Session) -> None:
+    """A bare install (no extras, no test tools): `import sskv_mapping` works, integrations fail loudly."""
+    session.install(".")
+    session.run("python", "-c", "import sskv_mapping, sys; assert 'msgpack' not in sys.modules; print('ok')")
+    session.run("python", "tests/_support/bare_install_check.py")
+
+
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
+    """The in-process suite: no broker needed."""
+    _install(session, "msgpack")
+    session.run(*PYTEST, "-m", "not broker and not faults", "tests", *session.posargs)
+
+
+@nox.session(python=PYTHONS)
+def broker(session: nox.Session) -> None:
+    """Everything that talks to a real mosquitto + the emulator process (fault suite excluded)."""
+    _install(session, "msgpack")
+    session.run(*PYTEST, "-m", "broker and not faults", "tests", *session.posargs)
+
+
+@nox.session(python=PYTHONS)
+def oldest(session: nox.Session) -> None:
+    """The oldest runtime dependencies we claim: aiomqtt 2.3, cachetools 5.3, msgpack 1.0."""
+    session.install(".", *TEST_DEPS, "aiomqtt==2.3.0", "cachetools==5.3.0", "msgpack==1.0.8")
+    session.run(*PYTEST, "-m", "not faults", "tests/protocol", "tests/client", "tests/mapping", *session.posargs)
+
+
+FRAMEWORK_TESTS = {
+    "django": ["tests/integrations/test_django.py", "integrations/django_app"],
+    "flask": ["tests/integrations/test_flask.py", "integrations/flask_app"],
+    "litestar": ["tests/integrations/test_litestar.py", "integrations/litestar_app"],
+    "aiocache": ["tests/integrations/test_aiocache.py"],
+    "fastapi": ["tests/integrations/test_fastapi.py", "integrations/fastapi_app"],
+}
+
+
+def _framework(session: nox.Session, name: str, pin: str) -> None:
+    _install(session, name, deps=(pin, "httpx>=0.24"))
+    paths = [p for p in FRAMEWORK_TESTS[name] + ["tests/integrations/test_ttl_table.py"] if os.path.exists(p)]
+    session.run(*PYTEST, *paths, *session.posargs)
+
+
+@nox.session(python=PYTHONS)
+@nox.parametrize("django", ["4.2", "5.2"])
+def django(session: nox.Session, django: str) -> None:
+    """The Django cache backend and example project, on Django 4.2 LTS and 5.2 LTS (the latest here)."""
+    _framework(session, "django", f"django=={django}.*")
+
+
+@nox.session(python=PYTHONS)
+@nox.parametrize("flask_caching", ["2.0.2", "latest"])
+def flask(session: nox.Session, flask_caching: str) -> None:
+    """Flask-Caching backend and example app, oldest supported and latest."""
+    _framework(session, "flask", "flask-caching" if flask_caching == "latest" else f"flask-caching=={flask_caching}")
+
+
+@nox.session(python=PYTHONS)
+@nox.parametrize("litestar", ["2.0.0", "latest"])
+def litestar(session: nox.Session, litestar: str) -> None:
+    """Litestar Store and example app, oldest supported and latest."""
+    _framework(session, "litestar", "litestar" if litestar == "latest" else f"litestar=={litestar}")
+
+
+@nox.session(python=PYTHONS)
+@nox.parametrize("aiocache", ["0.12.0", "latest"])
+def aiocache(session: nox.Session, aiocache: str) -> None:
+    """aiocache backend, oldest supported and latest."""
+    _framework(session, "aiocache", "aiocache" if aiocache == "latest" else f"aiocache=={aiocache}")
+
+
+@nox.session(python=PYTHONS)
+def fastapi(session: nox.Session) -> None:
+    """FastAPI/Starlette lifespan helper and example app."""
+    _framework(session, "fastapi", "fastapi")
+
+
+@nox.session(python=PYTHONS)
+def faults(session: nox.Session) -> None:
+    """The fault suite: broker kills, emulator restarts, lost notifications, fencing, clock skew, fuzzing."""
+    _install(session, "msgpack")
+    session.run(*PYTEST, "-m", "faults", "tests/faults", "tests/fuzz", "-s", *session.posargs)
