@@ -1,0 +1,226 @@
+"""Layer 6: a Flask-Caching backend over the state store, named by dotted path in the app's config.
+
+Example:
+    >>> app.config.update(  # doctest: +SKIP
+    ...     CACHE_TYPE="sskv_mapping.integrations.flask_caching.StateStoreCache",
+    ...     CACHE_SSKV_URL="mqtt://127.0.0.1:1883",
+    ...     CACHE_KEY_PREFIX="myapp",  # the state store namespace: keys are ``myapp/<key>``
+    ...     CACHE_DEFAULT_TIMEOUT=300,  # Flask-Caching's rule: 0 = never expires
+    ... )
+    >>> cache = Cache(app)  # doctest: +SKIP
+
+Config keys read by :meth:`StateStoreCache.factory`:
+
+* ``CACHE_SSKV_URL``: the broker, ``mqtt://[user[:password]@]host[:port]`` or ``mqtts://...`` (default
+  ``mqtt://127.0.0.1:1883``).
+* ``CACHE_KEY_PREFIX``: the state store namespace (Flask-Caching's default ``flask_cache_``); every app that
+  names the same namespace shares the entries, and ``clear()`` deletes only this namespace. No ``/`` or ``#``.
+* ``CACHE_DEFAULT_TIMEOUT``: seconds or a timedelta; ``0`` never expires (Flask-Caching's convention,
+  converted by :func:`sskv_mapping.cache.translate_ttl`).
+* ``CACHE_IGNORE_ERRORS``: as for Flask-Caching's own backends (``delete_many``).
+* ``CACHE_OPTIONS``: keyword arguments of :class:`StateStoreCache`: ``codec``, ``local_cache_size``, and the
+  connection options ``client_id``, ``username``, ``password``, ``tls``, ``sat_token_file``, ``keepalive``,
+  ``connect_timeout``.
+
+Values go through a codec, JSON by default: views returning ``str``/``dict``/``list`` and memoized functions
+returning JSON data round-trip exactly. To cache ``Response`` objects, tuples or arbitrary objects, pass
+``CACHE_OPTIONS={"codec": PickleCodec(key=<secret>)}`` (signed pickle; see :class:`~sskv_mapping.PickleCodec`
+for why an unsigned pickle is dangerous on a store others can write to).
+
+All backends of the process that name the same broker and identity share one MQTT connection
+(:func:`~sskv_mapping.integrations._common.shared_client`); the I/O runs on the library's background event-loop
+thread, so the backend is safe to use from any number of WSGI threads.
+
+Must not import any other framework; imported without Flask-Caching it raises an ImportError naming
+``pip install 'sskv-mapping[flask]'``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable
+from typing import Any, cast
+
+from ._common import import_extra, settings_from_options, shared_client
+
+import_extra("flask_caching", "flask", "flask_caching")
+
+from flask import Flask  # noqa: E402
+from flask_caching.backends.base import BaseCache  # noqa: E402
+
+from .._protocol.errors import StateStoreError  # noqa: E402
+from ..cache import SyncStateStoreCache, translate_ttl  # noqa: E402
+from ..client import UNSET, StateStoreClient  # noqa: E402
+from ..codecs import Codec  # noqa: E402
+
+__all__ = ["DEFAULT_URL", "StateStoreCache"]
+
+#: Where the broker is when ``CACHE_SSKV_URL`` is not set.
+DEFAULT_URL = "mqtt://127.0.0.1:1883"
+
+_CONNECTION_OPTIONS = ("client_id", "username", "password", "tls", "sat_token_file", "keepalive", "connect_timeout")
+
+
+def _whole_seconds(timeout: int | float | dt.timedelta | None) -> int:
+    if timeout is None:
+        return 0
+    seconds = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else timeout
+    return math.ceil(seconds) if isinstance(seconds, float) and math.isfinite(seconds) else int(seconds)
+
+
+class StateStoreCache(BaseCache):
+    """Flask-Caching backend: ``CACHE_TYPE = "sskv_mapping.integrations.flask_caching.StateStoreCache"``.
+
+    Implements Flask-Caching's (cachelib's) cache API: ``get``, ``set``, ``add``, ``delete``, ``has``,
+    ``clear``, ``get_many``, ``get_dict``, ``set_many``, ``delete_many``, ``inc``, ``dec``, plus ``touch``.
+    Timeouts follow Flask-Caching: ``None`` is the default timeout, ``0`` never expires, a negative one
+    expires at once.
+
+    Args:
+        url: the broker URL (ignored when ``client`` is given).
+        namespace: the state store namespace holding the entries.
+        default_timeout: seconds (or a timedelta) used when a call passes no timeout; ``0``/``None``: never.
+        ignore_delete_many_errors: report keys that could not be deleted instead of raising (cachelib).
+        codec: a codec or its name (``"json"`` by default).
+        local_cache_size: keep up to this many hot entries in process, kept current by notifications.
+        client: a connected :class:`StateStoreClient` to use instead of the process-wide shared one.
+        **connection: connection options for :func:`settings_from_options` (``username``, ``tls``...).
+
+    Example:
+        >>> cache = StateStoreCache(url="mqtt://127.0.0.1:1883", namespace="web")  # doctest: +SKIP
+        >>> cache.set("greeting", "hello", timeout=0)  # never expires  # doctest: +SKIP
+        True
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        namespace: str = "flask_cache_",
+        default_timeout: int | float | dt.timedelta | None = 300,
+        ignore_delete_many_errors: bool = False,
+        codec: Codec[Any] | str | None = None,
+        local_cache_size: int = 0,
+        client: StateStoreClient | None = None,
+        **connection: Any,
+    ) -> None:
+        unknown = set(connection) - set(_CONNECTION_OPTIONS)
+        if unknown:
+            raise TypeError(f"unexpected StateStoreCache option(s): {', '.join(sorted(unknown))}")
+        default_ttl = translate_ttl(UNSET, "flask", default_timeout)  # validates before connecting
+        # cachelib keeps whole seconds in ``default_timeout``; the exact configured value is kept for the TTLs
+        super().__init__(
+            default_timeout=_whole_seconds(default_timeout), ignore_delete_many_errors=ignore_delete_many_errors
+        )
+        self._default_timeout = default_timeout
+        if client is None:
+            client = shared_client(settings_from_options(url or DEFAULT_URL, connection))
+        self._cache: SyncStateStoreCache[Any] = SyncStateStoreCache(
+            client, namespace=namespace, codec=codec, default_ttl=default_ttl, local_cache_size=local_cache_size
+        )
+
+    @classmethod
+    def factory(cls, app: Flask, config: dict[str, Any], args: list[Any], kwargs: dict[str, Any]) -> StateStoreCache:
+        """Flask-Caching's backend factory: ``kwargs`` holds ``default_timeout``, ``ignore_delete_many_errors``
+        and ``CACHE_OPTIONS``; the URL and the namespace come from ``config``."""
+        options = dict(kwargs)
+        options.setdefault("namespace", config.get("CACHE_KEY_PREFIX") or "flask_cache_")
+        if not args:  # CACHE_ARGS, if any, start with the URL
+            options.setdefault("url", config.get("CACHE_SSKV_URL") or DEFAULT_URL)
+        return cls(*args, **options)
+
+    # -- plumbing ---------------------------------------------------------------------------------------
+
+    @property
+    def sskv_cache(self) -> SyncStateStoreCache[Any]:
+        """The :class:`~sskv_mapping.cache.SyncStateStoreCache` behind this backend (stats, ``get_or_set``)."""
+        return self._cache
+
+    @property
+    def namespace(self) -> str:
+        return self._cache.namespace
+
+    def _ttl(self, timeout: int | float | dt.timedelta | None) -> float | None:
+        return translate_ttl(timeout, "flask", self._default_timeout)
+
+    def close(self) -> None:
+        """Stop this backend's watches (the shared connection stays open for the process's other users)."""
+        self._cache.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} namespace={self.namespace!r}>"
+
+    # -- cachelib's API ------------------------------------------------------------------------------------
+
+    def get(self, key: str) -> Any:
+        return self._cache.get(key)
+
+    def has(self, key: str) -> bool:
+        return self._cache.exists(key)
+
+    def get_many(self, *keys: str) -> list[Any]:
+        found = self._cache.get_many(keys)
+        return [found.get(k) for k in keys]
+
+    def set(self, key: str, value: Any, timeout: int | float | dt.timedelta | None = None) -> bool:
+        self._cache.set(key, value, self._ttl(timeout))
+        return True
+
+    def add(self, key: str, value: Any, timeout: int | float | dt.timedelta | None = None) -> bool:
+        return self._cache.add(key, value, self._ttl(timeout))
+
+    def set_many(self, mapping: dict[str, Any], timeout: int | float | dt.timedelta | None = None) -> list[Any]:
+        failed = set(self._cache.set_many(mapping, self._ttl(timeout)))
+        return [k for k in mapping if k not in failed]
+
+    def delete(self, key: str) -> bool:
+        return self._cache.delete(key)
+
+    def delete_many(self, *keys: str) -> list[Any]:
+        """Delete the keys; returns those gone afterwards (an absent key counts as deleted, as in cachelib)."""
+        wanted = list(dict.fromkeys(keys))
+        try:
+            self._cache.delete_many(wanted)
+        except StateStoreError:
+            return self._delete_one_by_one(wanted)
+        return wanted
+
+    def _delete_one_by_one(self, keys: Iterable[str]) -> list[Any]:
+        deleted: list[Any] = []
+        failed: list[str] = []
+        for key in keys:
+            try:
+                self._cache.delete(key)
+            except StateStoreError:
+                failed.append(key)
+            else:
+                deleted.append(key)
+        if failed and not self.ignore_delete_many_errors:
+            raise RuntimeError(f"Failed to delete keys: {failed}")
+        return deleted
+
+    def clear(self) -> bool:
+        """Delete every entry of this backend's namespace (and nothing else)."""
+        self._cache.clear()
+        return True
+
+    def inc(self, key: str, delta: int = 1) -> int | None:
+        """Add ``delta`` and return the new value, exact across processes; an absent key starts at ``delta``
+        (stored with the default timeout). The counter's expiry restarts at the default timeout on every
+        increment: the state store cannot report a key's remaining TTL."""
+        while True:
+            try:
+                return cast(int, self._cache.incr(key, delta))
+            except ValueError as exc:
+                if isinstance(exc, StateStoreError):  # a bad key or an undecodable value, not "absent"
+                    raise
+            if self._cache.add(key, delta):  # absent: create it, unless another writer just did
+                return delta
+
+    def dec(self, key: str, delta: int = 1) -> int | None:
+        return self.inc(key, -delta)
+
+    def touch(self, key: str, timeout: int | float | dt.timedelta | None = None) -> bool:
+        """Restart the key's expiry at ``timeout`` without changing its value (not part of cachelib's API)."""
+        return self._cache.touch(key, self._ttl(timeout))
