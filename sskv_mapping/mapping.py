@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
+from functools import partial
 from typing import Any, Generic, TypeVar, overload
 
 from ._protocol.commands import SetCondition, VDeleteResult
@@ -33,6 +34,25 @@ __all__ = ["AsyncStateStoreDict", "StateStoreDict"]
 
 V = TypeVar("V")
 D = TypeVar("D")
+T = TypeVar("T")
+
+#: The most requests one fan-out (``update``, ``clear``) keeps in flight. A broker holds only so many
+#: messages per client (mosquitto: 20 in flight + 1000 queued) and silently drops the rest, so an unbounded
+#: gather over a thousand keys loses replies and times out. A key costs up to two requests (KEYNOTIFY, then
+#: SET) and one notification.
+_MAX_FAN_OUT = 64
+
+
+async def _gather_bounded(calls: Iterable[Callable[[], Awaitable[T]]], limit: int = _MAX_FAN_OUT) -> list[T]:
+    """``asyncio.gather`` of each ``call()``, at most ``limit`` at once; callables, so none is left un-awaited."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Callable[[], Awaitable[T]]) -> T:
+        async with gate:
+            return await call()
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))
+
 
 _NO_DEFAULT: Any = object()
 
@@ -298,13 +318,14 @@ class AsyncStateStoreDict(Generic[V]):
             self._store.encode(k, v)
         if self._store.index is not None:
             await self._store.index.add(k for k, _ in pairs)
-        await asyncio.gather(*(self.set(k, v) for k, v in pairs))
+        await _gather_bounded([partial(self.set, k, v) for k, v in pairs])
 
     async def clear(self) -> None:
         """Delete every key of the namespace."""
         keys = await self._store.listed_keys(refresh=True)
         token = self._token()
-        await asyncio.gather(*(self._store.client.delete(self._store.data_key(k), fencing_token=token) for k in keys))
+        delete = partial(self._store.client.delete, fencing_token=token)
+        await _gather_bounded([partial(delete, self._store.data_key(k)) for k in keys])
         if self._store.cache is not None:
             for k in keys:
                 self._store.cache.invalidate(self._store.data_key(k))
