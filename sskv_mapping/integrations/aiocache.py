@@ -1,0 +1,335 @@
+"""Layer 6: an aiocache backend over the state store, for ``Cache(...)``, ``caches.set_config`` and ``@cached``.
+
+Example:
+    >>> from aiocache import Cache, cached  # doctest: +SKIP
+    >>> from sskv_mapping.integrations.aiocache import StateStoreCache
+    >>> cache = Cache(StateStoreCache, url="mqtt://127.0.0.1:1883", namespace="main", ttl=60)  # doctest: +SKIP
+    >>> @cached(cache=StateStoreCache, url="mqtt://127.0.0.1:1883", ttl=300)  # doctest: +SKIP
+    ... async def report(day: str) -> dict: ...
+
+or by dotted path: ``caches.set_config({"default": {"cache": "sskv_mapping.integrations.aiocache.StateStoreCache",
+"url": "mqtt://127.0.0.1:1883"}})``.
+
+How aiocache's primitives map onto :class:`sskv_mapping.cache.StateStoreCache`, all in one state store
+namespace (``sskv_namespace``, default ``"aiocache"``; aiocache's own ``namespace`` is a key prefix ``ns:key``,
+as with aiocache's Redis backend):
+
+* values arrive serialized by the aiocache serializer (``str`` or ``bytes``; JSON by default, as for Redis) and
+  are stored as those bytes; ``_get`` gives back ``str`` or ``bytes`` according to the serializer's encoding;
+* ``_add`` is ``SET NX`` and raises ``ValueError`` if the key exists (as aiocache's backends do);
+* ``_increment`` is the cache's lock-protected ``incr`` (exact across processes); an absent key starts at
+  ``delta``; a value that is not an integer raises ``TypeError``. The counter's expiry restarts at the cache's
+  ``ttl`` on each increment: the state store cannot report a key's remaining TTL;
+* ``_expire(key, 0)`` removes the expiry (aiocache's rule), via the cache's ``expire`` (``SET NEX`` of the stored
+  bytes: a concurrent change wins);
+* ``_set`` with a ``_cas_token`` (``OptimisticLock``): ``VDEL`` of the expected value, then ``SET NX`` of the new
+  one. ``VDEL`` is the atomic compare; between the two steps the key is briefly absent, i.e. a reader may see a
+  cache miss, which a cache may always answer. A key fenced by an ``increment`` cannot be compared this way
+  (:class:`~sskv_mapping.FencingTokenRequiredError` is raised);
+* ``_redlock_release`` (``RedLock``, ``@cached_stampede``) is ``VDEL``: the lock is removed only if still ours;
+* ``_clear()`` deletes every key of the state store namespace; ``_clear(namespace)`` those under ``namespace:``
+  (listed through the namespace's key index);
+* ``_raw(command, ...)`` calls the :class:`~sskv_mapping.AsyncStateStoreClient` verb ``get``, ``set``,
+  ``delete`` or ``vdelete`` with full store keys.
+
+TTLs follow aiocache (``None`` and ``0`` never expire, a negative TTL expires at once) through
+:func:`sskv_mapping.cache.translate_ttl`.
+
+aiocache builds caches at import and decoration time and calls them from whatever event loop runs, so the
+backend's connection lives on the library's background event loop (one shared connection per process and
+broker, :func:`~sskv_mapping.integrations._common.shared_client`), opened on first use, and every operation is
+awaited across loops (``LoopThread.run_async``): no thread is blocked and any loop may use the cache.
+
+Must not import any other framework; imported without aiocache it raises an ImportError naming
+``pip install 'sskv-mapping[aiocache]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import threading
+from collections.abc import Coroutine, Iterable
+from typing import Any, TypeVar
+
+from ._common import import_extra, settings_from_options, shared_client
+
+import_extra("aiocache", "aiocache", "aiocache")
+
+from aiocache.base import BaseCache  # type: ignore[import-untyped]  # noqa: E402
+from aiocache.serializers import JsonSerializer  # type: ignore[import-untyped]  # noqa: E402
+
+from .._protocol.commands import VDeleteResult  # noqa: E402
+from .._protocol.errors import ConfigurationError, StateStoreError  # noqa: E402
+from .._store import _check_namespace  # noqa: E402
+from .._sync import get_loop_thread  # noqa: E402
+from .._transport.settings import ConnectionSettings  # noqa: E402
+from ..cache import StateStoreCache as _CoreCache  # noqa: E402
+from ..cache import translate_ttl  # noqa: E402
+from ..client import UNSET, StateStoreClient  # noqa: E402
+from ..mapping import AsyncStateStoreDict  # noqa: E402
+
+__all__ = ["DEFAULT_URL", "StateStoreCache"]
+
+T = TypeVar("T")
+
+#: Where the broker is when no ``url`` (or ``endpoint``/``port``) is given.
+DEFAULT_URL = "mqtt://127.0.0.1:1883"
+
+_CONNECTION_OPTIONS = ("client_id", "username", "password", "tls", "sat_token_file", "keepalive", "connect_timeout")
+_RAW_COMMANDS = frozenset({"get", "set", "delete", "vdelete"})
+_MAX_INT_TEXT = 40  # longer digit strings stay bytes (and int() of huge ones is refused by Python anyway)
+
+
+class _ValueCodec:
+    """The bytes aiocache's serializer produced, stored as they are; canonical decimal integers are read back
+    as ``int`` so that the cache's ``incr`` can count on them (``_get`` turns them back into the same text)."""
+
+    name = "aiocache"
+
+    def dumps(self, value: Any, /) -> bytes:
+        if isinstance(value, bytes | bytearray | memoryview):
+            return bytes(value)
+        if isinstance(value, str):
+            return value.encode("utf-8")
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value).encode("ascii")
+        raise TypeError(
+            f"aiocache handed the backend a {type(value).__name__}: use a serializer that produces str or bytes "
+            "(JsonSerializer, the default; StringSerializer; PickleSerializer), not NullSerializer"
+        )
+
+    def loads(self, data: bytes, /) -> Any:
+        if 0 < len(data) <= _MAX_INT_TEXT and data.lstrip(b"-").isdigit():
+            number = int(data)
+            if str(number).encode("ascii") == data:  # "007" or "-0" would not come back the same: keep bytes
+                return number
+        return data
+
+
+def _text(value: Any, encoding: str | None) -> Any:
+    """A stored value as aiocache's serializer wants it: ``str`` with an encoding, else ``bytes``."""
+    if value is None:
+        return None
+    if isinstance(value, int):
+        value = str(value).encode("ascii")
+    return value.decode(encoding) if encoding else value
+
+
+class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
+    """aiocache backend on the state store (default serializer: JSON, as for aiocache's Redis backend).
+
+    Args:
+        url: the broker, ``mqtt://[user[:password]@]host[:port]`` or ``mqtts://...``.
+        endpoint, port: the broker's host and port instead of ``url`` (as ``Cache.from_url`` passes them).
+        sskv_namespace: the state store namespace holding the entries (no ``/`` or ``#``).
+        local_cache_size: keep up to this many hot entries in process, kept current by notifications.
+        client: a connected :class:`~sskv_mapping.StateStoreClient` instead of the process-wide shared one.
+        serializer, plugins, namespace, key_builder, timeout, ttl: aiocache's own options.
+        client_id, username, password, tls, sat_token_file, keepalive, connect_timeout: connection options.
+    """
+
+    NAME = "sskv"
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        endpoint: str | None = None,
+        port: int | str | None = None,
+        sskv_namespace: str = "aiocache",
+        local_cache_size: int = 0,
+        client: StateStoreClient | None = None,
+        serializer: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        connection = {k: kwargs.pop(k) for k in _CONNECTION_OPTIONS if k in kwargs}
+        super().__init__(serializer=serializer or JsonSerializer(), **kwargs)
+        if endpoint is not None or port is not None:
+            if url is not None:
+                raise ConfigurationError("give either url or endpoint/port, not both")
+            url = f"mqtt://{endpoint or '127.0.0.1'}:{int(port or 1883)}"
+        self._settings: ConnectionSettings | None = (
+            None if client is not None else settings_from_options(url or DEFAULT_URL, connection)
+        )
+        self._client = client
+        self._sskv_namespace = sskv_namespace
+        self._local_cache_size = local_cache_size
+        # what the cache's incr restarts a counter's expiry at (the other calls get aiocache's resolved ttl)
+        self._default_ttl = translate_ttl(UNSET, "aiocache", self.ttl)
+        self._codec = _ValueCodec()
+        _check_namespace(sskv_namespace)  # refused now rather than on the first call
+        self._core: _CoreCache[Any] | None = None
+        self._open_lock = threading.Lock()
+        self._portal = get_loop_thread()
+
+    def __repr__(self) -> str:
+        where = self._settings.url if self._settings is not None else "a given client"
+        return f"StateStoreCache ({where}, sskv_namespace={self._sskv_namespace!r})"
+
+    @classmethod
+    def parse_uri_path(cls, path: str) -> dict[str, Any]:
+        """``Cache.from_url`` support (after ``AIOCACHE_CACHES["sskv"] = StateStoreCache``): the path is the
+        state store namespace, e.g. ``sskv://127.0.0.1:1883/web``."""
+        namespace = path.strip("/")
+        return {"sskv_namespace": namespace} if namespace else {}
+
+    def _build_key(self, key: Any, namespace: str | None = None) -> Any:
+        # aiocache's Redis layout, ``namespace:key``, so that ``clear(namespace)`` has a boundary to go by
+        if isinstance(key, enum.Enum):
+            key = key.value
+        ns = namespace if namespace is not None else self.namespace
+        if ns is None:
+            return key
+        return f"{ns}:{key}" if ns else key
+
+    # -- the connection, on the background loop ----------------------------------------------------------
+
+    def _open_blocking(self) -> _CoreCache[Any]:
+        with self._open_lock:
+            if self._core is None:
+                client = self._client
+                if client is None:
+                    assert self._settings is not None
+                    client = shared_client(self._settings)
+                core: _CoreCache[Any] = _CoreCache(
+                    client.async_client,
+                    namespace=self._sskv_namespace,
+                    codec=self._codec,
+                    default_ttl=self._default_ttl,
+                    local_cache_size=self._local_cache_size,
+                )
+                self._portal.run(core.open())
+                self._core = core
+            return self._core
+
+    async def _cache(self) -> _CoreCache[Any]:
+        core = self._core
+        if core is None:  # connecting blocks: do it in a worker thread, not on the caller's loop
+            core = await asyncio.to_thread(self._open_blocking)
+        return core
+
+    async def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await self._portal.run_async(coro)
+
+    @property
+    def sskv_cache(self) -> _CoreCache[Any] | None:
+        """The :class:`sskv_mapping.cache.StateStoreCache` behind this backend, once the first call opened it."""
+        return self._core
+
+    # -- aiocache's primitives ------------------------------------------------------------------------------
+
+    async def _get(self, key: str, encoding: str | None = "utf-8", _conn: Any = None) -> Any:
+        core = await self._cache()
+        return _text(await self._run(core.get(key)), encoding)
+
+    async def _gets(self, key: str, encoding: str | None = "utf-8", _conn: Any = None) -> Any:
+        return await self._get(key, encoding=encoding, _conn=_conn)
+
+    async def _multi_get(self, keys: Iterable[str], encoding: str | None = "utf-8", _conn: Any = None) -> list[Any]:
+        wanted = list(keys)
+        core = await self._cache()
+        found = await self._run(core.get_many(wanted))
+        return [_text(found.get(k), encoding) for k in wanted]
+
+    async def _set(self, key: str, value: Any, ttl: Any = None, _cas_token: Any = None, _conn: Any = None) -> bool:
+        seconds = translate_ttl(ttl, "aiocache")
+        core = await self._cache()
+        if _cas_token is not None:
+            return await self._run(self._cas(core, key, value, _cas_token, seconds))
+        await self._run(core.set(key, value, seconds))
+        return True
+
+    async def _cas(self, core: _CoreCache[Any], key: str, value: Any, token: Any, seconds: float | None) -> bool:
+        expected = self._codec.dumps(token)
+        outcome = await core.client.vdelete(f"{core.namespace}/{key}", expected)
+        if outcome is not VDeleteResult.DELETED:
+            return False
+        # If another writer stores the key between the VDEL and this NX, its value is newer than ours: keep it.
+        await core.add(key, value, seconds)
+        return True
+
+    async def _multi_set(self, pairs: Iterable[tuple[str, Any]], ttl: Any = None, _conn: Any = None) -> bool:
+        seconds = translate_ttl(ttl, "aiocache")
+        core = await self._cache()
+        failed = await self._run(core.set_many(dict(pairs), seconds))
+        if failed:
+            raise StateStoreError(f"multi_set could not store {len(failed)} key(s): {failed[:10]!r}")
+        return True
+
+    async def _add(self, key: str, value: Any, ttl: Any = None, _conn: Any = None) -> bool:
+        seconds = translate_ttl(ttl, "aiocache")
+        core = await self._cache()
+        if not await self._run(core.add(key, value, seconds)):
+            raise ValueError(f"Key {key} already exists, use .set to update the value")
+        return True
+
+    async def _exists(self, key: str, _conn: Any = None) -> bool:
+        core = await self._cache()
+        return await self._run(core.exists(key))
+
+    async def _increment(self, key: str, delta: int, _conn: Any = None) -> int | float:
+        core = await self._cache()
+        return await self._run(self._incr(core, key, delta))
+
+    @staticmethod
+    async def _incr(core: _CoreCache[Any], key: str, delta: int) -> int | float:
+        while True:
+            try:
+                return await core.incr(key, delta)
+            except ValueError as exc:
+                if isinstance(exc, StateStoreError):  # a bad key or delta, not "absent"
+                    raise
+            if await core.add(key, delta):  # absent: create it, unless another writer just did
+                return delta
+
+    async def _expire(self, key: str, ttl: Any, _conn: Any = None) -> bool:
+        seconds = translate_ttl(ttl, "aiocache")
+        core = await self._cache()
+        return await self._run(core.expire(key, seconds))
+
+    async def _delete(self, key: str, _conn: Any = None) -> int:
+        core = await self._cache()
+        return int(await self._run(core.delete(key)))
+
+    async def _clear(self, namespace: str | None = None, _conn: Any = None) -> bool:
+        core = await self._cache()
+        if not namespace:
+            await self._run(core.clear())
+        else:
+            await self._run(self._clear_prefix(core, f"{namespace}:"))
+        return True
+
+    @staticmethod
+    async def _clear_prefix(core: _CoreCache[Any], prefix: str) -> int:
+        # The cache API has no key listing; a dict view of the same namespace reads its key index.
+        view: AsyncStateStoreDict[bytes] = AsyncStateStoreDict(
+            core.client, namespace=core.namespace, codec="raw", cache_size=0
+        )
+        async with view:
+            keys = [k for k in await view.keys() if k.startswith(prefix)]
+        return await core.delete_many(keys) if keys else 0
+
+    async def _raw(
+        self, command: str, *args: Any, encoding: str | None = "utf-8", _conn: Any = None, **kwargs: Any
+    ) -> Any:
+        if command not in _RAW_COMMANDS:
+            raise ConfigurationError(f"raw commands are the client verbs {sorted(_RAW_COMMANDS)}, not {command!r}")
+        core = await self._cache()
+        result = await self._run(getattr(core.client, command)(*args, **kwargs))
+        if command == "get":
+            return None if result is None else _text(result.value, encoding)
+        return result
+
+    async def _redlock_release(self, key: str, value: Any) -> int:
+        core = await self._cache()
+        data_key = f"{core.namespace}/{key}"
+        outcome = await self._run(core.client.vdelete(data_key, self._codec.dumps(value)))
+        return 1 if outcome is VDeleteResult.DELETED else 0
+
+    async def _close(self, *args: Any, _conn: Any = None, **kwargs: Any) -> None:
+        """Stop this backend's watches; the shared connection stays open. The next call reopens."""
+        with self._open_lock:
+            core, self._core = self._core, None
+        if core is not None:
+            await self._run(core.close())
