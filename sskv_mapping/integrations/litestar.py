@@ -1,0 +1,304 @@
+"""Layer 6: a Litestar ``Store`` over the state store, for ``StoreRegistry``, server-side sessions, the response
+cache and the rate limiter.
+
+Example:
+    >>> store = StateStoreStore("mqtt://127.0.0.1:1883", namespace="myapp")  # doctest: +SKIP
+    >>> app = Litestar(  # doctest: +SKIP
+    ...     route_handlers=[...],
+    ...     stores=StoreRegistry(default_factory=store.with_namespace),  # "sessions" -> myapp.sessions, ...
+    ...     lifespan=[store.lifespan],  # one client for the app, on the app's event loop
+    ...     middleware=[ServerSideSessionConfig().middleware],
+    ... )
+
+The store is async and its client lives on the app's own event loop: it is connected by ``store.lifespan``
+(or ``async with store:``) and closed with it; using the store before raises
+:class:`~sskv_mapping.ClientStateError`. Every store derived with :meth:`StateStoreStore.with_namespace` shares
+that one client.
+
+Layout: a store with namespace ``myapp.sessions`` keeps its entries in the state store namespace of that name
+(``myapp.sessions/<key>``, a :class:`sskv_mapping.cache.StateStoreCache` with the raw codec), and the names of
+its child namespaces in ``myapp.sessions!children``, so that :meth:`~StateStoreStore.delete_all` reaches every
+descendant (Litestar's ``NamespacedStore`` rule: bulk actions go down, never up), whichever process created it.
+
+Expiry. The state store deletes an entry when its ``PX`` runs out but cannot tell anyone how long a key has
+left. Each value is therefore stored in an envelope: one version byte, the absolute expiry (wall-clock
+milliseconds since the epoch, 0 for none) as a big-endian int64, then the bytes. :meth:`~StateStoreStore.expires_in`
+reads it (rounded up to whole seconds; ``-1`` for an entry without expiry, as Litestar's own stores answer;
+``None`` for an absent key), and ``get(key, renew_for=...)`` re-sets an expiring entry with a new envelope and a
+new ``PX``. The store's ``PX`` alone decides when an entry is gone; the envelope only reports it, computed with
+the writer's clock. A renewal re-writes the value it read: a ``set`` of the same key by someone else landing in
+between (one round trip) is overwritten by the renewed older value. Litestar's server-side sessions are
+last-writer-wins anyway (each response re-sets the session it read), so this adds no new outcome there.
+
+Must not import any other framework; imported without Litestar it raises an ImportError naming
+``pip install 'sskv-mapping[litestar]'``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Self, cast
+
+from ._common import import_extra, settings_from_options
+
+import_extra("litestar", "litestar", "litestar")
+
+from litestar.stores.base import NamespacedStore  # noqa: E402
+
+from .._protocol.errors import ClientStateError, ConfigurationError, DecodeError  # noqa: E402
+from .._transport.settings import ConnectionSettings  # noqa: E402
+from ..cache import StateStoreCache, translate_ttl  # noqa: E402
+from ..client import AsyncStateStoreClient  # noqa: E402
+from ..mapping import AsyncStateStoreDict  # noqa: E402
+
+__all__ = ["DEFAULT_URL", "StateStoreStore"]
+
+#: Where the broker is when no URL is given.
+DEFAULT_URL = "mqtt://127.0.0.1:1883"
+
+_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_HEADER = struct.Struct(">Bq")
+_VERSION = 1
+_CONNECTION_OPTIONS = ("client_id", "username", "password", "tls", "sat_token_file", "keepalive", "connect_timeout")
+
+
+def _check_name(name: object, what: str) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigurationError(f"{what} must be letters, digits, '_' or '-' (got {name!r})")
+    return name
+
+
+def _pack(data: bytes, expires_at_ms: int | None) -> bytes:
+    return _HEADER.pack(_VERSION, expires_at_ms or 0) + data
+
+
+def _unpack(raw: bytes, key: str) -> tuple[bytes, int | None]:
+    if len(raw) < _HEADER.size or raw[0] != _VERSION:
+        raise DecodeError(f"the value of {key!r} is not a Litestar store entry (written by something else?)")
+    _, expires_at_ms = _HEADER.unpack_from(raw)
+    return raw[_HEADER.size :], expires_at_ms or None
+
+
+class _Connection:
+    """The client shared by a store and every store derived from it, and the caches opened on it."""
+
+    def __init__(self, settings: ConnectionSettings | None, client: AsyncStateStoreClient | None) -> None:
+        self.settings = settings
+        self.given = client
+        self.client: AsyncStateStoreClient | None = client
+        self.generation = 0
+        self.opened: list[StateStoreCache[Any]] = []
+        self.users = 0
+
+    async def open(self) -> None:
+        self.users += 1
+        if self.users > 1:
+            return
+        try:
+            if self.given is None:
+                assert self.settings is not None
+                client = AsyncStateStoreClient(settings=self.settings)
+                await client.connect()
+                self.client = client
+            self.generation += 1
+        except BaseException:
+            self.users -= 1
+            raise
+
+    async def close(self) -> None:
+        if self.users == 0:
+            return
+        self.users -= 1
+        if self.users:
+            return
+        opened, self.opened = self.opened, []
+        try:
+            for cache in opened:
+                await cache.close()
+        finally:
+            if self.given is None and self.client is not None:
+                client, self.client = self.client, None
+                await client.close()
+
+    def require(self) -> AsyncStateStoreClient:
+        if self.users == 0 or self.client is None:
+            raise ClientStateError(
+                "this StateStoreStore is not open: add store.lifespan to Litestar(lifespan=[...]) "
+                "(or use 'async with store:')"
+            )
+        return self.client
+
+
+class StateStoreStore(NamespacedStore):
+    """A Litestar :class:`~litestar.stores.base.NamespacedStore` on the state store.
+
+    Args:
+        url: the broker, ``mqtt://[user[:password]@]host[:port]`` or ``mqtts://...`` (ignored with ``client``).
+        namespace: the root namespace (letters, digits, ``_``, ``-``); child namespaces are ``root.child``.
+        client: an :class:`~sskv_mapping.AsyncStateStoreClient` to use (connected by its owner on the app's
+            loop) instead of one the store connects in its lifespan.
+        clock: wall-clock seconds, for the expiry written into each entry's envelope.
+        client_id, username, password, tls, sat_token_file, keepalive, connect_timeout: connection options.
+
+    Example:
+        >>> async with StateStoreStore("mqtt://127.0.0.1:1883", namespace="demo") as store:  # doctest: +SKIP
+        ...     await store.set("greeting", "hello", expires_in=60)
+        ...     await store.get("greeting", renew_for=60), await store.expires_in("greeting")
+        (b'hello', 60)
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        namespace: str = "litestar",
+        client: AsyncStateStoreClient | None = None,
+        clock: Callable[[], float] = time.time,
+        **connection: Any,
+    ) -> None:
+        unknown = set(connection) - set(_CONNECTION_OPTIONS)
+        if unknown:
+            raise TypeError(f"unexpected StateStoreStore option(s): {', '.join(sorted(unknown))}")
+        settings = None if client is not None else settings_from_options(url or DEFAULT_URL, connection)
+        self._setup(_Connection(settings, client), _check_name(namespace, "namespace"), None, clock)
+
+    def _setup(
+        self, conn: _Connection, namespace: str, parent: StateStoreStore | None, clock: Callable[[], float]
+    ) -> None:
+        self.namespace: str = namespace
+        self._conn = conn
+        self._parent = parent
+        self._clock = clock
+        self._children: dict[str, StateStoreStore] = {}
+        self._generation = -1
+        self._data: StateStoreCache[bytes] | None = None
+        self._registry: StateStoreCache[Any] | None = None
+        self._registered = False
+
+    def __repr__(self) -> str:
+        return f"<StateStoreStore namespace={self.namespace!r}>"
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def lifespan(self, app: object = None) -> AsyncIterator[None]:
+        """``Litestar(lifespan=[store.lifespan])``: connect on the app's loop at startup, close at shutdown."""
+        await self._conn.open()
+        try:
+            yield
+        finally:
+            await self._conn.close()
+
+    async def __aenter__(self) -> None:
+        await self._conn.open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self._conn.close()
+
+    @property
+    def client(self) -> AsyncStateStoreClient:
+        """The client the store uses now (:class:`ClientStateError` while the store is not open)."""
+        return self._conn.require()
+
+    def with_namespace(self, namespace: str) -> Self:
+        """The store of the child namespace ``<this namespace>.<namespace>`` (the same object for the same name),
+        on the same client; :meth:`delete_all` here also empties it."""
+        name = _check_name(namespace, "a child namespace")
+        child = self._children.get(name)
+        if child is None:
+            child = object.__new__(type(self))
+            child._setup(self._conn, f"{self.namespace}.{name}", self, self._clock)
+            self._children[name] = child
+        return cast(Self, child)
+
+    def _caches(self) -> tuple[StateStoreCache[bytes], StateStoreCache[Any]]:
+        client = self._conn.require()
+        if self._data is None or self._registry is None or self._generation != self._conn.generation:
+            self._data = StateStoreCache(client, namespace=self.namespace, codec="raw", default_ttl=None)
+            self._registry = StateStoreCache(client, namespace=f"{self.namespace}!children", default_ttl=None)
+            self._conn.opened += [self._data, self._registry]
+            self._generation = self._conn.generation
+        return self._data, self._registry
+
+    async def _register(self) -> None:
+        """List this namespace in its parent's children (and the parent in its own, up to the root)."""
+        if self._registered or self._parent is None:
+            return
+        parent = self._parent
+        await parent._register()
+        _, registry = parent._caches()
+        await registry.add(self.namespace.rsplit(".", 1)[1], True, ttl=None)
+        self._registered = True  # the registry keeps its entries: once listed, listed for good
+
+    def _now_ms(self) -> int:
+        return math.floor(self._clock() * 1000)
+
+    # -- the Store protocol ---------------------------------------------------------------------------------
+
+    async def set(self, key: str, value: str | bytes, expires_in: int | timedelta | None = None) -> None:
+        """Store ``value``; ``expires_in`` seconds or a timedelta (``None`` or ``0``: never expires)."""
+        data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        seconds = translate_ttl(expires_in, "litestar")
+        cache, _ = self._caches()
+        await self._register()
+        await self._write(cache, key, data, seconds)
+
+    async def _write(self, cache: StateStoreCache[bytes], key: str, data: bytes, seconds: float | None) -> None:
+        expires_at = None if not seconds else self._now_ms() + math.ceil(seconds * 1000)
+        await cache.set(key, _pack(data, expires_at), ttl=seconds)
+
+    async def get(self, key: str, renew_for: int | timedelta | None = None) -> bytes | None:
+        """The value, or ``None``. With ``renew_for``, an entry that has an expiry gets a new one, ``renew_for``
+        from now (an entry without expiry is left alone, as Litestar specifies)."""
+        cache, _ = self._caches()
+        raw = await cache.get(key)
+        if raw is None:
+            return None
+        data, expires_at = _unpack(raw, key)
+        if renew_for and expires_at is not None:
+            await self._write(cache, key, data, translate_ttl(renew_for, "litestar"))
+        return data
+
+    async def delete(self, key: str) -> None:
+        cache, _ = self._caches()
+        await cache.delete(key)
+
+    async def delete_all(self) -> None:
+        """Delete every entry of this namespace and of all its descendants (never of its ancestors)."""
+        cache, registry = self._caches()
+        view: AsyncStateStoreDict[Any] = AsyncStateStoreDict(
+            registry.client, namespace=registry.namespace, cache_size=0
+        )
+        async with view:
+            children = await view.keys()
+        for name in children:
+            await self.with_namespace(name).delete_all()
+        await cache.clear()
+
+    async def exists(self, key: str) -> bool:
+        cache, _ = self._caches()
+        return await cache.exists(key)
+
+    async def expires_in(self, key: str) -> int | None:
+        """Seconds until the entry expires, rounded up (from its envelope; the state store itself cannot say);
+        ``-1`` if it never expires; ``None`` if there is no such entry."""
+        cache, _ = self._caches()
+        raw = await cache.get(key)
+        if raw is None:
+            return None
+        _, expires_at = _unpack(raw, key)
+        if expires_at is None:
+            return -1
+        return max(0, math.ceil((expires_at - self._now_ms()) / 1000))

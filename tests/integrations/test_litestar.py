@@ -1,0 +1,331 @@
+"""Litestar's ``Store`` protocol on :class:`StateStoreStore` against mosquitto and the emulator process: get/set
+(str and bytes, special keys), expiry, ``renew_for``, ``expires_in``, ``exists``, ``delete``, ``delete_all``,
+namespaces (isolated, bulk actions go down and never up, also from another process's store), ``StoreRegistry``,
+the lifecycle (lifespan on the app's loop), and a Litestar app using it for server-side sessions and the response
+cache.
+
+Expiry is observed through the key's KEYNOTIFY DELETE (the emulator expires keys on a timer), never by sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import string
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+pytest.importorskip("litestar")
+
+from litestar import Litestar, Request, get
+from litestar.middleware.session.server_side import ServerSideSessionConfig
+from litestar.stores.registry import StoreRegistry
+from litestar.testing import TestClient
+
+from sskv_mapping import (
+    AsyncStateStoreClient,
+    ClientStateError,
+    ConnectionSettings,
+    DecodeError,
+    KeyEvent,
+    KeyOperation,
+)
+from sskv_mapping.integrations.litestar import StateStoreStore
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"ls{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def store(broker_url: str, namespace: str) -> AsyncIterator[StateStoreStore]:
+    s = StateStoreStore(broker_url, namespace=namespace)
+    async with s:
+        yield s
+        await s.delete_all()
+
+
+class Notified:
+    """The notifications of one key, for waiting on an expiry's DELETE."""
+
+    def __init__(self) -> None:
+        self.events: list[KeyEvent] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, event: KeyEvent) -> None:
+        self.events.append(event)
+        self._changed.set()
+
+    async def wait_for(self, op: KeyOperation, timeout: float = 5.0) -> KeyEvent:
+        async with asyncio.timeout(timeout):
+            while True:
+                for event in self.events:
+                    if event.op is op:
+                        return event
+                self._changed.clear()
+                await self._changed.wait()
+
+
+Watch = Callable[[StateStoreStore, str], Awaitable[Notified]]
+
+
+@pytest.fixture
+def watch() -> Watch:
+    async def start(store: StateStoreStore, key: str) -> Notified:
+        notified = Notified()
+        await store.client.subscribe_key(f"{store.namespace}/{key}", notified)
+        return notified
+
+    return start
+
+
+# -- get / set / delete / exists --------------------------------------------------------------------------
+
+
+async def test_get_and_set(store: StateStoreStore) -> None:
+    assert await store.get("missing") is None
+    await store.set("bytes", b"\x00value\xff", 60)
+    await store.set("text", "välue")
+    assert await store.get("bytes") == b"\x00value\xff"
+    assert await store.get("text") == "välue".encode()
+    assert await store.get(key="text") == "välue".encode()  # Litestar's response cache passes key=
+
+
+@pytest.mark.parametrize("key", [*string.punctuation, "foo\xc3\xbc", "..", "a/b/c"])
+async def test_special_characters_in_keys(store: StateStoreStore, key: str) -> None:
+    await store.set(key, b"value")
+    assert await store.get(key) == b"value"
+
+
+async def test_delete_and_exists(store: StateStoreStore) -> None:
+    assert await store.exists("k") is False
+    await store.delete("k")  # absent: a no-op
+    await store.set("k", b"v")
+    assert await store.exists("k") is True
+    await store.delete("k")
+    assert await store.exists("k") is False
+    assert await store.get("k") is None
+
+
+# -- expiry -----------------------------------------------------------------------------------------------
+
+
+async def test_an_entry_expires(store: StateStoreStore, watch: Watch) -> None:
+    notified = await watch(store, "k")
+    await store.set("k", b"v", expires_in=timedelta(milliseconds=300))
+    await notified.wait_for(KeyOperation.DELETE)
+    assert await store.get("k") is None
+    assert await store.expires_in("k") is None
+
+
+async def test_zero_and_none_never_expire_and_negative_expires_at_once(store: StateStoreStore) -> None:
+    await store.set("none", b"v", None)
+    await store.set("zero", b"v", 0)
+    assert await store.expires_in("none") == -1
+    assert await store.expires_in("zero") == -1
+    await store.set("gone", b"v", -1)
+    assert await store.exists("gone") is False
+
+
+async def test_expires_in(store: StateStoreStore) -> None:
+    assert await store.expires_in("k") is None
+    await store.set("k", b"v")
+    assert await store.expires_in("k") == -1
+    await store.set("k", b"v", expires_in=10)
+    assert await store.expires_in("k") == 10
+    await store.set("k", b"v", expires_in=timedelta(minutes=2))
+    assert await store.expires_in("k") == 120
+
+
+async def test_expires_in_counts_down_with_the_clock(broker_url: str, namespace: str) -> None:
+    now = [1_000_000.0]
+    store = StateStoreStore(broker_url, namespace=namespace, clock=lambda: now[0])
+    async with store:
+        await store.set("k", b"v", expires_in=100)
+        now[0] += 30.5
+        assert await store.expires_in("k") == 70
+        now[0] += 200  # past the envelope's time: 0 until the store's own PX removes the entry
+        assert await store.expires_in("k") == 0
+        await store.delete_all()
+
+
+async def test_renew_for_restarts_the_expiry(store: StateStoreStore, watch: Watch) -> None:
+    await store.set("renewed", b"v", expires_in=timedelta(milliseconds=300))
+    assert await store.get("renewed", renew_for=60) == b"v"
+    assert await store.expires_in("renewed") == 60
+    notified = await watch(store, "witness")
+    await store.set("witness", b"w", expires_in=timedelta(milliseconds=300))
+    await notified.wait_for(KeyOperation.DELETE)  # 'renewed' would have gone first without the renewal
+    assert await store.get("renewed") == b"v"
+
+
+async def test_renew_for_leaves_entries_without_expiry_alone(store: StateStoreStore) -> None:
+    await store.set("k", b"v")
+    assert await store.get("k", renew_for=timedelta(seconds=10)) == b"v"
+    assert await store.expires_in("k") == -1
+
+
+async def test_a_value_not_written_by_the_store_is_reported(store: StateStoreStore) -> None:
+    await store.client.set(f"{store.namespace}/foreign", b"\x07not an envelope")
+    with pytest.raises(DecodeError, match="foreign"):
+        await store.get("foreign")
+    await store.client.delete(f"{store.namespace}/foreign")
+
+
+# -- namespaces and delete_all ----------------------------------------------------------------------------
+
+
+async def test_delete_all(store: StateStoreStore) -> None:
+    keys = [f"key-{i}" for i in range(10)]
+    for i, key in enumerate(keys):
+        await store.set(key, b"value", expires_in=10 if i % 2 else None)
+    await store.delete_all()
+    for key in keys:
+        assert await store.get(key) is None
+
+
+async def test_namespaces_are_isolated(store: StateStoreStore) -> None:
+    child = store.with_namespace("foo")
+    assert child.namespace == f"{store.namespace}.foo"
+    assert store.with_namespace("foo") is child
+    await store.set("bar", b"parent")
+    await child.set("bar", b"child")
+    assert await store.get("bar") == b"parent"
+    assert await child.get("bar") == b"child"
+
+
+async def test_delete_all_does_not_propagate_up(store: StateStoreStore) -> None:
+    child = store.with_namespace("FOO")
+    await child.set("foo", b"foo-value")
+    await store.set("bar", b"bar-value")
+    await child.delete_all()
+    assert await child.get("foo") is None
+    assert await store.get("bar") == b"bar-value"
+
+
+async def test_delete_all_propagates_down_to_every_descendant(store: StateStoreStore) -> None:
+    grandchild = store.with_namespace("a").with_namespace("b")
+    sibling = store.with_namespace("c")
+    await grandchild.set("k", b"deep")
+    await sibling.set("k", b"side")
+    await store.set("k", b"top")
+    await store.delete_all()
+    assert [await s.get("k") for s in (store, grandchild, sibling)] == [None, None, None]
+
+
+async def test_delete_all_reaches_children_another_process_created(
+    store: StateStoreStore, broker_url: str, namespace: str
+) -> None:
+    await store.with_namespace("sessions").set("sid", b"data")
+    elsewhere = StateStoreStore(broker_url, namespace=namespace)  # its own connection, no children made
+    async with elsewhere:
+        await elsewhere.delete_all()
+    assert await store.with_namespace("sessions").get("sid") is None
+
+
+def test_namespace_names_are_checked(broker_url: str) -> None:
+    with pytest.raises(ValueError, match="namespace"):
+        StateStoreStore(broker_url, namespace="a.b")
+    store = StateStoreStore(broker_url, namespace="ok")
+    for bad in ("", "x.y", "x/y", "x#y", "x!y"):
+        with pytest.raises(ValueError, match="namespace"):
+            store.with_namespace(bad)
+
+
+def test_store_registry_default_factory(broker_url: str, namespace: str) -> None:
+    root = StateStoreStore(broker_url, namespace=namespace)
+    registry = StoreRegistry(default_factory=root.with_namespace)
+    sessions = registry.get("sessions")
+    assert isinstance(sessions, StateStoreStore)
+    assert registry.get("sessions") is sessions
+    assert sessions.namespace == f"{namespace}.sessions"
+
+
+# -- lifecycle --------------------------------------------------------------------------------------------
+
+
+async def test_using_a_store_that_is_not_open_says_how_to_open_it(broker_url: str, namespace: str) -> None:
+    store = StateStoreStore(broker_url, namespace=namespace)
+    with pytest.raises(ClientStateError, match="lifespan"):
+        await store.get("k")
+    async with store:
+        await store.set("k", b"v")
+    with pytest.raises(ClientStateError):
+        await store.with_namespace("child").get("k")
+    async with store:  # reopened: a new client, the same entries
+        assert await store.get("k") == b"v"
+        await store.delete_all()
+
+
+async def test_a_given_client_is_used_and_left_open(broker_url: str, namespace: str) -> None:
+    client = AsyncStateStoreClient(settings=ConnectionSettings.from_url(broker_url))
+    await client.connect()
+    try:
+        store = StateStoreStore(namespace=namespace, client=client)
+        async with store:
+            assert store.client is client
+            await store.set("k", b"v")
+            assert await store.get("k") == b"v"
+            await store.delete_all()
+        assert client.state.value == "connected"
+    finally:
+        await client.close()
+
+
+def test_unknown_options_are_refused() -> None:
+    with pytest.raises(TypeError, match="bogus"):
+        StateStoreStore(bogus=1)
+
+
+# -- in a Litestar app ------------------------------------------------------------------------------------
+
+
+def _app(broker_url: str, namespace: str, renders: itertools.count[int]) -> Litestar:
+    store = StateStoreStore(broker_url, namespace=namespace)
+
+    @get("/count")
+    async def count(request: Request[Any, Any, Any]) -> dict[str, int]:
+        n = int(request.session.get("n", 0)) + 1
+        request.set_session({"n": n})
+        return {"n": n}
+
+    @get("/cached", cache=60)
+    async def cached() -> str:
+        return f"render {next(renders)}"
+
+    return Litestar(
+        route_handlers=[count, cached],
+        stores=StoreRegistry(default_factory=store.with_namespace),
+        lifespan=[store.lifespan],
+        middleware=[ServerSideSessionConfig(renew_on_access=True).middleware],
+    )
+
+
+def test_sessions_and_response_cache_in_an_app_shared_by_two_instances(broker_url: str, namespace: str) -> None:
+    renders = itertools.count(1)
+    app_a, app_b = _app(broker_url, namespace, renders), _app(broker_url, namespace, renders)
+    with TestClient(app_a) as a, TestClient(app_b) as b:
+        assert a.get("/count").json() == {"n": 1}
+        assert a.get("/count").json() == {"n": 2}
+        b.cookies = a.cookies  # the same browser reaching the other instance
+        assert b.get("/count").json() == {"n": 3}
+        assert a.get("/cached").text == "render 1"
+        assert b.get("/cached").text == "render 1"  # cached by instance a, served by instance b
+        sessions = app_a.stores.get("sessions")
+        assert isinstance(sessions, StateStoreStore)
+        assert sessions.namespace == f"{namespace}.sessions"
+        root = app_a.stores.get("response_cache")
+        assert isinstance(root, StateStoreStore)
+    # the lifespan closed the clients: a fresh store on the namespace clears everything
+    cleanup = StateStoreStore(broker_url, namespace=namespace)
+
+    async def clear() -> None:
+        async with cleanup:
+            await cleanup.delete_all()
+
+    asyncio.run(clear())
