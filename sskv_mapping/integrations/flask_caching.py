@@ -138,6 +138,11 @@ class StateStoreCache(BaseCache):
         return self._cache
 
     @property
+    def client(self) -> StateStoreClient:
+        """The connection this backend uses (shared by the process): open a ``StateStoreDict`` on it too."""
+        return self._cache.client
+
+    @property
     def namespace(self) -> str:
         return self._cache.namespace
 

@@ -1,0 +1,1 @@
+"""Example Flask app on the state store (see README.md)."""
