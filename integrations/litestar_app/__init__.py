@@ -1,0 +1,1 @@
+"""Example Litestar app on the state store (see README.md)."""
