@@ -1,0 +1,1 @@
+"""Example FastAPI app on the state store (see README.md)."""
