@@ -110,9 +110,9 @@ class StateStoreCache(BaseCache):
             raise TypeError(f"unexpected StateStoreCache option(s): {', '.join(sorted(unknown))}")
         default_ttl = translate_ttl(UNSET, "flask", default_timeout)  # validates before connecting
         # cachelib keeps whole seconds in ``default_timeout``; the exact configured value is kept for the TTLs
-        super().__init__(
-            default_timeout=_whole_seconds(default_timeout), ignore_delete_many_errors=ignore_delete_many_errors
-        )
+        super().__init__(default_timeout=_whole_seconds(default_timeout))
+        # set here: Flask-Caching 2.0 takes no such argument (it calls the flag ``ignore_errors``)
+        self.ignore_delete_many_errors = self.ignore_errors = ignore_delete_many_errors
         self._default_timeout = default_timeout
         if client is None:
             client = shared_client(settings_from_options(url or DEFAULT_URL, connection))
@@ -126,6 +126,7 @@ class StateStoreCache(BaseCache):
         and ``CACHE_OPTIONS``; the URL and the namespace come from ``config``."""
         options = dict(kwargs)
         options.setdefault("namespace", config.get("CACHE_KEY_PREFIX") or "flask_cache_")
+        options.setdefault("ignore_delete_many_errors", bool(config.get("CACHE_IGNORE_ERRORS", False)))
         if not args:  # CACHE_ARGS, if any, start with the URL
             options.setdefault("url", config.get("CACHE_SSKV_URL") or DEFAULT_URL)
         return cls(*args, **options)
