@@ -1,0 +1,567 @@
+"""Layer 6: a Django cache backend over the state store (``pip install 'sskv-mapping[django]'``).
+
+Settings::
+
+    CACHES = {
+        "default": {
+            "BACKEND": "sskv_mapping.integrations.django.StateStoreCache",
+            "LOCATION": "mqtt://127.0.0.1:1883",      # mqtts://user:password@host:8883 for TLS
+            "TIMEOUT": 300,                             # Django's rules: None = never, 0 = don't cache
+            "KEY_PREFIX": "site",                       # KEY_PREFIX / VERSION / KEY_FUNCTION as usual
+            "OPTIONS": {"namespace": "django"},
+        },
+    }
+
+``OPTIONS`` (all optional):
+
+* ``namespace`` (``"django"``): the store namespace; ``clear()`` deletes this namespace's keys and nothing
+  else. Aliases that differ only in ``KEY_PREFIX``/``VERSION`` but share a namespace are cleared together
+  (as with Redis' ``FLUSHDB``).
+* ``codec``: ``"json"`` (the default), ``"msgpack"``, a :class:`~sskv_mapping.Codec` instance, or
+  ``"pickle"``. JSON is the safe default: it stores what JSON can carry (``str``, numbers, ``bool``,
+  ``None``, lists, str-keyed dicts; tuples come back as lists) and reading a value never runs code.
+  Django's own backends pickle, which ``cache_page`` (it caches ``HttpResponse`` objects) and arbitrary
+  objects need; pickle is opt-in because unpickling runs code chosen by whoever wrote the bytes, and
+  anyone with write access to the store can write them. ``"pickle"`` needs either ``"pickle_key"``
+  (``bytes``/``str`` of at least 16 bytes: payloads are HMAC-signed and checked before unpickling; the
+  recommended form) or ``"allow_pickle": True`` (plain pickle, for stores only trusted code writes to).
+* ``local_cache_size`` (0): keep up to this many values in process, kept current by the store's change
+  notifications (a hit costs microseconds; another process's write is seen milliseconds later).
+* ``timeout`` (10.0): seconds to wait for each request to the store (``None``: forever).
+* ``lock_lease``, ``lock_timeout``, ``max_in_flight``: as for :class:`sskv_mapping.cache.StateStoreCache`.
+* connection: ``username``, ``password``, ``client_id``, ``tls`` (a :class:`~sskv_mapping.TlsSettings` or a
+  dict of its fields), ``sat_token_file`` (AIO's K8S-SAT authentication), ``keepalive``,
+  ``connect_timeout``.
+* ``MAX_ENTRIES`` / ``CULL_FREQUENCY`` are accepted (Django's ``BaseCache`` reads them) and ignored: the
+  store's own key quota applies, and entries leave by their timeout.
+
+One MQTT connection per process (Django creates a backend object per thread and per request context;
+they all share it), and one :class:`sskv_mapping.cache.StateStoreCache` per connection and namespace.
+``close()``, which Django calls after every request, therefore keeps the connection open; use
+:func:`close_all` at process shutdown if you need to.
+
+The ``a*`` methods (``aget``, ``aset``, ...) are served natively: the request goes out on the library's
+event-loop thread and the caller's loop awaits it, without Django's default ``sync_to_async`` hop to a
+worker thread.
+
+Must not be imported by anything in the package (it imports Django).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import os
+import threading
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from .._protocol.errors import ConfigurationError, StateStoreError
+from .._sync import get_loop_thread
+from .._transport.settings import ConnectionSettings
+from ..cache import StateStoreCache as AsyncStateStoreCache
+from ..cache import SyncStateStoreCache, translate_ttl
+from ..client import UNSET, ConnectionState, StateStoreClient
+from ..codecs import Codec, PickleCodec, get_codec
+from ..mapping import StateStoreDict
+from ._common import import_extra, settings_from_options, shared_client
+
+import_extra("django", "django", "django")  # without Django: ImportError naming the pip install line
+_base = import_extra("django.core.cache.backends.base", "django", "django")
+_exceptions = import_extra("django.core.exceptions", "django", "django")
+
+__all__ = ["DEFAULT_TIMEOUT", "StateStoreCache", "close_all", "shared_dict"]
+
+T = TypeVar("T")
+
+#: Django's "no timeout given" sentinel (the backend's ``TIMEOUT`` applies).
+DEFAULT_TIMEOUT: Final[object] = _base.DEFAULT_TIMEOUT
+_ImproperlyConfigured: type[Exception] = _exceptions.ImproperlyConfigured
+
+if TYPE_CHECKING:
+
+    class _BaseCache:
+        """What this module uses of ``django.core.cache.backends.base.BaseCache`` (Django ships no types, and
+        the package is type-checked without Django installed)."""
+
+        default_timeout: int | None
+        key_prefix: str
+        version: int
+        key_func: Callable[[str, str, int], str]
+        _missing_key: object
+
+        def __init__(self, params: dict[str, Any]) -> None: ...
+        def make_key(self, key: str, version: int | None = None) -> str: ...
+        def validate_key(self, key: str) -> None: ...
+        def make_and_validate_key(self, key: str, version: int | None = None) -> str: ...
+        def incr_version(self, key: str, delta: int = 1, version: int | None = None) -> int: ...
+        def decr_version(self, key: str, delta: int = 1, version: int | None = None) -> int: ...
+        async def aincr_version(self, key: str, delta: int = 1, version: int | None = None) -> int: ...
+        async def adecr_version(self, key: str, delta: int = 1, version: int | None = None) -> int: ...
+        def __contains__(self, key: str) -> bool: ...
+
+else:
+    _BaseCache = _base.BaseCache
+
+
+# -- configuration ----------------------------------------------------------------------------------------
+
+_CONNECTION_OPTIONS: Final = frozenset(
+    {"client_id", "username", "password", "sat_token_file", "keepalive", "connect_timeout", "tls"}
+)
+_CACHE_OPTIONS: Final = frozenset(
+    {"namespace", "codec", "allow_pickle", "pickle_key", "local_cache_size", "timeout", "lock_lease"}
+    | {"lock_timeout", "max_in_flight"}
+)
+_IGNORED_OPTIONS: Final = frozenset({"MAX_ENTRIES", "CULL_FREQUENCY"})  # BaseCache reads them; no culling here
+
+DEFAULT_NAMESPACE: Final = "django"
+
+
+def _codec_from_options(options: Mapping[str, Any]) -> tuple[Codec[Any], tuple[Any, ...]]:
+    """The codec, and what identifies it among shared caches (an instance by identity, a name by name)."""
+    spec = options.get("codec", "json")
+    if isinstance(spec, str) and spec.strip().lower() == "pickle":
+        key = options.get("pickle_key")
+        if key is not None:
+            raw = key.encode("utf-8") if isinstance(key, str) else key
+            # the digest, not the secret, goes into the registry key
+            return PickleCodec(key=raw), ("pickle", "signed", hashlib.sha256(bytes(raw)).hexdigest())
+        if options.get("allow_pickle") is True:
+            return PickleCodec(allow_unsafe=True), ("pickle", "unsafe")
+        raise ConfigurationError(
+            'OPTIONS "codec": "pickle" runs code chosen by whoever can write to the store when a value is read; '
+            'add "pickle_key": <secret of 16+ bytes> (signed pickles, recommended) or "allow_pickle": True '
+            "(plain pickle, only for a store nobody untrusted can write to), or keep the default JSON codec"
+        )
+    codec = get_codec(spec)
+    return codec, (("name", spec.strip().lower()) if isinstance(spec, str) else ("instance", id(spec)))
+
+
+@dataclass(frozen=True)
+class _Config:
+    connection: ConnectionSettings
+    request_timeout: float | None
+    namespace: str
+    codec: Codec[Any]
+    codec_id: tuple[Any, ...]
+    default_ttl: float | None
+    local_cache_size: int
+    lock_lease: float
+    lock_timeout: float | None
+    max_in_flight: int
+
+    def cache_id(self, client: StateStoreClient) -> tuple[Any, ...]:
+        return (
+            id(client),
+            self.namespace,
+            self.codec_id,
+            self.default_ttl,
+            self.local_cache_size,
+            self.lock_lease,
+            self.lock_timeout,
+            self.max_in_flight,
+        )
+
+
+def _parse(location: str | None, options: Mapping[str, Any], default_timeout: int | None) -> _Config:
+    unknown = set(options) - _CONNECTION_OPTIONS - _CACHE_OPTIONS - _IGNORED_OPTIONS
+    if unknown:
+        known = sorted(_CONNECTION_OPTIONS | _CACHE_OPTIONS)
+        raise ConfigurationError(f"unknown OPTIONS {sorted(unknown)}; known: {', '.join(known)}")
+    if location is not None and not isinstance(location, str):
+        raise ConfigurationError(f"LOCATION must be a broker URL such as mqtt://127.0.0.1:1883, not {location!r}")
+    connection = settings_from_options(location or None, {k: options[k] for k in _CONNECTION_OPTIONS & set(options)})
+    codec, codec_id = _codec_from_options(options)
+    request_timeout = options.get("timeout", 10.0)
+    if request_timeout is not None and (
+        isinstance(request_timeout, bool) or not isinstance(request_timeout, int | float) or request_timeout <= 0
+    ):
+        raise ConfigurationError(f'OPTIONS "timeout" must be positive seconds or None, not {request_timeout!r}')
+    namespace = options.get("namespace", DEFAULT_NAMESPACE)
+    if not isinstance(namespace, str) or not namespace or "/" in namespace or "#" in namespace:
+        raise ConfigurationError(f'OPTIONS "namespace" must be a non-empty str without "/" or "#", not {namespace!r}')
+    local_cache_size = options.get("local_cache_size", 0)
+    max_in_flight = options.get("max_in_flight", 256)
+    for name, value, least in (("local_cache_size", local_cache_size, 0), ("max_in_flight", max_in_flight, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigurationError(f'OPTIONS "{name}" must be an int >= {least}, not {value!r}')
+    lock_lease = options.get("lock_lease", 10.0)
+    lock_timeout = options.get("lock_timeout", 30.0)
+    for name, value in (("lock_lease", lock_lease), ("lock_timeout", lock_timeout)):
+        if (value is not None or name == "lock_lease") and (
+            isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
+        ):
+            raise ConfigurationError(f'OPTIONS "{name}" must be positive seconds, not {value!r}')
+    return _Config(
+        connection=connection,
+        request_timeout=request_timeout,
+        namespace=namespace,
+        codec=codec,
+        codec_id=codec_id,
+        default_ttl=translate_ttl(UNSET, "django", default_timeout),
+        local_cache_size=local_cache_size,
+        lock_lease=float(lock_lease),
+        lock_timeout=lock_timeout,
+        max_in_flight=max_in_flight,
+    )
+
+
+# -- the process-wide caches and dicts -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Shared:
+    client: StateStoreClient  # kept referenced: its id is part of the registry key
+    cache: SyncStateStoreCache[Any] | None = None
+    mapping: StateStoreDict[Any] | None = None
+    codec: object = None  # keeps an OPTIONS codec instance alive while its id is a registry key
+
+
+_registry_lock = threading.Lock()
+_caches: dict[tuple[Any, ...], _Shared] = {}
+_dicts: dict[tuple[Any, ...], _Shared] = {}
+
+
+def _closed(client: StateStoreClient) -> bool:
+    return client.state is ConnectionState.CLOSED
+
+
+def _client_for(config: _Config) -> StateStoreClient:
+    try:
+        return shared_client(config.connection, timeout=config.request_timeout)
+    except ConfigurationError as exc:
+        raise _ImproperlyConfigured(str(exc)) from exc
+
+
+def _shared_cache(config: _Config) -> SyncStateStoreCache[Any]:
+    client = _client_for(config)
+    key = config.cache_id(client)
+    with _registry_lock:
+        for stale in [k for k, s in _caches.items() if _closed(s.client)]:
+            del _caches[stale]
+        shared = _caches.get(key)
+        if shared is None or shared.cache is None:
+            cache: SyncStateStoreCache[Any] = SyncStateStoreCache(
+                client,
+                namespace=config.namespace,
+                codec=config.codec,
+                default_ttl=config.default_ttl,
+                local_cache_size=config.local_cache_size,
+                lock_lease=config.lock_lease,
+                lock_timeout=config.lock_timeout,
+                max_in_flight=config.max_in_flight,
+            )
+            shared = _caches[key] = _Shared(client, cache=cache, codec=config.codec)
+        assert shared.cache is not None
+        return shared.cache
+
+
+def close_all() -> None:
+    """Close the caches and dicts this module shares, and their connections (process shutdown, tests).
+
+    Not needed in a normal Django process: the connection is a daemon's and goes with the process. A backend
+    used after this reconnects on its next operation. The connections are the process-wide shared ones
+    (:func:`sskv_mapping.integrations._common.shared_client`): other integrations using the same broker in
+    this process lose theirs too.
+    """
+    with _registry_lock:
+        shared = [*_caches.values(), *_dicts.values()]
+        _caches.clear()
+        _dicts.clear()
+    clients: dict[int, StateStoreClient] = {}
+    for s in shared:
+        if s.cache is not None and not _closed(s.client):
+            s.cache.close()
+        if s.mapping is not None and not _closed(s.client):
+            s.mapping.close()
+        clients[id(s.client)] = s.client
+    for client in clients.values():
+        client.close()
+
+
+def _after_fork() -> None:
+    global _registry_lock
+    _caches.clear()  # bound to the parent's connection and loop thread, which the child does not have
+    _dicts.clear()
+    _registry_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+# -- the backend ------------------------------------------------------------------------------------------
+
+
+class StateStoreCache(_BaseCache):
+    """Django cache backend: ``"BACKEND": "sskv_mapping.integrations.django.StateStoreCache"``.
+
+    Example::
+
+        from django.core.cache import cache
+
+        cache.set("greeting", "hello", timeout=60)
+        cache.add("visits", 0, timeout=None)
+        cache.incr("visits")                # exact across threads and processes (a leased lock per key)
+        await cache.aget("greeting")        # native async: no thread hop
+
+    Follows Django's cache contract: ``timeout`` omitted = ``TIMEOUT``; ``None`` = never expires; ``0`` or
+    negative = not cached (``set`` deletes the key); ``incr``/``decr`` raise ``ValueError`` for a missing
+    key; ``set_many`` returns the keys it could not store; keys are built with ``KEY_PREFIX``, ``VERSION``
+    and ``KEY_FUNCTION`` and checked with ``validate_key`` (a ``CacheKeyWarning`` for keys memcached would
+    refuse). ``incr`` restarts the key's expiry at ``TIMEOUT``, as Django's ``BaseCache.incr`` does.
+    """
+
+    def __init__(self, server: str | None, params: dict[str, Any]) -> None:
+        super().__init__(params)
+        options = params.get("OPTIONS") or {}
+        if not isinstance(options, Mapping):
+            raise _ImproperlyConfigured(f"CACHES OPTIONS must be a dict, not {type(options).__name__}")
+        try:
+            self._config = _parse(server, options, self.default_timeout)
+        except (ConfigurationError, TypeError) as exc:  # TypeError: e.g. an unknown field in OPTIONS["tls"]
+            raise _ImproperlyConfigured(f"sskv_mapping StateStoreCache: {exc}") from exc
+        self._resolved: SyncStateStoreCache[Any] | None = None
+
+    # -- the shared cache behind this backend ---------------------------------------------------------
+
+    def _cache(self) -> SyncStateStoreCache[Any]:
+        cache = self._resolved
+        if cache is None or _closed(cache.client):
+            cache = self._resolved = _shared_cache(self._config)
+        return cache
+
+    async def _acache(self) -> AsyncStateStoreCache[Any]:
+        cache = self._resolved
+        if cache is None or _closed(cache.client):
+            # once per process (and after close_all): connecting blocks, so not on the caller's loop
+            cache = await asyncio.to_thread(self._cache)
+        return cache.async_cache
+
+    async def _arun(self, op: Callable[[AsyncStateStoreCache[Any]], Coroutine[Any, Any, T]]) -> T:
+        cache = await self._acache()
+        return await get_loop_thread().run_async(op(cache))
+
+    @property
+    def state_store_cache(self) -> SyncStateStoreCache[Any]:
+        """The process-wide :class:`~sskv_mapping.cache.SyncStateStoreCache` this backend uses (connects on
+        first use); its ``async_cache`` serves the ``a*`` methods, its ``stats()`` counts for every thread."""
+        return self._cache()
+
+    @property
+    def client(self) -> StateStoreClient:
+        """The process-wide connection this backend uses."""
+        return self._cache().client
+
+    @property
+    def namespace(self) -> str:
+        return self._config.namespace
+
+    def _ttl(self, timeout: object) -> float | None:
+        return translate_ttl(UNSET if timeout is DEFAULT_TIMEOUT else timeout, "django", self.default_timeout)
+
+    @staticmethod
+    def _not_found(key: str, exc: ValueError) -> ValueError:
+        if isinstance(exc, StateStoreError):  # a ConfigurationError / CodecError: not about absence
+            return exc
+        return ValueError(f"Key '{key}' not found")
+
+    def _keys(self, keys: Iterable[str], version: int | None) -> dict[str, str]:
+        return {self.make_and_validate_key(k, version=version): k for k in keys}
+
+    # -- blocking API ---------------------------------------------------------------------------------
+
+    def get(self, key: str, default: Any = None, version: int | None = None) -> Any:
+        made = self.make_and_validate_key(key, version=version)
+        return self._cache().get(made, default)
+
+    def set(self, key: str, value: Any, timeout: object = DEFAULT_TIMEOUT, version: int | None = None) -> None:
+        made = self.make_and_validate_key(key, version=version)
+        self._cache().set(made, value, self._ttl(timeout))
+
+    def add(self, key: str, value: Any, timeout: object = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
+        made = self.make_and_validate_key(key, version=version)
+        return self._cache().add(made, value, self._ttl(timeout))
+
+    def touch(self, key: str, timeout: object = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
+        made = self.make_and_validate_key(key, version=version)
+        return self._cache().touch(made, self._ttl(timeout))
+
+    def delete(self, key: str, version: int | None = None) -> bool:
+        made = self.make_and_validate_key(key, version=version)
+        return self._cache().delete(made)
+
+    def has_key(self, key: str, version: int | None = None) -> bool:
+        made = self.make_and_validate_key(key, version=version)
+        return self._cache().exists(made)
+
+    def get_many(self, keys: Iterable[str], version: int | None = None) -> dict[str, Any]:
+        made = self._keys(keys, version)
+        if not made:
+            return {}
+        found = self._cache().get_many(list(made))
+        return {made[k]: v for k, v in found.items()}
+
+    def set_many(
+        self, data: Mapping[str, Any], timeout: object = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> list[str]:
+        made = {self.make_and_validate_key(k, version=version): (k, v) for k, v in data.items()}
+        if not made:
+            return []
+        failed = self._cache().set_many({m: v for m, (_, v) in made.items()}, self._ttl(timeout))
+        return [made[m][0] for m in failed]
+
+    def delete_many(self, keys: Iterable[str], version: int | None = None) -> None:
+        made = self._keys(keys, version)
+        if made:
+            self._cache().delete_many(list(made))
+
+    def clear(self) -> None:
+        """Delete every key of this backend's namespace (other namespaces are untouched)."""
+        self._cache().clear()
+
+    def incr(self, key: str, delta: int = 1, version: int | None = None) -> Any:
+        made = self.make_and_validate_key(key, version=version)
+        try:
+            return self._cache().incr(made, delta)
+        except ValueError as exc:
+            raise self._not_found(key, exc) from None
+
+    def decr(self, key: str, delta: int = 1, version: int | None = None) -> Any:
+        return self.incr(key, -delta, version=version)
+
+    def get_or_set(self, key: str, default: Any, timeout: object = DEFAULT_TIMEOUT, version: int | None = None) -> Any:
+        """The cached value; if absent, ``default`` (called if callable, in this thread) is stored with
+        ``add`` semantics and returned. Across processes only one caller at a time computes a missing key."""
+        made = self.make_and_validate_key(key, version=version)
+        return self._cache().get_or_set(made, default, self._ttl(timeout))
+
+    def close(self, **kwargs: Any) -> None:
+        """Django calls this after every request: the shared connection stays open (see :func:`close_all`)."""
+
+    # -- async API: served on the library's loop, awaited from the caller's ---------------------------
+
+    async def aget(self, key: str, default: Any = None, version: int | None = None) -> Any:
+        made = self.make_and_validate_key(key, version=version)
+        return await self._arun(lambda c: c.get(made, default))
+
+    async def aset(self, key: str, value: Any, timeout: object = DEFAULT_TIMEOUT, version: int | None = None) -> None:
+        made = self.make_and_validate_key(key, version=version)
+        ttl = self._ttl(timeout)
+        await self._arun(lambda c: c.set(made, value, ttl))
+
+    async def aadd(self, key: str, value: Any, timeout: object = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
+        made = self.make_and_validate_key(key, version=version)
+        ttl = self._ttl(timeout)
+        return await self._arun(lambda c: c.add(made, value, ttl))
+
+    async def atouch(self, key: str, timeout: object = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
+        made = self.make_and_validate_key(key, version=version)
+        ttl = self._ttl(timeout)
+        return await self._arun(lambda c: c.touch(made, ttl))
+
+    async def adelete(self, key: str, version: int | None = None) -> bool:
+        made = self.make_and_validate_key(key, version=version)
+        return await self._arun(lambda c: c.delete(made))
+
+    async def ahas_key(self, key: str, version: int | None = None) -> bool:
+        made = self.make_and_validate_key(key, version=version)
+        return await self._arun(lambda c: c.exists(made))
+
+    async def aget_many(self, keys: Iterable[str], version: int | None = None) -> dict[str, Any]:
+        made = self._keys(keys, version)
+        if not made:
+            return {}
+        found = await self._arun(lambda c: c.get_many(list(made)))
+        return {made[k]: v for k, v in found.items()}
+
+    async def aset_many(
+        self, data: Mapping[str, Any], timeout: object = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> list[str]:
+        made = {self.make_and_validate_key(k, version=version): (k, v) for k, v in data.items()}
+        if not made:
+            return []
+        ttl = self._ttl(timeout)
+        failed = await self._arun(lambda c: c.set_many({m: v for m, (_, v) in made.items()}, ttl))
+        return [made[m][0] for m in failed]
+
+    async def adelete_many(self, keys: Iterable[str], version: int | None = None) -> None:
+        made = self._keys(keys, version)
+        if made:
+            await self._arun(lambda c: c.delete_many(list(made)))
+
+    async def aclear(self) -> None:
+        await self._arun(lambda c: c.clear())
+
+    async def aincr(self, key: str, delta: int = 1, version: int | None = None) -> Any:
+        made = self.make_and_validate_key(key, version=version)
+        try:
+            return await self._arun(lambda c: c.incr(made, delta))
+        except ValueError as exc:
+            raise self._not_found(key, exc) from None
+
+    async def adecr(self, key: str, delta: int = 1, version: int | None = None) -> Any:
+        return await self.aincr(key, -delta, version=version)
+
+    async def aget_or_set(
+        self, key: str, default: Any, timeout: object = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> Any:
+        """Like :meth:`get_or_set`; a callable ``default`` (sync or async) runs on the caller's event loop,
+        where Django's own ``aget_or_set`` runs it, not on the library's loop thread."""
+        made = self.make_and_validate_key(key, version=version)
+        ttl = self._ttl(timeout)
+        if not callable(default):
+            return await self._arun(lambda c: c.get_or_set(made, default, ttl))
+        caller = asyncio.get_running_loop()
+
+        async def compute() -> Any:
+            value = default()
+            if inspect.isawaitable(value):
+                value = await value
+            return value
+
+        def on_library_loop() -> asyncio.Future[Any]:
+            # called by the cache (on its loop) only when this caller leads the computation of a missing key
+            return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(compute(), caller))
+
+        return await self._arun(lambda c: c.get_or_set(made, on_library_loop, ttl))
+
+    async def aclose(self, **kwargs: Any) -> None:
+        """Like :meth:`close`: the shared connection stays open."""
+
+
+# -- shared dicts on the cache's connection ----------------------------------------------------------------
+
+
+def shared_dict(
+    namespace: str, *, using: str = "default", codec: Codec[Any] | str | None = None, cache_size: int = 10_000
+) -> StateStoreDict[Any]:
+    """The process-wide :class:`~sskv_mapping.StateStoreDict` of ``namespace``, on the connection of the
+    ``CACHES[using]`` state-store backend (no second connection, opened once per process).
+
+    Example::
+
+        config = shared_dict("config")
+        config["feature.x"] = True      # every process sees it within milliseconds
+    """
+    caches = import_extra("django.core.cache", "django", "django").caches
+    backend = caches[using]
+    if not isinstance(backend, StateStoreCache):
+        raise _ImproperlyConfigured(f"CACHES[{using!r}] is not a sskv_mapping StateStoreCache backend")
+    client = _client_for(backend._config)
+    codec_id = None if codec is None else (("name", codec) if isinstance(codec, str) else ("instance", id(codec)))
+    key = (id(client), namespace, codec_id, cache_size)
+    with _registry_lock:
+        for stale in [k for k, s in _dicts.items() if _closed(s.client)]:
+            del _dicts[stale]
+        shared = _dicts.get(key)
+        if shared is None or shared.mapping is None:
+            mapping: StateStoreDict[Any] = StateStoreDict(
+                client, namespace=namespace, codec=codec, cache_size=cache_size
+            )
+            shared = _dicts[key] = _Shared(client, mapping=mapping, codec=codec)
+        assert shared.mapping is not None
+        return shared.mapping
