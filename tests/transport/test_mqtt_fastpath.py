@@ -1,0 +1,522 @@
+"""The request path's shortcuts in ``_transport/mqtt.py`` do exactly what paho (and aiomqtt) would.
+
+* the PUBLISH property encoder produces paho's ``Properties.pack()`` bytes, byte for byte;
+* the PUBLISH decoder produces what paho's ``decode_publish`` + aiomqtt's ``Message`` + ``_convert`` produce,
+  and refuses (``MalformedPacket``) what that path refuses;
+* through a real mosquitto: every property arrives intact at QoS 1, packets leave in call order and joined
+  into few ``send`` calls, large packets survive partial writes and reads, ``publish`` waits for the PUBACK
+  and fails at once when the connection ends, and the server's Receive Maximum is honoured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import struct
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiomqtt
+import paho.mqtt.client as paho_client
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from paho.mqtt import _packet as paho_packet
+from paho.mqtt.exception import MalformedPacket
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from sskv_mapping._protocol.errors import ConfigurationError, ConnectionLostError
+from sskv_mapping._transport import mqtt as mqtt_module
+from sskv_mapping._transport.base import InboundMessage
+from sskv_mapping._transport.mqtt import MqttConnection, _decode_publish, _publish_properties
+from sskv_mapping._transport.settings import ConnectionSettings
+from sskv_mapping.emulator.broker import MosquittoBroker
+
+WAIT = 10.0
+
+# -- what paho would do ------------------------------------------------------------------------------------
+
+
+def paho_pack(
+    correlation_data: bytes | None,
+    response_topic: str | None,
+    user_properties: list[tuple[str, str]],
+    content_type: str | None,
+    message_expiry: int | None,
+) -> bytes:
+    props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    if message_expiry is not None:
+        props.MessageExpiryInterval = message_expiry
+    if content_type is not None:
+        props.ContentType = content_type
+    if response_topic is not None:
+        props.ResponseTopic = response_topic
+    if correlation_data is not None:
+        props.CorrelationData = correlation_data
+    for pair in user_properties:
+        props.UserProperty = pair
+    packed: bytes = props.pack()  # type: ignore[no-untyped-call]
+    return bytes(packed)
+
+
+def paho_decode(header: int, packet: bytes) -> InboundMessage:
+    """The stock inbound path: paho's decoder, its MQTTMessage, aiomqtt's Message, then our conversion."""
+    result = paho_packet.decode_publish(header, packet, paho_client.MQTTv5)
+    message = paho_client.MQTTMessage(mid=result.mid, topic=result.topic)
+    message.qos = result.qos
+    message.properties = result.properties
+    message.payload = result.payload
+    return mqtt_module._convert(aiomqtt.Message._from_paho_message(message))
+
+
+def publish_packet(topic: bytes, qos: int, mid: int, properties: bytes, payload: bytes) -> tuple[int, bytes]:
+    """(first byte, variable header + payload) of a PUBLISH, as paho hands them to its decoder."""
+    body = struct.pack("!H", len(topic)) + topic
+    if qos:
+        body += struct.pack("!H", mid)
+    return 0x30 | (qos << 1), body + properties + payload
+
+
+# Strings the way MQTT allows them (no U+0000, no U+FEFF; surrogates cannot be encoded at all).
+mqtt_text = st.text(st.characters(codec="utf-8", exclude_characters="\x00\ufeff"), max_size=40)
+user_props = st.lists(st.tuples(mqtt_text, mqtt_text), max_size=12)
+optional_text = st.none() | mqtt_text
+correlation = st.none() | st.binary(max_size=40)
+expiry = st.none() | st.integers(0, 0xFFFFFFFF)
+
+
+# -- the encoder -------------------------------------------------------------------------------------------
+
+ENCODER_CASES = [
+    (None, None, [], None, None),
+    (b"", "", [("", "")], "", 0),
+    (
+        b"\x00\xff" * 8,
+        "clients/c-1/services/statestore/_any_/command/invoke/response",
+        [],
+        "application/octet-stream",
+        10,
+    ),
+    (
+        uuid.uuid4().bytes,
+        "réponse/日本/🙂",
+        [("clé", "värde"), ("__ts", "1732262400000:00000:c")],
+        "text/π",
+        0xFFFFFFFF,
+    ),
+    (None, None, [("k", "v")] * 3, None, None),  # repeated names keep their order
+    (b"x" * 300, "t" * 200, [(f"name-{i}", "v" * i) for i in range(200)], "c", 1),  # a 2- then 3-byte length
+]
+
+
+@pytest.mark.parametrize("case", ENCODER_CASES)
+def test_encoder_matches_paho_pack(case: tuple[Any, ...]) -> None:
+    corr, response, user, ctype, exp = case
+    assert _publish_properties(corr, response, user, ctype, exp).pack() == paho_pack(corr, response, user, ctype, exp)
+
+
+@given(correlation, optional_text, user_props, optional_text, expiry)
+@settings(max_examples=300, deadline=None)
+def test_encoder_matches_paho_pack_for_any_values(
+    corr: bytes | None, response: str | None, user: list[tuple[str, str]], ctype: str | None, exp: int | None
+) -> None:
+    assert _publish_properties(corr, response, user, ctype, exp).pack() == paho_pack(corr, response, user, ctype, exp)
+
+
+def test_encoder_refuses_a_value_over_65535_bytes() -> None:
+    with pytest.raises(ConfigurationError):
+        _publish_properties(b"x" * 65536, None, [], None, None)
+    with pytest.raises(ConfigurationError):
+        _publish_properties(None, None, [("k", "é" * 40000)], None, None)  # 80,000 bytes once encoded
+
+
+def test_encoded_properties_are_what_paho_logs_and_sends() -> None:
+    props = _publish_properties(b"c", "r", [("a", "b")], None, None)
+    assert isinstance(props, Properties)  # paho's MQTTMessage and _send_publish only call pack() on it
+    assert str(props) == f"[1 user properties, {len(props.pack())} bytes]"
+
+
+# -- the decoder -------------------------------------------------------------------------------------------
+
+
+@given(
+    topic=mqtt_text.filter(lambda t: t and "+" not in t and "#" not in t),
+    qos=st.sampled_from([0, 1]),
+    mid=st.integers(1, 65535),
+    corr=correlation,
+    response=optional_text,
+    user=user_props,
+    ctype=optional_text,
+    exp=expiry,
+    payload=st.binary(max_size=100),
+)
+@settings(max_examples=300, deadline=None)
+@example(
+    topic="t", qos=1, mid=7, corr=b"", response="", user=[("", "")], ctype="", exp=0, payload=b""
+)  # every property present and empty
+def test_decoder_matches_paho_and_aiomqtt(
+    topic: str,
+    qos: int,
+    mid: int,
+    corr: bytes | None,
+    response: str | None,
+    user: list[tuple[str, str]],
+    ctype: str | None,
+    exp: int | None,
+    payload: bytes,
+) -> None:
+    props = paho_pack(corr, response, user, ctype, exp)
+    header, body = publish_packet(topic.encode(), qos, mid, props, payload)
+    message, got_mid = _decode_publish(header, bytearray(body))
+    assert message == paho_decode(header, body)
+    assert got_mid == (mid if qos else 0)
+    assert type(message.payload) is bytes and (corr is None or type(message.correlation_data) is bytes)
+
+
+def test_decoder_skips_the_properties_it_does_not_report_as_paho_does() -> None:
+    # Payload Format Indicator, Topic Alias, two Subscription Identifiers (one of them 4 bytes long)
+    props = b"\x01\x01" + b"\x23\x00\x05" + b"\x0b\x01" + b"\x0b\xff\xff\xff\x7f" + b"\x26\x00\x01k\x00\x01v"
+    header, body = publish_packet(b"a/b", 1, 9, bytes([len(props)]) + props, b"data")
+    message, mid = _decode_publish(header, body)
+    assert message == paho_decode(header, body)
+    assert (mid, message.user_properties, message.payload) == (9, (("k", "v"),), b"data")
+
+
+def _props(raw: bytes) -> bytes:
+    return bytes([len(raw)]) + raw
+
+
+MALFORMED = {
+    "truncated topic": (0x32, b"\x00\x10abc"),
+    "no packet id": (0x32, b"\x00\x01t\x00"),
+    "no property length": (0x30, b"\x00\x01t"),
+    "property length past the end": (0x30, b"\x00\x01t\x09\x08\x00\x01r"),
+    "5-byte property length": (0x30, b"\x00\x01t\xff\xff\xff\xff\x01"),
+    "empty topic": publish_packet(b"", 0, 0, b"\x00", b""),
+    "wildcard topic": publish_packet(b"a/+/c", 0, 0, b"\x00", b""),
+    "topic not UTF-8": publish_packet(b"\xc3\x28", 0, 0, b"\x00", b""),
+    "unknown property 0x00": publish_packet(b"t", 0, 0, _props(b"\x00\x01"), b""),
+    "CONNECT-only property 0x11": publish_packet(b"t", 0, 0, _props(b"\x11\x00\x00\x00\x01"), b""),
+    "two Response Topics": publish_packet(b"t", 0, 0, _props(b"\x08\x00\x01a\x08\x00\x01b"), b""),
+    "two Correlation Data": publish_packet(b"t", 0, 0, _props(b"\x09\x00\x00\x09\x00\x00"), b""),
+    "two Payload Format Indicators": publish_packet(b"t", 0, 0, _props(b"\x01\x00\x01\x00"), b""),
+    "string past the properties": publish_packet(b"t", 0, 0, _props(b"\x08\x00\x05ab"), b"cdefgh"),
+    "binary past the properties": publish_packet(b"t", 0, 0, _props(b"\x09\x00\x05ab"), b"cdefgh"),
+    "user property value missing": publish_packet(b"t", 0, 0, _props(b"\x26\x00\x01k"), b""),
+    "string not UTF-8": publish_packet(b"t", 0, 0, _props(b"\x03\x00\x02\xc3\x28"), b""),
+    "U+0000 in a string": publish_packet(b"t", 0, 0, _props(b"\x26\x00\x01k\x00\x02a\x00"), b""),
+    "U+FEFF in a string": publish_packet(b"t", 0, 0, _props(b"\x08\x00\x03\xef\xbb\xbf"), b""),
+    "Payload Format Indicator 2": publish_packet(b"t", 0, 0, _props(b"\x01\x02"), b""),
+    "Topic Alias 0": publish_packet(b"t", 0, 0, _props(b"\x23\x00\x00"), b""),
+    "Subscription Identifier 0": publish_packet(b"t", 0, 0, _props(b"\x0b\x00"), b""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_decoder_refuses_what_paho_refuses(name: str) -> None:
+    header, body = MALFORMED[name]
+    with pytest.raises(Exception):  # noqa: B017 - paho/aiomqtt raise several kinds; all end the connection
+        paho_decode(header, body)
+    with pytest.raises(MalformedPacket):
+        _decode_publish(header, body)
+
+
+def test_decoder_is_stricter_than_paho_on_one_overrun() -> None:
+    """The one documented difference: paho reads a Message Expiry Interval on into the payload."""
+    header, body = publish_packet(b"t", 0, 0, _props(b"\x02\x00"), b"\x00\x00\x05rest")
+    assert paho_decode(header, body).message_expiry == 5
+    with pytest.raises(MalformedPacket):
+        _decode_publish(header, body)
+
+
+@given(st.binary(max_size=60), st.sampled_from([0x30, 0x32, 0x33, 0x38]))
+@settings(max_examples=500, deadline=None)
+def test_decoder_on_arbitrary_bytes_agrees_with_paho_or_refuses(body: bytes, header: int) -> None:
+    """Whatever the bytes: a MalformedPacket (never another exception), or exactly paho's message."""
+    try:
+        message, _ = _decode_publish(header, body)
+    except MalformedPacket:
+        return
+    assert message == paho_decode(header, body)
+
+
+def test_encoder_output_decodes_to_the_same_values() -> None:
+    user = [("__stat", "200"), ("__protVer", "1.0"), ("__ts", "1732262400000:00001:emu"), ("ü", "")]
+    props = _publish_properties(b"\x00" * 16, "clients/x/r", user, "application/octet-stream", 3600).pack()
+    message, mid = _decode_publish(*publish_packet(b"clients/x/r", 1, 42, props, b"+OK\r\n"))
+    assert message == InboundMessage(
+        topic="clients/x/r",
+        payload=b"+OK\r\n",
+        qos=1,
+        correlation_data=b"\x00" * 16,
+        response_topic="clients/x/r",
+        content_type="application/octet-stream",
+        user_properties=tuple(user),
+        message_expiry=3600,
+    )
+    assert mid == 42
+
+
+# -- through a real mosquitto ------------------------------------------------------------------------------
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.messages: list[InboundMessage] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, message: InboundMessage) -> None:
+        self.messages.append(message)
+        self._changed.set()
+
+    async def wait_for(self, count: int) -> list[InboundMessage]:
+        async with asyncio.timeout(WAIT):
+            while len(self.messages) < count:
+                self._changed.clear()
+                await self._changed.wait()
+        return self.messages
+
+
+def _settings(broker: MosquittoBroker, prefix: str) -> ConnectionSettings:
+    return ConnectionSettings(broker.host, broker.port, client_id=f"{prefix}-{uuid.uuid4().hex[:10]}")
+
+
+async def _connect(
+    broker: MosquittoBroker, prefix: str, on_message: Callable[[InboundMessage], None] = lambda m: None
+) -> MqttConnection:
+    conn = MqttConnection(_settings(broker, prefix), on_message)
+    await conn.connect()
+    return conn
+
+
+@pytest.fixture
+async def pair(mosquitto: MosquittoBroker) -> AsyncIterator[tuple[MqttConnection, MqttConnection, Inbox, str]]:
+    """(sender, receiver, receiver's inbox, a topic the receiver subscribed to at QoS 1)."""
+    inbox = Inbox()
+    sender = await _connect(mosquitto, "fast-tx")
+    receiver = await _connect(mosquitto, "fast-rx", inbox)
+    topic = f"test/fastpath/{uuid.uuid4().hex}"
+    await receiver.subscribe([topic], qos=1)
+    try:
+        yield sender, receiver, inbox, topic
+    finally:
+        await sender.close()
+        await receiver.close()
+
+
+async def test_the_shortcuts_are_installed_with_the_pinned_paho(mosquitto: MosquittoBroker) -> None:
+    """If a paho release renames what they use, they switch themselves off; this says so loudly."""
+    conn = await _connect(mosquitto, "fast-check")
+    try:
+        assert conn._hooks is not None and conn._hooks.packet_shortcuts
+    finally:
+        await conn.close()  # at once: close() before the connection's watch task first ran
+
+
+@pytest.mark.parametrize("nowait", [False, True], ids=["publish", "publish_nowait"])
+async def test_round_trip_carries_every_property(
+    pair: tuple[MqttConnection, MqttConnection, Inbox, str], nowait: bool
+) -> None:
+    sender, _, inbox, topic = pair
+    user = [("__ts", "1732262400000:00000:c"), ("", ""), ("dup", "1"), ("dup", "2"), ("ключ", "値🙂")]
+    user += [(f"p{i}", "v" * i) for i in range(60)]
+    corr = bytes(range(256))[:64] + b"\x00\x00"
+    kwargs: dict[str, Any] = {
+        "qos": 1,
+        "correlation_data": corr,
+        "response_topic": "clients/réponse/日本",
+        "user_properties": user,
+        "content_type": "application/x-ü",
+        "message_expiry": 3600,
+    }
+    payload = bytes(range(256)) * 4
+    if nowait:
+        sender.publish_nowait(topic, payload, **kwargs)
+    else:
+        await sender.publish(topic, payload, **kwargs)
+    (message,) = await inbox.wait_for(1)
+    assert message.topic == topic
+    assert message.payload == payload
+    assert message.qos == 1  # QoS 1 end to end: the subscription and the publish were both QoS 1
+    assert message.correlation_data == corr
+    assert message.response_topic == "clients/réponse/日本"
+    assert message.content_type == "application/x-ü"
+    assert message.user_properties == tuple(user)
+    assert message.message_expiry is not None and 3590 <= message.message_expiry <= 3600  # what is left of it
+
+
+async def test_round_trip_with_empty_values_and_no_properties(
+    pair: tuple[MqttConnection, MqttConnection, Inbox, str],
+) -> None:
+    sender, _, inbox, topic = pair
+    sender.publish_nowait(topic, b"", correlation_data=b"", response_topic=None, user_properties=[("", "")])
+    sender.publish_nowait(topic, b"plain")
+    first, second = await inbox.wait_for(2)
+    assert (first.payload, first.correlation_data, first.user_properties) == (b"", b"", (("", ""),))
+    assert (second.payload, second.correlation_data, second.response_topic, second.user_properties) == (
+        b"plain",
+        None,
+        None,
+        (),
+    )
+
+
+class _CountingSocket:
+    """Wraps paho's socket and counts ``send`` calls (everything else is passed through)."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self.sends = 0
+
+    def send(self, data: bytes) -> int:
+        self.sends += 1
+        sent: int = self._sock.send(data)
+        return sent
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+async def test_a_burst_leaves_in_order_in_few_sends(pair: tuple[MqttConnection, MqttConnection, Inbox, str]) -> None:
+    sender, _, inbox, topic = pair
+    assert sender._client is not None
+    paho = sender._client._client
+    counting = _CountingSocket(paho._sock)
+    paho._sock = counting  # type: ignore[assignment]
+    try:
+        for i in range(200):
+            sender.publish_nowait(topic, str(i).encode(), correlation_data=i.to_bytes(2, "big"))
+        messages = await inbox.wait_for(200)
+    finally:
+        paho._sock = counting._sock
+    assert [m.payload for m in messages] == [str(i).encode() for i in range(200)]
+    assert counting.sends <= 3  # one, unless the socket took only part of it
+
+
+async def test_large_packets_survive_partial_writes_and_reads(
+    pair: tuple[MqttConnection, MqttConnection, Inbox, str],
+) -> None:
+    """A small send buffer makes paho's socket refuse most of a 2 MB packet: aiomqtt's writer finishes it."""
+    sender, _, inbox, topic = pair
+    assert sender._client is not None
+    sock = sender._client._client.socket()
+    assert isinstance(sock, socket.socket)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    big = os.urandom(2_000_000)
+    sender.publish_nowait(topic, big, correlation_data=b"big")
+    await sender.publish(topic, b"after", correlation_data=b"small")  # queued behind it, acknowledged after it
+    first, second = await inbox.wait_for(2)
+    assert (first.payload == big, first.correlation_data) == (True, b"big")
+    assert (second.payload, second.correlation_data) == (b"after", b"small")
+
+
+async def test_publish_waits_for_a_puback_even_one_with_a_reason_code(mosquitto: MosquittoBroker) -> None:
+    """Nobody subscribes: mosquitto answers PUBACK 0x10 "no matching subscribers" (3 bytes, paho decodes it)."""
+    sender = await _connect(mosquitto, "fast-nosub")
+    try:
+        async with asyncio.timeout(WAIT):
+            await sender.publish(f"test/nobody/{uuid.uuid4().hex}", b"x", timeout=WAIT)
+        assert sender._hooks is not None and not sender._hooks.acks
+    finally:
+        await sender.close()
+
+
+async def test_publish_fails_when_the_connection_ends_before_the_puback(fresh_mosquitto: MosquittoBroker) -> None:
+    sender = await _connect(fresh_mosquitto, "fast-drop")
+    pid = fresh_mosquitto.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # the broker reads nothing more: no PUBACK will come
+    try:
+        pending = asyncio.ensure_future(sender.publish("test/drop", b"x", timeout=60))
+        await asyncio.sleep(0.2)
+        assert not pending.done()
+        fresh_mosquitto.kill()
+        async with asyncio.timeout(WAIT):  # not the 60 s publish timeout
+            with pytest.raises(ConnectionLostError):
+                await pending
+        with pytest.raises(ConnectionLostError):
+            sender.publish_nowait("test/drop", b"y")
+    finally:
+        fresh_mosquitto.kill()
+        await sender.close()
+
+
+@pytest.mark.parametrize(("config", "limit"), [([], 0), (["max_inflight_messages 5"], 5)])
+async def test_the_servers_receive_maximum_is_honoured(config: list[str], limit: int) -> None:
+    """mosquitto advertises its max_inflight_messages as Receive Maximum (none when 0): it becomes paho's
+    in-flight limit, and messages beyond it wait in paho and still all arrive, in order."""
+    with MosquittoBroker(extra_config=config) as broker:
+        inbox = Inbox()
+        receiver = await _connect(broker, "fast-rm-rx", inbox)
+        sender = await _connect(broker, "fast-rm-tx")
+        try:
+            await receiver.subscribe(["test/rm"], qos=1)
+            assert sender._client is not None
+            paho = sender._client._client
+            assert paho._max_inflight_messages == limit
+            for i in range(50):
+                sender.publish_nowait("test/rm", str(i).encode())
+            if limit:
+                assert paho._inflight_messages <= limit
+            messages = await inbox.wait_for(50)
+            assert [m.payload for m in messages] == [str(i).encode() for i in range(50)]
+        finally:
+            await sender.close()
+            await receiver.close()
+
+
+async def test_without_the_paho_internals_paho_does_the_work(
+    mosquitto: MosquittoBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A paho release without what the shortcuts use: they stay off, and everything still works (slower)."""
+    monkeypatch.setattr(mqtt_module, "_PAHO_INTERNALS", (*mqtt_module._PAHO_INTERNALS, "_no_such_attribute"))
+    inbox = Inbox()
+    sender = await _connect(mosquitto, "fast-off-tx")
+    receiver = await _connect(mosquitto, "fast-off-rx", inbox)
+    try:
+        assert sender._hooks is not None and not sender._hooks.packet_shortcuts
+        topic = f"test/fastpath-off/{uuid.uuid4().hex}"
+        await receiver.subscribe([topic], qos=1)
+        user = [("a", "1"), ("ü", "")]
+        await sender.publish(topic, b"one", correlation_data=b"\x00", user_properties=user, content_type="c")
+        sender.publish_nowait(topic, b"two", response_topic="r", message_expiry=60)
+        first, second = await inbox.wait_for(2)
+        assert (first.payload, first.correlation_data, first.user_properties, first.content_type) == (
+            b"one",
+            b"\x00",
+            tuple(user),
+            "c",
+        )
+        assert (second.payload, second.response_topic, second.qos) == (b"two", "r", 1)
+    finally:
+        await sender.close()
+        await receiver.close()
+
+
+async def test_a_cancel_that_wait_for_loses_is_raised_again() -> None:
+    """aiomqtt waits for CONNACK/SUBACK with asyncio.wait_for; on Python 3.11 a cancel arriving in the same
+    loop iteration as the packet is lost there. A lost cancel once left a client's close() waiting for ever."""
+    loop = asyncio.get_running_loop()
+
+    async def victim() -> str:
+        acked = loop.create_future()
+        me = asyncio.current_task()
+        assert me is not None
+
+        def ack_and_cancel() -> None:
+            acked.set_result("CONNACK")
+            me.cancel()
+
+        loop.call_soon(ack_and_cancel)
+        result: str = await asyncio.wait_for(acked, 10)  # as aiomqtt's _wait_for
+        mqtt_module._reraise_lost_cancel()
+        return result
+
+    task = asyncio.ensure_future(victim())
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
