@@ -637,7 +637,9 @@ class AsyncStateStoreClient:
             remaining = None if deadline is None else max(deadline - loop.time(), 0.001)
             try:
                 async with asyncio.timeout(remaining):
-                    await conn.publish(
+                    # No PUBACK wait where the connection offers that (MqttConnection): the response is what we
+                    # wait for, and a connection that drops fails this call through _supervise.
+                    sent = (getattr(conn, "publish_nowait", None) or conn.publish)(
                         topics.REQUEST_TOPIC,
                         payload,
                         qos=1,
@@ -647,6 +649,8 @@ class AsyncStateStoreClient:
                         content_type=headers.CONTENT_TYPE,
                         message_expiry=headers.expiry_seconds(remaining if remaining is not None else 3600),
                     )
+                    if sent is not None:
+                        await sent
                     message = await fut
             except TimeoutError:
                 raise RequestTimeoutError(
