@@ -10,6 +10,7 @@ from ._protocol.errors import __all__ as _errors_all
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
 from ._transport.settings import ConnectionSettings, TlsSettings
+from .cache import StateStoreCache, SyncStateStoreCache, translate_ttl
 from .client import (
     UNSET,
     AsyncKeyWatch,
@@ -49,9 +50,12 @@ __all__ = [
     "SetResult",
     "StateStoreClient",
     "StateStoreDict",
+    "StateStoreCache",
     "StrCodec",
+    "SyncStateStoreCache",
     "TlsSettings",
     "VDeleteResult",
     "__version__",
+    "translate_ttl",
     *_errors_all,
 ]

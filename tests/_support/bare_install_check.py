@@ -1,0 +1,49 @@
+"""Run in an environment (or under a blocker) without any optional extra.
+
+Checks: ``import sskv_mapping`` and its core modules work; each integration raises an ImportError that
+names its ``pip install 'sskv-mapping[extra]'`` line. Exit status 0 when all holds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+INTEGRATIONS = {
+    "sskv_mapping.integrations.django": "django",
+    "sskv_mapping.integrations.flask_caching": "flask",
+    "sskv_mapping.integrations.litestar": "litestar",
+    "sskv_mapping.integrations.aiocache": "aiocache",
+    "sskv_mapping.integrations.fastapi": "fastapi",
+}
+
+
+def main() -> int:
+    import sskv_mapping
+    from sskv_mapping import StateStoreDict  # noqa: F401
+    from sskv_mapping.emulator import EmulatorCore  # noqa: F401
+
+    problems = []
+    for module, extra in INTEGRATIONS.items():
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            if f"sskv-mapping[{extra}]" not in str(exc):
+                problems.append(f"{module}: ImportError does not name the extra: {exc}")
+        else:
+            problems.append(f"{module} imported without its extra")
+    try:
+        sskv_mapping.MsgpackCodec()
+    except ImportError as exc:
+        if "sskv-mapping[msgpack]" not in str(exc):
+            problems.append(f"MsgpackCodec: {exc}")
+    else:
+        problems.append("MsgpackCodec() worked without msgpack")
+    for p in problems:
+        print(p)
+    print("bare install: ok" if not problems else "bare install: FAILED")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
