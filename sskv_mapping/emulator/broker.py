@@ -315,10 +315,6 @@ class MosquittoBroker:
             "allow_anonymous true",
             # Without it every request/response round trip pays Nagle's delay (~40-90 ms).
             "set_tcp_nodelay true",
-            # mosquitto's default of 20 both caps what it sends each client unacknowledged and is the Receive
-            # Maximum it advertises, which the client honours: with 64 requests in flight the rest queued up in
-            # the client and again in front of the emulator (about a third of the throughput). 0 = no limit.
-            "max_inflight_messages 0",
             "persistence false",
             # $SYS/broker/log/N carries "New client connected ... as X" / "Client X disconnected.":
             # how the emulator learns that a client went away.
