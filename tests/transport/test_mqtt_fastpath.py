@@ -385,16 +385,23 @@ async def test_a_burst_leaves_in_order_in_few_sends(pair: tuple[MqttConnection, 
     sender, _, inbox, topic = pair
     assert sender._client is not None
     paho = sender._client._client
+    window = paho._max_inflight_messages  # mosquitto's Receive Maximum (20 by default); the rest waits in paho
+    assert window >= 10
     counting = _CountingSocket(paho._sock)
     paho._sock = counting  # type: ignore[assignment]
     try:
-        for i in range(200):
+        for i in range(window):  # one window's worth, queued in one loop iteration
+            sender.publish_nowait(topic, str(i).encode(), correlation_data=i.to_bytes(2, "big"))
+        await inbox.wait_for(window)
+        in_one_go = counting.sends
+        for i in range(window, 200):  # more than the window: released as PUBACKs come back, in order
             sender.publish_nowait(topic, str(i).encode(), correlation_data=i.to_bytes(2, "big"))
         messages = await inbox.wait_for(200)
     finally:
         paho._sock = counting._sock
     assert [m.payload for m in messages] == [str(i).encode() for i in range(200)]
-    assert counting.sends <= 3  # one, unless the socket took only part of it
+    assert in_one_go <= 2  # one, unless the socket took only part of it
+    assert counting.sends < 200 // 4
 
 
 async def test_large_packets_survive_partial_writes_and_reads(
@@ -445,10 +452,12 @@ async def test_publish_fails_when_the_connection_ends_before_the_puback(fresh_mo
         await sender.close()
 
 
-@pytest.mark.parametrize(("config", "limit"), [([], 0), (["max_inflight_messages 5"], 5)])
+@pytest.mark.parametrize(
+    ("config", "limit"), [([], 20), (["max_inflight_messages 5"], 5), (["max_inflight_messages 0"], 0)]
+)
 async def test_the_servers_receive_maximum_is_honoured(config: list[str], limit: int) -> None:
-    """mosquitto advertises its max_inflight_messages as Receive Maximum (none when 0): it becomes paho's
-    in-flight limit, and messages beyond it wait in paho and still all arrive, in order."""
+    """mosquitto advertises its max_inflight_messages (default 20) as Receive Maximum, none when 0: it becomes
+    paho's in-flight limit (0: none), and messages beyond it wait in paho and still all arrive, in order."""
     with MosquittoBroker(extra_config=config) as broker:
         inbox = Inbox()
         receiver = await _connect(broker, "fast-rm-rx", inbox)
