@@ -161,6 +161,10 @@ class NamespaceStore(Generic[V]):
         finally:
             del self._watching[data_key]
 
+    def _watch_active(self, data_key: bytes) -> bool:
+        sub = self._watches.get(data_key)
+        return sub is not None and sub.active
+
     # -- reads --------------------------------------------------------------------------------------------
 
     def cached(self, data_key: bytes) -> CachedEntry[V] | None:
@@ -185,6 +189,10 @@ class NamespaceStore(Generic[V]):
         if cache is None:
             return await self._fetch(data_key)
         await self._ensure_watch(data_key)
+        if not self._watch_active(data_key):
+            # No notifications flow for the key now (a reconnect has not restored its KEYNOTIFY yet): a
+            # value cached now could change unnoticed and be served stale, so it is served but not kept.
+            return await self._fetch(data_key)
         ticket = cache.begin_read(data_key)
         try:
             entry = await self._fetch(data_key)
@@ -202,7 +210,16 @@ class NamespaceStore(Generic[V]):
         return CachedEntry(value, got.value, got.version, None, None)
 
     async def read_many(self, keys: Iterable[str]) -> list[CachedEntry[V]]:
-        return list(await asyncio.gather(*(self.read(k) for k in keys)))
+        # At most 64 reads in flight: a broker holds only so many messages per client (mosquitto: 20 in
+        # flight + 1000 queued) and silently drops the rest, so gathering a few thousand reads at once
+        # (len() of a fresh dict over a big namespace) lost replies and timed out.
+        gate = asyncio.Semaphore(64)
+
+        async def one(key: str) -> CachedEntry[V]:
+            async with gate:
+                return await self.read(key)
+
+        return list(await asyncio.gather(*(one(k) for k in keys)))
 
     # -- writes -------------------------------------------------------------------------------------------
 
@@ -235,8 +252,11 @@ class NamespaceStore(Generic[V]):
             fencing_token=fencing_token,
         )
         if result.applied and self.cache is not None:
-            expires = None if ttl_ms is None else started + ttl_ms / 1000
-            self.cache.store_write(data_key, CachedEntry(value, raw, result.version, fencing_token, expires))
+            if self._watch_active(data_key):
+                expires = None if ttl_ms is None else started + ttl_ms / 1000
+                self.cache.store_write(data_key, CachedEntry(value, raw, result.version, fencing_token, expires))
+            else:  # not notified of later changes (see read_data_key): keep nothing
+                self.cache.invalidate(data_key)
         return result
 
     async def delete(self, key: str, *, fencing_token: HybridLogicalClock | None = None) -> bool:

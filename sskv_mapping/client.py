@@ -191,12 +191,15 @@ EventSink = Callable[[KeyEvent], None]
 class _Registration:
     """One KEYNOTIFY registration shared by every local watcher of a key."""
 
-    __slots__ = ("key", "last_seen", "lock", "registered", "sinks")
+    __slots__ = ("key", "last_seen", "lock", "registered", "resync", "sinks")
 
     def __init__(self, key: bytes) -> None:
         self.key = key
         self.sinks: list[EventSink] = []
+        #: the service confirmed our KEYNOTIFY on the current connection (notifications flow)
         self.registered = False
+        #: a reconnect happened and the key was not re-read since (changes meanwhile are not reported yet)
+        self.resync = False
         #: the version of the last event delivered; ``None``: known absent; ``_UNKNOWN``: no event yet
         self.last_seen: HybridLogicalClock | object | None = _UNKNOWN
         self.lock = asyncio.Lock()
@@ -210,6 +213,13 @@ class KeySubscription:
         self.key = key
         self._sink = sink
         self._closed = False
+
+    @property
+    def active(self) -> bool:
+        """Whether changes of the key are being notified now: the service confirmed the registration on
+        the current connection. False while disconnected and after a reconnect until the watch is restored
+        (a value read then may change unnoticed, so caches must not keep it)."""
+        return not self._closed and self._client._watch_active(self.key)
 
     async def close(self) -> None:
         if not self._closed:
@@ -519,6 +529,7 @@ class AsyncStateStoreClient:
             self._pending.fail_all(ConnectionLostError(f"connection to {self.settings.url} lost"))
             for reg in self._registrations.values():
                 reg.registered = False  # the service dropped our registrations
+                reg.resync = True
             with contextlib.suppress(Exception):
                 await conn.close()
             if not self._reconnect:
@@ -554,30 +565,51 @@ class AsyncStateStoreClient:
             await asyncio.sleep(random.uniform(delay / 2, delay))
             delay = min(cap, delay * 2)
 
+    def _watch_active(self, key: bytes) -> bool:
+        reg = self._registrations.get(key)
+        return reg is not None and reg.registered and self._state is ConnectionState.CONNECTED
+
     async def _restore_watches(self) -> None:
-        """Re-register every watched key, then re-read it and report changes missed while away."""
-        for reg in list(self._registrations.values()):
-            try:
-                async with reg.lock:
-                    if not reg.sinks or reg.registered:
-                        continue
-                    await self._request(KeyNotify(reg.key), timeout=self.timeout)
-                    reg.registered = True
-                    payload, version = await self._request(Get(reg.key), timeout=self.timeout)
-                    value = Get(reg.key).decode(payload)
-                    # Deliver when the key differs from the last event we delivered, or when we never
-                    # delivered one (we cannot know what the watcher missed).
-                    if value is None:
-                        changed = reg.last_seen is not None
-                        event = KeyEvent(reg.key, KeyOperation.DELETE, None, None, synthetic=True)
-                    else:
-                        changed = reg.last_seen is _UNKNOWN or version != reg.last_seen
-                        event = KeyEvent(reg.key, KeyOperation.SET, value, version, synthetic=True)
-                    if changed:
-                        self._deliver(reg, event)
-            except StateStoreError as exc:
-                # the connection dropped again: the next reconnect restores this registration
-                log.warning("could not restore the watch on %r: %s", reg.key, exc)
+        """Re-register every watched key, then re-read it and report changes missed while away.
+
+        Retried with backoff until every watch is back or this connection is gone: the broker may return
+        before the service does (a KEYNOTIFY sent then is never answered), and a watch given up after one
+        try would leave the caches above it fed by no notification at all, serving old values forever.
+        """
+        conn = self._conn
+        delay, cap = self._backoff
+        while True:
+            failed = False
+            for reg in list(self._registrations.values()):
+                if self._conn is not conn or self._state is not ConnectionState.CONNECTED:
+                    return  # dropped again (or closed): the next reconnect restores what is left
+                try:
+                    async with reg.lock:
+                        if not reg.sinks or not reg.resync:
+                            continue
+                        if not reg.registered:
+                            await self._request(KeyNotify(reg.key), timeout=self.timeout)
+                            reg.registered = True
+                        payload, version = await self._request(Get(reg.key), timeout=self.timeout)
+                        value = Get(reg.key).decode(payload)
+                        reg.resync = False
+                        # Deliver when the key differs from the last event we delivered, or when we never
+                        # delivered one (we cannot know what the watcher missed).
+                        if value is None:
+                            changed = reg.last_seen is not None
+                            event = KeyEvent(reg.key, KeyOperation.DELETE, None, None, synthetic=True)
+                        else:
+                            changed = reg.last_seen is _UNKNOWN or version != reg.last_seen
+                            event = KeyEvent(reg.key, KeyOperation.SET, value, version, synthetic=True)
+                        if changed:
+                            self._deliver(reg, event)
+                except StateStoreError as exc:
+                    failed = True
+                    log.warning("could not restore the watch on %r yet: %s", reg.key, exc)
+            if not failed:
+                return
+            await asyncio.sleep(random.uniform(delay / 2, delay))
+            delay = min(cap, delay * 2)
 
     # -- requests -----------------------------------------------------------------------------------------
 
