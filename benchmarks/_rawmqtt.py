@@ -43,13 +43,7 @@ class RawMqtt:
         self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         sock = self.writer.get_extra_info("socket")
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        body = (
-            _str(b"MQTT")
-            + bytes([5, 0x02])
-            + struct.pack("!H", 60)
-            + _varint(0)
-            + _str(self.client_id.encode())
-        )
+        body = _str(b"MQTT") + bytes([5, 0x02]) + struct.pack("!H", 60) + _varint(0) + _str(self.client_id.encode())
         self.writer.write(_packet(0x10, body))
         first, payload = await self._read_packet()
         if first >> 4 != 2 or payload[1] != 0:

@@ -199,9 +199,7 @@ async def main() -> None:
         rl = statistics.median(x[0] for x in redis_rounds)
         rt = statistics.median(x[1] for x in redis_rounds)
         print(f"| (d) redis.asyncio `get` round trip | {rl * 1e3:.3f} ms | {rl / a:.2f}x (a) |")
-        print(
-            f"| (d) redis.asyncio throughput, {IN_FLIGHT} in flight | {rt:,.0f} ops/s | (c) is {c / rt:.2f}x |"
-        )
+        print(f"| (d) redis.asyncio throughput, {IN_FLIGHT} in flight | {rt:,.0f} ops/s | (c) is {c / rt:.2f}x |")
     else:
         print("| (d) redis | not measured (needs redis-server and the redis package) | |")
     print()

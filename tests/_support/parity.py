@@ -31,9 +31,7 @@ def assert_twins(async_cls: type, sync_cls: type, renames: Mapping[str, str] | N
         twin_name = names.get(name, name)
         twin = getattr(sync_cls, twin_name, None)
         if twin is None or not callable(twin):
-            problems.append(
-                f"{sync_cls.__name__}.{twin_name} is missing (twin of {async_cls.__name__}.{name})"
-            )
+            problems.append(f"{sync_cls.__name__}.{twin_name} is missing (twin of {async_cls.__name__}.{name})")
             continue
         if inspect.iscoroutinefunction(twin):
             problems.append(f"{sync_cls.__name__}.{twin_name} is a coroutine function; it must block")

@@ -23,9 +23,7 @@ def unique(prefix: str = "lock") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-async def test_try_acquire_contention_and_release(
-    client: AsyncStateStoreClient, other: AsyncStateStoreClient
-) -> None:
+async def test_try_acquire_contention_and_release(client: AsyncStateStoreClient, other: AsyncStateStoreClient) -> None:
     name = unique()
     mine = AsyncLeasedLock(client, name, lease=10)
     theirs = AsyncLeasedLock(other, name, lease=10)
@@ -70,9 +68,7 @@ async def test_blocking_acquire_wakes_on_release_not_polling(
     await waiter.release()
 
 
-async def test_acquire_times_out_with_lock_error(
-    client: AsyncStateStoreClient, other: AsyncStateStoreClient
-) -> None:
+async def test_acquire_times_out_with_lock_error(client: AsyncStateStoreClient, other: AsyncStateStoreClient) -> None:
     name = unique()
     await AsyncLeasedLock(client, name, lease=30).try_acquire()
     with pytest.raises(LockError):
@@ -92,9 +88,7 @@ async def test_lease_expiry_lets_the_next_holder_in(
     await waiter.release()
 
 
-async def test_paused_former_holder_is_fenced_out(
-    client: AsyncStateStoreClient, other: AsyncStateStoreClient
-) -> None:
+async def test_paused_former_holder_is_fenced_out(client: AsyncStateStoreClient, other: AsyncStateStoreClient) -> None:
     """A holder that was paused past its lease writes with its old token and is rejected."""
     name, protected = unique(), unique("protected")
     now = [0.0]

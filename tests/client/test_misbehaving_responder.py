@@ -112,9 +112,7 @@ async def test_garbage_reply_to_get_is_a_protocol_error(
     assert len(lone_client._pending) == 0
 
 
-async def test_missing_stat_is_a_protocol_error(
-    fake: FakeService, lone_client: AsyncStateStoreClient
-) -> None:
+async def test_missing_stat_is_a_protocol_error(fake: FakeService, lone_client: AsyncStateStoreClient) -> None:
     fake.behaviour = answer(b"$1\r\nv\r\n", [("__protVer", "1.0")])
     with pytest.raises(ProtocolError):
         await lone_client.get("k")
@@ -172,9 +170,7 @@ async def test_duplicate_responses_deliver_the_first_only(
     assert entry is not None and entry.value == b"next"
 
 
-async def test_requests_carry_the_protocol_properties(
-    fake: FakeService, lone_client: AsyncStateStoreClient
-) -> None:
+async def test_requests_carry_the_protocol_properties(fake: FakeService, lone_client: AsyncStateStoreClient) -> None:
     fake.behaviour = answer(b"+OK\r\n", [*OK_PROPS, ("__ts", "000000000000001:00000:svc")])
     await lone_client.set("k", b"v", persist=True)
     request = fake.requests[-1]

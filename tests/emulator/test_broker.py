@@ -128,9 +128,7 @@ async def raw_connect(broker: MosquittoBroker, client_id: str) -> asyncio.Stream
 # -- lifecycle -------------------------------------------------------------------------------------
 
 
-def test_session_fixture_serves_and_is_marked(
-    mosquitto: MosquittoBroker, request: pytest.FixtureRequest
-) -> None:
+def test_session_fixture_serves_and_is_marked(mosquitto: MosquittoBroker, request: pytest.FixtureRequest) -> None:
     assert mosquitto.running
     assert accepts_tcp(mosquitto.host, mosquitto.port)
     assert mosquitto.url == f"mqtt://127.0.0.1:{mosquitto.port}"
@@ -261,9 +259,7 @@ def test_missing_binary_is_a_configuration_error(tmp_path: Path, monkeypatch: py
         find_mosquitto()
     assert str(info.value) == MOSQUITTO_NOT_FOUND
     assert "\n" not in str(info.value)
-    assert str(info.value) == (
-        "mosquitto not found: install it with 'apt-get install mosquitto' (Debian/Ubuntu)"
-    )
+    assert str(info.value) == ("mosquitto not found: install it with 'apt-get install mosquitto' (Debian/Ubuntu)")
     with pytest.raises(ConfigurationError):
         MosquittoBroker()
 
@@ -380,9 +376,7 @@ _TEMPLATES = [
 
 
 @given(client_id=_CLIENT_IDS, template=st.sampled_from(_TEMPLATES), stamped=st.booleans())
-def test_parse_connection_log_recovers_any_client_id(
-    client_id: str, template: tuple[str, str], stamped: bool
-) -> None:
+def test_parse_connection_log_recovers_any_client_id(client_id: str, template: tuple[str, str], stamped: bool) -> None:
     kind, fmt = template
     line = fmt.format(client_id)
     if stamped:

@@ -24,9 +24,9 @@ U64_MAX = 2**64 - 1
 keys = st.binary(min_size=1, max_size=48)
 values = st.binary(max_size=64)
 #: Bytes a binary-safe codec most likely gets wrong.
-nasty_bytes = st.lists(
-    st.sampled_from([b"\r", b"\n", b"\r\n", b"\x00", b"\xff", b"$", b"*", b"-1"]), max_size=6
-).map(b"".join)
+nasty_bytes = st.lists(st.sampled_from([b"\r", b"\n", b"\r\n", b"\x00", b"\xff", b"$", b"*", b"-1"]), max_size=6).map(
+    b"".join
+)
 keys_or_nasty = keys | nasty_bytes.filter(bool)
 values_or_nasty = values | nasty_bytes
 

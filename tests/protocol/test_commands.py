@@ -106,9 +106,7 @@ def test_get_miss() -> None:
     assert Get(b"k").decode(b"$-1\r\n") is None
 
 
-@pytest.mark.parametrize(
-    ("payload", "applied"), [(b"+OK\r\n", True), (b":-1\r\n", False), (b"-1\r\n", False)]
-)
+@pytest.mark.parametrize(("payload", "applied"), [(b"+OK\r\n", True), (b":-1\r\n", False), (b"-1\r\n", False)])
 def test_set_outcomes(payload: bytes, applied: bool) -> None:
     result = Set(b"k", b"v", SetCondition.NX).decode(payload)
     assert result is applied
@@ -463,9 +461,7 @@ def test_decode_matches_protocol_md_for_every_reply(command: Command, reply: res
 @FUZZ
 @given(st.sampled_from(ALL_COMMANDS), garbage | mutated(replies.map(encode_reply)))
 @example(Get(b"k"), b"-1\r\n")
-def test_decode_of_arbitrary_bytes_raises_only_protocol_or_service_errors(
-    command: Command, payload: bytes
-) -> None:
+def test_decode_of_arbitrary_bytes_raises_only_protocol_or_service_errors(command: Command, payload: bytes) -> None:
     try:
         result = command.decode(payload)
     except ServiceError as exc:

@@ -101,9 +101,7 @@ def test_missing_stat_is_a_protocol_error() -> None:
     assert "__stat" in str(info.value)
 
 
-@pytest.mark.parametrize(
-    "content_type", ["application/json", "", "text/plain", "application/octet-stream; x=1"]
-)
+@pytest.mark.parametrize("content_type", ["application/json", "", "text/plain", "application/octet-stream; x=1"])
 def test_unexpected_content_type_is_a_protocol_error(content_type: str) -> None:
     with pytest.raises(ProtocolError):
         check_response({**OK, "__ts": str(TS)}, content_type)

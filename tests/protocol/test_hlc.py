@@ -170,9 +170,7 @@ def test_order_is_wall_then_counter_then_node_bytes(a: HybridLogicalClock, b: Hy
 def test_sorting_agrees_with_text_order_of_padded_timestamps(values: list[HybridLogicalClock]) -> None:
     # with walls and counters inside the padded widths, the fixed-width text sorts the same way
     small = [H(v.wall_ms % 10**15, v.counter % 10**5, v.node_id) for v in values]
-    assert [str(v) for v in sorted(small)] == sorted(
-        (str(v) for v in small), key=lambda s: (s[:21], s[22:].encode())
-    )
+    assert [str(v) for v in sorted(small)] == sorted((str(v) for v in small), key=lambda s: (s[:21], s[22:].encode()))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -266,9 +264,7 @@ def test_ticked_is_strictly_newer_or_a_drift_error(value: HybridLogicalClock, no
     assert nxt.node_id == value.node_id
     assert nxt.wall_ms - now <= MAX_DRIFT_MS
     assert nxt == (
-        H(now, 0, value.node_id)
-        if now > value.wall_ms
-        else H(value.wall_ms, value.counter + 1, value.node_id)
+        H(now, 0, value.node_id) if now > value.wall_ms else H(value.wall_ms, value.counter + 1, value.node_id)
     )
 
 
@@ -345,9 +341,7 @@ def _reference_merge(ours: HybridLogicalClock, other: HybridLogicalClock, now: i
 
 
 _walls = st.integers(NOW - 100_000, NOW + 100_000)
-_near = st.builds(
-    H, wall_ms=_walls, counter=st.integers(0, 1000), node_id=st.sampled_from(["me", "svc", "other"])
-)
+_near = st.builds(H, wall_ms=_walls, counter=st.integers(0, 1000), node_id=st.sampled_from(["me", "svc", "other"]))
 
 
 @FAST

@@ -19,10 +19,7 @@ from sskv_mapping._protocol.topics import NOTIFY_PREFIX, notification_topic
 
 from ._strategies import FAST, FUZZ, garbage, hlcs, keys_or_nasty, mutated, values_or_nasty
 
-TOPIC = (
-    "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/"
-    "636C69656E742D696431/command/notify/534F4D454B4559"
-)
+TOPIC = "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/636C69656E742D696431/command/notify/534F4D454B4559"
 TS = "001696374425000:00001:StateStore"
 VERSION = HybridLogicalClock(1696374425000, 1, "StateStore")
 SET_PAYLOAD = b"*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n$5\r\nVALUE\r\n$5\r\nhello\r\n"
@@ -34,10 +31,7 @@ def test_encode_set_notification_exact_bytes() -> None:
 
 
 def test_encode_set_notification_with_empty_value() -> None:
-    assert (
-        encode_notification(KeyOperation.SET, b"")
-        == b"*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n$5\r\nVALUE\r\n$0\r\n\r\n"
-    )
+    assert encode_notification(KeyOperation.SET, b"") == b"*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n$5\r\nVALUE\r\n$0\r\n\r\n"
 
 
 def test_encode_delete_notification_exact_bytes() -> None:
@@ -179,9 +173,7 @@ _payloads = (
 
 @FUZZ
 @given(
-    st.sampled_from([TOPIC])
-    | st.text(max_size=30)
-    | st.builds(lambda s: NOTIFY_PREFIX + s, st.text(max_size=30)),
+    st.sampled_from([TOPIC]) | st.text(max_size=30) | st.builds(lambda s: NOTIFY_PREFIX + s, st.text(max_size=30)),
     _payloads,
     st.none() | st.sampled_from([TS]) | st.text(max_size=30),
 )

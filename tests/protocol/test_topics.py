@@ -23,8 +23,7 @@ from sskv_mapping._protocol.topics import (
 from ._strategies import FAST, FUZZ, keys_or_nasty
 
 EXAMPLE_TOPIC = (
-    "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/"
-    "636C69656E742D696431/command/notify/534F4D454B4559"
+    "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/636C69656E742D696431/command/notify/534F4D454B4559"
 )
 _HEX = re.compile(r"[0-9A-F]+")
 
@@ -143,9 +142,7 @@ def test_response_topic_is_forbidden_only_for_a_client_id_under_the_service_pref
     assert is_forbidden_response_topic(topic) is client_id.startswith(f"statestore/v1/{SERVICE_ID}")
 
 
-_topic_parts = st.sampled_from(
-    ["clients", "statestore", "v1", SERVICE_ID, "command", "notify", "4B", "636C", "", "+"]
-)
+_topic_parts = st.sampled_from(["clients", "statestore", "v1", SERVICE_ID, "command", "notify", "4B", "636C", "", "+"])
 _topics = st.lists(_topic_parts | st.text(max_size=6), max_size=9).map("/".join)
 
 
