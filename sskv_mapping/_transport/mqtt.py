@@ -418,6 +418,11 @@ _PUBLISH = 0x30
 _DISCONNECT = 0xE0
 
 
+def _fail_connect(connected: asyncio.Future[Any]) -> None:
+    if not connected.done():
+        connected.set_exception(aiomqtt.MqttError("the broker closed the connection before CONNACK"))
+
+
 class _PahoHooks:
     """The request path's shortcuts, installed on the paho client of one ``aiomqtt.Client``.
 
@@ -469,10 +474,12 @@ class _PahoHooks:
         self._aiomqtt_writer = False  # aiomqtt's writer callback is (being) added for the socket
         self._aiomqtt_on_publish = cast(Callable[..., None], paho.on_publish)
         self._aiomqtt_on_connect = cast(Callable[..., None], paho.on_connect)
+        self._aiomqtt_on_disconnect = cast(Callable[..., None], paho.on_disconnect)
         paho.on_socket_register_write = self._register_write
         paho.on_socket_unregister_write = self._unregister_write
         paho.on_publish = self._on_publish
         paho.on_connect = self._on_connect
+        paho.on_disconnect = self._on_disconnect
         self.packet_shortcuts = all(hasattr(paho, name) for name in _PAHO_INTERNALS)
         if self.packet_shortcuts:
             self._paho_handle_publish = paho._handle_publish
@@ -578,6 +585,20 @@ class _PahoHooks:
         # messages per PUBACK.
         client._max_inflight_messages = maximum if isinstance(maximum, int) and 0 < maximum < 65535 else 0
         self._aiomqtt_on_connect(client, userdata, flags, reason_code, properties)
+
+    def _on_disconnect(self, client: paho_client.Client, userdata: Any, *args: Any) -> None:
+        """End a CONNECT that the broker closed before its CONNACK at once, not after ``connect_timeout``.
+
+        aiomqtt ignores a disconnect before CONNACK (its ``__aenter__`` then waits for the timeout). It happens
+        when the TCP connection lands on a broker that is dying or restarting, or when a TLS broker drops a
+        client whose certificate it refuses after the handshake.
+        """
+        connected: asyncio.Future[Any] = self._aiomqtt._connected
+        if threading.get_ident() == self._thread:
+            _fail_connect(connected)
+        else:  # pragma: no cover - paho reports from the loop thread; be safe if it ever does not
+            self._loop.call_soon_threadsafe(_fail_connect, connected)
+        self._aiomqtt_on_disconnect(client, userdata, *args)
 
     # -- outbound -------------------------------------------------------------------------------------
 

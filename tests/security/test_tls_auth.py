@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -15,8 +14,6 @@ from .conftest import DENIED_PASSWORD, DENIED_USERNAME, PASSWORD, USERNAME, Secu
 
 pytestmark = pytest.mark.broker
 
-#: A refused connection must be reported well before this (the client's connect timeout is longer).
-QUICK = 3.0
 
 
 async def round_trip(client: AsyncStateStoreClient) -> None:
@@ -34,12 +31,12 @@ async def round_trip(client: AsyncStateStoreClient) -> None:
     assert await client.get(key) is None
 
 
-async def refused(client: AsyncStateStoreClient, within: float = QUICK) -> BrokerConnectError:
-    """Connecting raises BrokerConnectError within ``within`` s, leaving the client disconnected, nothing sent."""
-    started = time.monotonic()
+async def refused(client: AsyncStateStoreClient) -> BrokerConnectError:
+    """Connecting raises BrokerConnectError because of the refusal (not a connect timeout), leaving the client
+    disconnected with nothing sent."""
     with pytest.raises(BrokerConnectError) as info:
         await client.connect()
-    assert time.monotonic() - started < within, "a refused connection took too long to report"
+    assert not isinstance(info.value.__cause__, TimeoutError), f"refusal surfaced only as a timeout: {info.value}"
     assert client.state is ConnectionState.DISCONNECTED
     assert client.requests_sent == 0
     return info.value
@@ -124,28 +121,30 @@ async def test_the_acl_keeps_an_authenticated_but_unauthorised_user_out(secured:
         assert await allowed.get(key) is None
 
 
-# The broker checks a client certificate after the TLS 1.3 handshake has completed on the client side, and
-# aiomqtt ignores a connection that closes before CONNACK: such refusals surface only at the connect
-# timeout (here shortened). Typed and bounded, but not quick: see the report on aiomqtt's _on_disconnect.
-SHORT_CONNECT_TIMEOUT = 1.0
+# The broker checks a client certificate after the TLS 1.3 handshake has completed on the client side, so
+# the refusal is a connection closed before CONNACK (aiomqtt alone would wait for the connect timeout; the
+# transport ends the attempt at once). A long connect timeout proves the refusal is not that timeout.
+LONG_CONNECT_TIMEOUT = 120.0
 
 
-def short_connect(secured: SecureBroker, port: int, tls: TlsSettings | None) -> AsyncStateStoreClient:
-    settings = ConnectionSettings(host=secured.host, port=port, tls=tls, connect_timeout=SHORT_CONNECT_TIMEOUT)
+def cert_refused_client(secured: SecureBroker, port: int, tls: TlsSettings | None) -> AsyncStateStoreClient:
+    settings = ConnectionSettings(host=secured.host, port=port, tls=tls, connect_timeout=LONG_CONNECT_TIMEOUT)
     return AsyncStateStoreClient(settings=settings, timeout=5)
 
 
 async def test_x509_listener_requires_a_client_certificate(secured: SecureBroker) -> None:
-    client = short_connect(secured, secured.x509_port, secured.tls())
-    await refused(client, within=SHORT_CONNECT_TIMEOUT + QUICK)
+    client = cert_refused_client(secured, secured.x509_port, secured.tls())
+    error = await refused(client)
+    assert "before CONNACK" in str(error) or "alert" in str(error).lower(), error
     await client.close()
 
 
 async def test_client_certificate_from_an_unknown_ca_is_refused(secured: SecureBroker) -> None:
     """A client certificate the broker's CA did not sign (here: the server certificate of the other CA)."""
     tls = secured.tls(cert_file=secured.pki.other_server.cert, key_file=secured.pki.other_server.key)
-    client = short_connect(secured, secured.x509_port, tls)
-    await refused(client, within=SHORT_CONNECT_TIMEOUT + QUICK)
+    client = cert_refused_client(secured, secured.x509_port, tls)
+    error = await refused(client)
+    assert "before CONNACK" in str(error) or "alert" in str(error).lower(), error
     await client.close()
 
 
@@ -190,6 +189,7 @@ async def test_hostname_mismatch_is_refused(secured: SecureBroker) -> None:
 
 async def test_plain_mqtt_to_a_tls_listener_fails_typed(secured: SecureBroker) -> None:
     """Forgetting ``tls=``: the TLS listener resets the connection (bounded by the connect timeout)."""
-    client = short_connect(secured, secured.password_port, None)
-    await refused(client, within=SHORT_CONNECT_TIMEOUT + QUICK)
+    client = cert_refused_client(secured, secured.password_port, None)
+    error = await refused(client)
+    assert "before CONNACK" in str(error) or "alert" in str(error).lower(), error
     await client.close()
