@@ -50,12 +50,20 @@ class StoreEntry(Generic[V]):
     fencing_token: HybridLogicalClock | None = None
 
 
+def utf8(text: str, what: str) -> bytes:
+    """``text`` as UTF-8; a lone surrogate (not encodable) is a :class:`ConfigurationError`, not a UnicodeError."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(f"{what} is not valid UTF-8 text: {exc.reason}") from None
+
+
 def _check_namespace(namespace: str) -> bytes:
     if not isinstance(namespace, str) or not namespace:
         raise ConfigurationError("namespace must be a non-empty str")
     if "/" in namespace or "#" in namespace:
         raise ConfigurationError("namespace may not contain '/' or '#' (they separate its keys)")
-    return namespace.encode("utf-8")
+    return utf8(namespace, "namespace")
 
 
 class NamespaceStore(Generic[V]):
@@ -95,7 +103,7 @@ class NamespaceStore(Generic[V]):
             raise ConfigurationError(f"keys of a namespace are str, not {type(key).__name__}")
         if not key:
             raise ConfigurationError("keys may not be empty")
-        return self._prefix + key.encode("utf-8")
+        return self._prefix + utf8(key, "key")
 
     def user_key(self, data_key: bytes) -> str:
         return data_key[len(self._prefix) :].decode("utf-8")

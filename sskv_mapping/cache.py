@@ -375,7 +375,7 @@ class StateStoreCache(Generic[V]):
         self._store: NamespaceStore[V] = NamespaceStore(
             client, namespace, resolved, cache=cache, index=index, clock=clock
         )
-        self._prefix = namespace.encode("utf-8")
+        self._prefix = self._store._prefix[:-1]  # the namespace, checked and encoded by NamespaceStore
         self._lock_lease = lease
         self._lock_timeout = lock_timeout
         self._max_in_flight = max_in_flight

@@ -58,7 +58,22 @@ _NO_DEFAULT: Any = object()
 
 
 def _is_key(key: object) -> bool:
-    return isinstance(key, str) and bool(key)
+    """Could ``key`` be stored? (A non-empty str that encodes as UTF-8: a lone surrogate does not.)"""
+    if not isinstance(key, str) or not key:
+        return False
+    if key.isascii():
+        return True
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _key_problem(key: object) -> str:
+    if isinstance(key, str) and key:
+        return f"key {key!r:.60} is not valid UTF-8 text (a lone surrogate)"
+    return f"keys are non-empty str, not {key!r:.60}"
 
 
 class AsyncStateStoreDict(Generic[V]):
@@ -251,7 +266,7 @@ class AsyncStateStoreDict(Generic[V]):
     async def set(self, key: str, value: V, *, ttl: float | None = None) -> HybridLogicalClock | None:
         """``d[key] = value`` (optionally expiring after ``ttl`` seconds); returns the new version."""
         if not _is_key(key):
-            raise ConfigurationError(f"keys are non-empty str, not {key!r}")
+            raise ConfigurationError(_key_problem(key))
         result = await self._store.write(key, value, ttl=ttl, fencing_token=self._token())
         return result.version
 
@@ -263,7 +278,7 @@ class AsyncStateStoreDict(Generic[V]):
     async def setdefault(self, key: str, default: V = None) -> V:  # type: ignore[assignment]
         """Atomic across processes: ``SET NX``; returns the value now stored."""
         if not _is_key(key):
-            raise ConfigurationError(f"keys are non-empty str, not {key!r}")
+            raise ConfigurationError(_key_problem(key))
         while True:
             result = await self._store.write(key, default, condition=SetCondition.NX, fencing_token=self._token())
             if result.applied:
@@ -314,7 +329,7 @@ class AsyncStateStoreDict(Generic[V]):
         pairs.extend(kwargs.items())
         for k, v in pairs:  # check everything before sending anything
             if not _is_key(k):
-                raise ConfigurationError(f"keys are non-empty str, not {k!r}")
+                raise ConfigurationError(_key_problem(k))
             self._store.encode(k, v)
         if self._store.index is not None:
             await self._store.index.add(k for k, _ in pairs)
@@ -452,7 +467,10 @@ class StateStoreDict(MutableMapping[str, V]):
     def __getitem__(self, key: str) -> V:
         store = self._async._store
         if isinstance(key, str) and key and store.cache is not None:
-            hit = store.cache.get(store._prefix + key.encode("utf-8"))
+            try:
+                hit = store.cache.get(store._prefix + key.encode("utf-8"))
+            except UnicodeEncodeError:  # a lone surrogate: the slow path raises the typed error
+                hit = None
             if hit is not None:
                 if hit.value is ABSENT:
                     raise KeyError(key)

@@ -45,6 +45,22 @@ def test_non_str_keys_read_as_missing_and_refuse_writes(d: StateStoreDict[Any]) 
         d[""] = "x"
 
 
+def test_keys_that_are_not_utf8_encodable_are_typed_errors(d: StateStoreDict[Any]) -> None:
+    """A lone surrogate is a valid ``str`` but no UTF-8 key: reads miss (like any key that cannot be stored),
+    writes raise ConfigurationError — never a UnicodeEncodeError, also on the cache-hit fast path."""
+    d["ok"] = 1
+    assert d["ok"] == 1  # warms the local cache (when there is one): the next read takes the fast path
+    bad = "bad-\ud800"
+    assert bad not in d and d.get(bad, "x") == "x"
+    with pytest.raises(KeyError):
+        d[bad]
+    with pytest.raises(ConfigurationError, match="UTF-8"):
+        d[bad] = "x"
+    with pytest.raises(ConfigurationError, match="UTF-8"):
+        d.update({bad: 1, "other": 2})
+    assert "other" not in d and len(d) == 1
+
+
 def test_unencodable_value_raises_before_anything_is_written(d: StateStoreDict[Any]) -> None:
     with pytest.raises(EncodeError):
         d["x"] = object()

@@ -15,7 +15,6 @@ from .conftest import DENIED_PASSWORD, DENIED_USERNAME, PASSWORD, USERNAME, Secu
 pytestmark = pytest.mark.broker
 
 
-
 async def round_trip(client: AsyncStateStoreClient) -> None:
     """SET/GET, a watch that sees a SET and a DELETE, through this client's listener."""
     key = f"sec-{uuid.uuid4().hex[:10]}"
