@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
 import math
 import random
@@ -671,7 +672,10 @@ class AsyncStateStoreClient:
                 async with asyncio.timeout(remaining):
                     # No PUBACK wait where the connection offers that (MqttConnection): the response is what we
                     # wait for, and a connection that drops fails this call through _supervise.
-                    sent = (getattr(conn, "publish_nowait", None) or conn.publish)(
+                    nowait = getattr(conn, "publish_nowait", None)
+                    # a refusing PUBACK (an ACL denial) fails the response future at once: no wait for the timeout
+                    publish = conn.publish if nowait is None else functools.partial(nowait, refusal=fut)
+                    sent = publish(
                         topics.REQUEST_TOPIC,
                         payload,
                         qos=1,

@@ -60,6 +60,7 @@ __all__ = [
     "MissingTimestampError",
     "NotAuthorizedError",
     "ProtocolError",
+    "PublishRefusedError",
     "QuotaExceededError",
     "RequestSyntaxError",
     "RequestTimeoutError",
@@ -101,6 +102,11 @@ class ConnectionLostError(TransportError):
 
 class RequestTimeoutError(TransportError, TimeoutError):
     """No response arrived within the request timeout."""
+
+
+class PublishRefusedError(TransportError):
+    """The broker refused the request's PUBLISH (a PUBACK reason code >= 0x80, e.g. "Not authorized" from an
+    ACL): it never reached the state store."""
 
 
 class ProtocolError(StateStoreError):

@@ -42,6 +42,7 @@ from .._protocol.errors import (
     ClientStateError,
     ConfigurationError,
     ConnectionLostError,
+    PublishRefusedError,
     RequestTimeoutError,
     TransportError,
 )
@@ -463,6 +464,8 @@ class _PahoHooks:
         self._handler = handler
         #: packet id -> future of a :meth:`MqttConnection.publish` waiting for its PUBACK
         self.acks: dict[int, asyncio.Future[None]] = {}
+        #: packet id -> future that a refusing PUBACK fails (see :meth:`MqttConnection.publish_nowait`)
+        self.refusals: dict[int, asyncio.Future[Any]] = {}
         self._flush_handle: asyncio.Handle | None = None
         #: a PUBLISH was queued since the last flush (see _loop_read)
         self.published = False
@@ -566,7 +569,16 @@ class _PahoHooks:
         self, client: paho_client.Client, userdata: Any, mid: int, reason_code: ReasonCode, properties: Properties
     ) -> None:
         fut = self.acks.pop(mid, None)
-        if fut is not None and not fut.done():
+        refusal = self.refusals.pop(mid, None) if self.refusals else None
+        if reason_code is not _PUBACK_SUCCESS and reason_code.is_failure:
+            # e.g. 0x87 Not authorized: mosquitto's ACL denied the PUBLISH, nothing was delivered
+            error = PublishRefusedError(
+                f"the broker refused the PUBLISH: {reason_code.getName()} (0x{reason_code.value:02X})"
+            )
+            for waiter in (fut, refusal):
+                if waiter is not None and not waiter.done():
+                    waiter.set_exception(error)
+        elif fut is not None and not fut.done():
             fut.set_result(None)
         if self._aiomqtt_pending_publishes is None or self._aiomqtt_pending_publishes:
             self._aiomqtt_on_publish(client, userdata, mid, reason_code, properties)
@@ -672,6 +684,7 @@ class _PahoHooks:
 
     def fail_acks(self, exc: BaseException) -> None:
         acks, self.acks = self.acks, {}
+        self.refusals = {}  # their owners learn of the drop otherwise (a requester: its pending call fails)
         for fut in acks.values():
             if not fut.done():
                 fut.set_exception(exc)
@@ -881,6 +894,7 @@ class MqttConnection:
         user_properties: UserProperties = (),
         content_type: str | None = None,
         message_expiry: int | None = None,
+        refusal: asyncio.Future[Any] | None = None,
     ) -> None:
         """Queue a publish and return at once, without waiting for its PUBACK.
 
@@ -888,9 +902,15 @@ class MqttConnection:
         caller that waits for something else anyway (a response) or must not serialise on acknowledgements
         (the emulator): packets go out in call order, no future or task is created per message. Raises
         :class:`ConnectionLostError` when not connected or when paho refuses the message; a PUBACK that never
-        comes is not reported (a connection that drops is, through :meth:`wait_closed`).
+        comes is not reported (a connection that drops is, through :meth:`wait_closed`). A PUBACK that refuses
+        the message (reason code >= 0x80, e.g. an ACL denial) fails ``refusal`` with
+        :class:`PublishRefusedError`, when given (a requester passes the future of its response).
         """
-        self._send(topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry)
+        mid = self._send(
+            topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry
+        )
+        if refusal is not None and qos and self._hooks is not None:
+            self._hooks.refusals[mid] = refusal
 
     def _error(self, exc: aiomqtt.MqttError, what: str) -> TransportError:
         if "timed out" in str(exc).lower():

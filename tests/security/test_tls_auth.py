@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from sskv_mapping import BrokerConnectError, KeyOperation, RequestTimeoutError
+from sskv_mapping import BrokerConnectError, KeyOperation, PublishRefusedError
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState, TlsSettings
 
@@ -101,8 +101,9 @@ async def test_bad_credentials_are_refused_quickly(
 
 
 async def test_the_acl_keeps_an_authenticated_but_unauthorised_user_out(secured: SecureBroker) -> None:
-    """mosquitto 2.0 takes the login and even grants the SUBSCRIBE, but drops the user's requests (and
-    would drop deliveries to it): its SET ends in a typed timeout and never reaches the store."""
+    """mosquitto 2.0 takes the login and even grants the SUBSCRIBE, but refuses the user's requests with a
+    PUBACK "Not authorized": each call fails at once with PublishRefusedError (a long request timeout proves
+    it is not a timeout) and nothing reaches the store."""
     key = f"sec-{uuid.uuid4().hex[:10]}"
     async with (
         AsyncStateStoreClient(
@@ -111,13 +112,15 @@ async def test_the_acl_keeps_an_authenticated_but_unauthorised_user_out(secured:
             username=DENIED_USERNAME,
             password=DENIED_PASSWORD,
             tls=secured.tls(),
-            timeout=0.5,
+            timeout=120,
         ) as denied,
         AsyncStateStoreClient(secured.host, secured.x509_port, tls=secured.client_cert_tls(), timeout=5) as allowed,
     ):
-        with pytest.raises(RequestTimeoutError):
-            await denied.set(key, b"should not be stored")
+        for call in (denied.set(key, b"should not be stored"), denied.get(key), denied.delete(key)):
+            with pytest.raises(PublishRefusedError, match="Not authorized"):
+                await call
         assert await allowed.get(key) is None
+        assert denied.state is ConnectionState.CONNECTED  # a refused request does not end the connection
 
 
 # The broker checks a client certificate after the TLS 1.3 handshake has completed on the client side, so
