@@ -361,12 +361,36 @@ def _reraise_lost_cancel() -> None:
         raise asyncio.CancelledError
 
 
+class _NamedServerContext(ssl.SSLContext):
+    """A client context that checks (and sends as SNI) ``expected_hostname`` instead of the host dialled.
+
+    paho passes the host it connects to as ``server_hostname``; behind a port-forward or a load balancer the
+    broker's certificate names another host (e.g. ``aio-broker`` while dialling ``127.0.0.1``).
+    """
+
+    expected_hostname: str = ""
+
+    def wrap_socket(self, sock: Any, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
+        kwargs["server_hostname"] = self.expected_hostname
+        return super().wrap_socket(sock, *args, **kwargs)
+
+
 def _ssl_context(settings: ConnectionSettings) -> ssl.SSLContext | None:
     tls = settings.tls
     if tls is None:
         return None
     try:
-        ctx = ssl.create_default_context(cafile=tls.ca_file)
+        ctx: ssl.SSLContext
+        if tls.server_hostname:
+            named = _NamedServerContext(ssl.PROTOCOL_TLS_CLIENT)  # what create_default_context() sets up, plus:
+            named.expected_hostname = tls.server_hostname
+            if tls.ca_file:
+                named.load_verify_locations(cafile=tls.ca_file)
+            else:
+                named.load_default_certs(ssl.Purpose.SERVER_AUTH)
+            ctx = named
+        else:
+            ctx = ssl.create_default_context(cafile=tls.ca_file)
         if tls.cert_file:
             ctx.load_cert_chain(tls.cert_file, tls.key_file, password=tls.key_password)
     except (OSError, ssl.SSLError) as exc:

@@ -26,6 +26,8 @@ class TlsSettings:
 
     ``ca_file``: CA bundle to verify the broker (system store when ``None``). ``cert_file``/``key_file``:
     an X.509 client certificate. ``verify=False`` accepts any server certificate — only for tests.
+    ``server_hostname``: the name the broker's certificate must carry (and the SNI sent) when it is not the
+    host dialled, e.g. ``aio-broker`` through a ``kubectl port-forward`` to ``127.0.0.1``.
     """
 
     ca_file: str | None = None

@@ -189,6 +189,20 @@ async def test_hostname_mismatch_is_refused(secured: SecureBroker) -> None:
         await round_trip(client)
 
 
+async def test_server_hostname_names_the_certificate_when_it_is_not_the_host_dialled(secured: SecureBroker) -> None:
+    """Dialling 127.0.0.1 (as through a port-forward) a broker whose certificate names another host: accepted
+    with ``server_hostname`` set to that name, still refused with any other name."""
+    tls = secured.tls(server_hostname="not-this-host.invalid")
+    async with AsyncStateStoreClient(secured.host, secured.wrong_name_port, tls=tls, timeout=5) as client:
+        await round_trip(client)
+    client = AsyncStateStoreClient(
+        secured.host, secured.wrong_name_port, tls=secured.tls(server_hostname="localhost"), timeout=5
+    )
+    error = await refused(client)
+    assert "mismatch" in str(error) or "doesn't match" in str(error)
+    await client.close()
+
+
 async def test_plain_mqtt_to_a_tls_listener_fails_typed(secured: SecureBroker) -> None:
     """Forgetting ``tls=``: the TLS listener resets the connection (bounded by the connect timeout)."""
     client = cert_refused_client(secured, secured.password_port, None)
