@@ -18,6 +18,7 @@ Must not import aiomqtt/paho or the emulator.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -25,12 +26,14 @@ from typing import Any, Generic, TypeVar
 
 from ._index import StoredKeyIndex
 from ._protocol.commands import SetCondition, VDeleteResult
-from ._protocol.errors import ConfigurationError
+from ._protocol.errors import ConfigurationError, StateStoreError
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent
 from .client import AsyncStateStoreClient, ConnectionState, KeySubscription, SetResult, ttl_to_ms
 from .codecs import Codec, decode_value, encode_value
 from .local_cache import ABSENT, CachedEntry, LocalCache
+
+log = logging.getLogger(__name__)
 
 __all__ = ["MISSING", "NamespaceStore", "StoreEntry"]
 
@@ -88,6 +91,13 @@ class NamespaceStore(Generic[V]):
         self._clock = clock
         self._watches: dict[bytes, KeySubscription] = {}
         self._watching: dict[bytes, asyncio.Future[None]] = {}
+        # Watches of keys the cache no longer holds are released once there are this many: the store keeps
+        # a KEYNOTIFY registration per watched key, and a long-lived process reads far more keys than it
+        # caches.
+        self.watch_limit = 2 * cache.maxsize if cache is not None else 0
+        self._releasing: set[asyncio.Task[None]] = set()
+        #: how many idle watches were released so far
+        self.watches_released = 0
         self.index: StoredKeyIndex | None = (
             StoredKeyIndex(client, ns + b"#index", ns + b"#index-lock", self.data_key) if index else None
         )
@@ -139,6 +149,8 @@ class NamespaceStore(Generic[V]):
         subs, self._watches = list(self._watches.values()), {}
         for sub in subs:
             await sub.close()
+        if self._releasing:
+            await asyncio.gather(*self._releasing, return_exceptions=True)
         if self.index is not None:
             await self.index.close()
         if self.cache is not None:
@@ -168,6 +180,33 @@ class NamespaceStore(Generic[V]):
             raise
         finally:
             del self._watching[data_key]
+        if len(self._watches) > self.watch_limit:
+            self._release_idle_watches(keep=data_key)
+
+    def _release_idle_watches(self, keep: bytes) -> None:
+        """Stop watching every key the cache does not hold (nor reads now), except ``keep`` (about to be).
+
+        Run when the watches outnumber ``watch_limit`` (twice the cache size), so the cost is amortised and
+        at most about ``maxsize`` watches stay. Without a watch a key cannot be cached (reads and writes
+        re-create it first), so nothing stale can be served.
+        """
+        cache = self.cache
+        assert cache is not None
+        idle = [k for k in self._watches if k != keep and k not in self._watching and not cache.holds(k)]
+        loop = asyncio.get_running_loop()
+        self.watches_released += len(idle)
+        for k in idle:
+            sub = self._watches.pop(k)
+            task = loop.create_task(self._release_watch(sub), name=f"sskv-release-watch-{self.namespace}")
+            self._releasing.add(task)
+            task.add_done_callback(self._releasing.discard)
+
+    @staticmethod
+    async def _release_watch(sub: KeySubscription) -> None:
+        try:
+            await sub.close()
+        except StateStoreError as exc:  # the client drops the registration on its side regardless
+            log.debug("releasing an idle watch failed: %s", exc)
 
     def _watch_active(self, data_key: bytes) -> bool:
         sub = self._watches.get(data_key)

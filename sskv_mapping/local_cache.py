@@ -413,6 +413,11 @@ class LocalCache(Generic[V]):
             self._bump(key)
             return self._drop(key)
 
+    def holds(self, key: bytes) -> bool:
+        """Whether ``key`` has an entry (served or not) or a read in flight: notifications for it matter."""
+        with self._lock:
+            return key in self._inflight or self._stored(key) is not None
+
     def clear(self) -> None:
         """Forget every entry; reads in flight will not be stored. The hit/miss counters are kept."""
         with self._lock:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 
@@ -14,3 +15,12 @@ async def eventually(predicate: Callable[[], bool], timeout: float = 5.0, interv
     async with asyncio.timeout(timeout):
         while not predicate():  # noqa: ASYNC110 - there is no event to wait on for these conditions
             await asyncio.sleep(interval)
+
+
+def eventually_sync(predicate: Callable[[], bool], timeout: float = 5.0, interval: float = 0.005) -> None:
+    """:func:`eventually` for blocking tests (the library's loop runs in its own thread meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition still false after {timeout} s")
+        time.sleep(interval)
