@@ -69,15 +69,15 @@ def bare(session: nox.Session) -> None:
 
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
-    """The in-process suite: no broker needed."""
-    _install(session, "msgpack")
+    """The in-process suite: no broker needed (the test tools of ``.[dev]``: frameworks, cryptography...)."""
+    _install(session, "dev")
     session.run(*PYTEST, "-m", "not broker and not faults", "tests", *session.posargs)
 
 
 @nox.session(python=PYTHONS)
 def broker(session: nox.Session) -> None:
     """Everything that talks to a real mosquitto + the emulator process (fault suite excluded)."""
-    _install(session, "msgpack")
+    _install(session, "dev")
     session.run(*PYTEST, "-m", "broker and not faults", "tests", *session.posargs)
 
 
@@ -144,5 +144,5 @@ def fastapi(session: nox.Session) -> None:
 @nox.session(python=PYTHONS)
 def faults(session: nox.Session) -> None:
     """The fault suite: broker kills, emulator restarts, lost notifications, fencing, clock skew, fuzzing."""
-    _install(session, "msgpack")
+    _install(session, "dev")
     session.run(*PYTEST, "-m", "faults", "tests/faults", "tests/fuzz", "-s", *session.posargs)
