@@ -74,6 +74,10 @@ class HybridLogicalClock:
             raise ProtocolError(f"malformed HLC {text[:80]!r}: expected wall:counter:node")
         wall = _uint(parts[0], "wall time", text)
         counter = _uint(parts[1], "counter", text)
+        try:  # a str may carry lone surrogates (argv, JSON "\ud800"); the HLC goes on the wire as UTF-8
+            parts[2].encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ProtocolError(f"HLC node id is not valid UTF-8 text in {text[:80]!r}") from exc
         return cls(wall, counter, parts[2])
 
     def __str__(self) -> str:

@@ -1,0 +1,475 @@
+"""Seeds and oracles shared by the hypothesis fuzz tests and the atheris targets (not a test module).
+
+* Seeds: valid encodings of requests, replies, HLC strings and notifications (topic, payload, ``__ts``), the
+  starting points of structure-aware mutation.
+* Reference parsers: small, spec-driven (protocol.md §1, §2, §4, §5) re-readings of each grammar, written
+  independently of ``sskv_mapping._protocol``, so a fuzz input is checked differentially: the library
+  must accept exactly what the reference accepts, with the same value.
+* Oracles (``check_*``): run the library parser on one input; a :class:`ProtocolError` (or, for the service
+  side, a :class:`ServiceError`) is a fine outcome; any other exception propagates (a crash), and a broken
+  invariant is an ``AssertionError``. An accepted input must also re-encode consistently (round trip).
+
+No hypothesis or atheris import here: atheris runs these in a bare subprocess.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sskv_mapping._protocol import resp3
+from sskv_mapping._protocol.commands import (
+    Command,
+    Delete,
+    Get,
+    KeyNotify,
+    Set,
+    SetCondition,
+    VDelete,
+    VDeleteResult,
+    parse_command,
+)
+from sskv_mapping._protocol.errors import (
+    ERROR_TEXTS,
+    ProtocolError,
+    RequestSyntaxError,
+    ServiceError,
+)
+from sskv_mapping._protocol.hlc import HybridLogicalClock
+from sskv_mapping._protocol.notifications import KeyOperation, encode_notification, parse_notification
+from sskv_mapping._protocol.topics import NOTIFY_PREFIX, notification_topic
+
+__all__ = [
+    "HLC_SEEDS",
+    "MUST_FAIL",
+    "NOTIFICATION_SEEDS",
+    "REPLY_SEEDS",
+    "REQUEST_SEEDS",
+    "Reject",
+    "check_hlc",
+    "check_notification",
+    "check_reply",
+    "check_request",
+    "encode_reply",
+    "expected_decode",
+    "join_notification",
+    "ref_reply",
+    "split_notification",
+]
+
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
+U64_MAX = 2**64 - 1
+MAX_DEPTH = 8  # protocol: replies nest at most this deep (the library's documented limit)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# seeds
+
+_KEYS = [b"k", b"key", b"a\r\nb", b"\x00\xff", b"$3\r\n*1\r\n", "clé-ключ-鍵".encode(), b"x" * 300]
+_VALUES = [b"", b"v", b"value", b"\r\n", b"-1", b"\x00" * 5, b"y" * 1000]
+
+REQUEST_SEEDS: list[bytes] = [
+    *(resp3.encode_request(b"GET", k) for k in _KEYS),
+    *(resp3.encode_request(b"SET", k, v) for k, v in zip(_KEYS, _VALUES, strict=True)),
+    resp3.encode_request(b"SET", b"key", b"value", b"NX", b"PX", b"1000"),
+    resp3.encode_request(b"SET", b"lock", b"holder", b"NEX", b"PX", b"30000"),
+    resp3.encode_request(b"SET", b"k", b"v", b"PX", b"1"),
+    resp3.encode_request(b"set", b"k", b"v", b"nx"),
+    resp3.encode_request(b"DEL", b"k"),
+    resp3.encode_request(b"VDEL", b"k", b"v"),
+    resp3.encode_request(b"KEYNOTIFY", b"k"),
+    resp3.encode_request(b"KEYNOTIFY", b"k", b"STOP"),
+    resp3.encode_request(b"keynotify", b"k", b"stop"),
+    resp3.encode_request(),
+    resp3.encode_request(b"SCAN", b"*"),
+    resp3.encode_request(b"GET", b""),
+]
+
+REPLY_SEEDS: list[bytes] = [
+    b"+OK\r\n",
+    b":-1\r\n",
+    b":0\r\n",
+    b":1\r\n",
+    b":9223372036854775807\r\n",
+    b":-9223372036854775808\r\n",
+    b"-1\r\n",
+    b"$-1\r\n",
+    b"$0\r\n\r\n",
+    b"$5\r\nhello\r\n",
+    b"$4\r\n\r\n\r\n\r\n",
+    *(resp3.encode_error(text) for text in ERROR_TEXTS),
+    b"-ERR something new\r\n",
+    b"-ERR: article style\r\n",
+    encode_notification(KeyOperation.DELETE),
+    encode_notification(KeyOperation.SET, b"new value"),
+    b"*2\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n$3\r\ntok\r\n",  # a SCAN page
+    b"*1\r\n*0\r\n",
+    b"*3\r\n+OK\r\n:5\r\n$-1\r\n",
+]
+
+HLC_SEEDS: list[str] = [
+    "001696374425000:00001:StateStore",
+    "1696374425000:1:StateStore",
+    "0:0:",
+    f"{U64_MAX}:{U64_MAX}:node",
+    "000000000001000:00000:client-ü-鍵",
+    "1:2:a b/c\td",
+]
+
+
+def join_notification(topic: str, payload: bytes, ts: str | None) -> bytes:
+    """One fuzz input for the notification parser: ``topic SEP payload SEP ts`` (``ts`` absent: no 2nd SEP)."""
+    parts = [topic.encode("utf-8"), payload]
+    if ts is not None:
+        parts.append(ts.encode("utf-8"))
+    return _SEP.join(parts)
+
+
+def split_notification(data: bytes) -> tuple[str, bytes, str | None]:
+    """The inverse of :func:`join_notification`, total on any bytes (MQTT strings are always valid UTF-8)."""
+    topic, _, rest = data.partition(_SEP)
+    payload, sep, ts = rest.partition(_SEP)
+    return (
+        topic.decode("utf-8", "replace"),
+        payload,
+        ts.decode("utf-8", "replace") if sep else None,
+    )
+
+
+_SEP = b"\n~~\n"
+
+NOTIFICATION_SEEDS: list[tuple[str, bytes, str | None]] = [
+    (notification_topic("client-id1", b"SOMEKEY"), encode_notification(KeyOperation.SET, b"v"), HLC_SEEDS[0]),
+    (notification_topic("client-id1", b"SOMEKEY"), encode_notification(KeyOperation.DELETE), HLC_SEEDS[1]),
+    (notification_topic("sskv-0123", b"\x00\r\n"), encode_notification(KeyOperation.SET, b""), None),
+    (notification_topic("ü/é", "鍵".encode()), resp3.encode_array([b"NOTIFY", b"DEL"]), "5:0:StateStore"),
+    (f"{NOTIFY_PREFIX}63/command/notify/6b", encode_notification(KeyOperation.DELETE), None),  # lower-case hex
+    (f"{NOTIFY_PREFIX}63/command/notify/6B", b"*0\r\n", None),
+]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# reference parsers
+
+
+class Reject(Exception):
+    """The reference parser refuses the input."""
+
+
+class _Cursor:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def line(self) -> bytes:
+        end = self.data.find(b"\r\n", self.pos)
+        if end < 0:
+            raise Reject("no CRLF")
+        raw = self.data[self.pos : end]
+        self.pos = end + 2
+        return raw
+
+    def take(self, n: int) -> bytes:
+        if self.pos + n + 2 > len(self.data) or self.data[self.pos + n : self.pos + n + 2] != b"\r\n":
+            raise Reject("bulk body")
+        raw = self.data[self.pos : self.pos + n]
+        self.pos += n + 2
+        return raw
+
+
+# A RESP integer is signed 64-bit: an optional minus and 1-19 ASCII digits (leading zeros tolerated).
+_INT = re.compile(rb"-?[0-9]{1,19}")
+
+
+def _ref_int(raw: bytes) -> int:
+    if _INT.fullmatch(raw) is None:
+        raise Reject("integer")
+    value = int(raw)
+    if not I64_MIN <= value <= I64_MAX:
+        raise Reject("integer range")
+    return value
+
+
+def _ref_text(raw: bytes) -> str:
+    if b"\r" in raw or b"\n" in raw:
+        raise Reject("CR/LF in a line")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Reject("not UTF-8") from None
+
+
+def _ref_value(cur: _Cursor, depth: int) -> resp3.Reply:
+    if cur.pos >= len(cur.data):
+        raise Reject("empty")
+    kind = cur.data[cur.pos]
+    cur.pos += 1
+    if kind == ord("+"):
+        return resp3.SimpleString(_ref_text(cur.line()))
+    if kind == ord(":"):
+        return _ref_int(cur.line())
+    if kind == ord("-"):
+        raw = cur.line()
+        if raw == b"1":
+            return -1  # the article's legacy "not applied"
+        text = _ref_text(raw)
+        # "-ERR <text>" keeps <text>; a bare "-ERR" is the empty text; any other line is kept whole
+        return resp3.ErrorReply("" if text == "ERR" else text.removeprefix("ERR "))
+    if kind == ord("$"):
+        n = _ref_int(cur.line())
+        if n == -1:
+            return None
+        if n < 0:
+            raise Reject("negative length")
+        return cur.take(n)
+    if kind == ord("*"):
+        if depth >= MAX_DEPTH:
+            raise Reject("too deep")
+        n = _ref_int(cur.line())
+        if n < 0:
+            raise Reject("negative count")
+        return [_ref_value(cur, depth + 1) for _ in range(n)]
+    raise Reject("type byte")
+
+
+def ref_reply(data: bytes) -> resp3.Reply:
+    cur = _Cursor(data)
+    value = _ref_value(cur, 0)
+    if cur.pos != len(data):
+        raise Reject("trailing bytes")
+    return value
+
+
+def ref_request(data: bytes) -> list[bytes]:
+    """An array of bulk strings (no null, no nesting), nothing after it."""
+    if not data.startswith(b"*"):
+        raise Reject("not an array")
+    value = ref_reply(data)
+    assert isinstance(value, list)
+    if not all(isinstance(item, bytes) for item in value):
+        raise Reject("element is not a bulk string")
+    return [item for item in value if isinstance(item, bytes)]
+
+
+_HLC = re.compile(r"([0-9]{1,20}):([0-9]{1,20}):([^:]*)")
+
+
+def ref_hlc(raw: str | bytes) -> tuple[int, int, str]:
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Reject("not UTF-8") from None
+    m = _HLC.fullmatch(raw)
+    if m is None:
+        raise Reject("HLC shape")
+    wall, counter, node = int(m[1]), int(m[2]), m[3]
+    if wall > U64_MAX or counter > U64_MAX:
+        raise Reject("HLC range")
+    try:
+        node.encode("utf-8")  # a version travels as an MQTT UTF-8 string: a lone surrogate cannot
+    except UnicodeEncodeError:
+        raise Reject("node id not encodable") from None
+    return wall, counter, node
+
+
+_TOPIC = re.compile(re.escape(NOTIFY_PREFIX) + r"((?:[0-9A-Fa-f]{2})+)/command/notify/((?:[0-9A-Fa-f]{2})+)")
+
+
+def ref_notification(topic: str, payload: bytes, ts: str | None) -> tuple[str, bytes, KeyOperation, bytes | None]:
+    m = _TOPIC.fullmatch(topic)
+    if m is None:
+        raise Reject("topic")
+    try:
+        client_id = bytes.fromhex(m[1]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise Reject("client id not UTF-8") from None
+    key = bytes.fromhex(m[2])
+    items = ref_reply(payload)
+    if not isinstance(items, list) or not all(isinstance(x, bytes) for x in items):
+        raise Reject("payload shape")
+    if items[:3] == [b"NOTIFY", b"SET", b"VALUE"] and len(items) == 4:
+        op, value = KeyOperation.SET, items[3]
+    elif items in ([b"NOTIFY", b"DELETE"], [b"NOTIFY", b"DEL"]):
+        op, value = KeyOperation.DELETE, None
+    else:
+        raise Reject("payload")
+    if ts is not None:
+        ref_hlc(ts)
+    assert value is None or isinstance(value, bytes)
+    return client_id, key, op, value
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the reference encoder (resp3 itself only encodes arrays of bulk strings)
+
+
+def encode_reply(value: resp3.Reply) -> bytes:
+    if value is None or isinstance(value, bytes):
+        return resp3.encode_bulk(value)
+    if isinstance(value, int):
+        return resp3.encode_integer(value)
+    if isinstance(value, resp3.SimpleString):
+        return resp3.encode_simple(value.text)
+    if isinstance(value, resp3.ErrorReply):
+        return resp3.encode_error(value.text)
+    return b"*%d\r\n" % len(value) + b"".join(encode_reply(v) for v in value)
+
+
+def _same(a: resp3.Reply, b: resp3.Reply) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+# ---------------------------------------------------------------------------------------------------------
+# oracles
+
+_DECODERS: list[Command] = [
+    Get(b"k"),
+    Set(b"k", b"v"),
+    Set(b"k", b"v", SetCondition.NX),
+    Delete(b"k"),
+    VDelete(b"k", b"v"),
+    KeyNotify(b"k"),
+    KeyNotify(b"k", stop=True),
+]
+
+MUST_FAIL = object()  # marker: the decoder must raise ProtocolError
+
+
+def expected_decode(cmd: Command, reply: resp3.Reply) -> object:
+    """What ``cmd.decode`` must give for a parsed ``reply`` (protocol.md §2), independent of commands.py."""
+    ok = isinstance(reply, resp3.SimpleString) and reply.text == "OK"
+    is_int = isinstance(reply, int)
+    if isinstance(cmd, Get):
+        return reply if reply is None or isinstance(reply, bytes) else MUST_FAIL
+    if isinstance(cmd, Set):
+        return True if ok else False if is_int and reply == -1 else MUST_FAIL
+    if isinstance(cmd, Delete):
+        return bool(reply) if is_int and reply in (0, 1) else MUST_FAIL
+    if isinstance(cmd, VDelete):
+        return VDeleteResult(reply) if isinstance(reply, int) and reply in (-1, 0, 1) else MUST_FAIL
+    return True if ok else False if cmd.stop and is_int and reply == 0 else MUST_FAIL
+
+
+def _check_decoders(data: bytes, reply: resp3.Reply | Reject) -> None:
+    for cmd in _DECODERS:
+        try:
+            got: object = cmd.decode(data)
+        except ServiceError as exc:
+            assert isinstance(reply, resp3.ErrorReply), f"{cmd!r} raised {exc!r} for a non-error reply {data!r:.200}"
+            assert exc.text == reply.text and type(exc) is ERROR_TEXTS.get(reply.text, ServiceError)
+            continue
+        except ProtocolError:
+            assert isinstance(reply, Reject) or expected_decode(cmd, reply) is MUST_FAIL, (
+                f"{cmd!r} refused {data!r:.200}, a fine reply"
+            )
+            continue
+        assert not isinstance(reply, Reject | resp3.ErrorReply), f"{cmd!r} decoded {data!r:.200} to {got!r}"
+        expected = expected_decode(cmd, reply)
+        assert expected is not MUST_FAIL and type(got) is type(expected) and got == expected, (
+            f"{cmd!r} decoded {data!r:.200} to {got!r}, expected {expected!r}"
+        )
+
+
+def check_reply(data: bytes) -> bool:
+    """Client side: ``parse_reply`` and every command decoder on ``data``. True if the reply parsed."""
+    expected: resp3.Reply | Reject
+    try:
+        expected = ref_reply(data)
+    except Reject as exc:
+        expected = exc
+    try:
+        got = resp3.parse_reply(data)
+    except ProtocolError:
+        assert isinstance(expected, Reject), f"parse_reply refused {data!r:.300}; the reference reads {expected!r:.200}"
+        _check_decoders(data, expected)
+        return False
+    assert not isinstance(expected, Reject), f"parse_reply accepted {data!r:.300} as {got!r:.200} ({expected})"
+    assert _same(got, expected), f"parse_reply read {data!r:.300} as {got!r:.200}, the reference as {expected!r:.200}"
+    # round trip: the canonical encoding of what was accepted reads back as the same value
+    assert _same(resp3.parse_reply(encode_reply(got)), got)
+    _check_decoders(data, got)
+    return True
+
+
+def check_request(data: bytes) -> bool:
+    """Service side: ``parse_request`` (only ProtocolError) and ``parse_command`` (only ServiceError)."""
+    expected: list[bytes] | Reject
+    try:
+        expected = ref_request(data)
+    except Reject as exc:
+        expected = exc
+    try:
+        args = resp3.parse_request(data)
+    except ProtocolError:
+        assert isinstance(expected, Reject), f"parse_request refused {data!r:.300}; reference: {expected!r:.200}"
+        try:
+            parse_command(data)
+        except RequestSyntaxError:
+            return False
+        raise AssertionError(f"parse_command accepted {data!r:.300}, which is not a request") from None
+    assert isinstance(expected, list) and expected == args, f"parse_request read {data!r:.300} as {args!r:.200}"
+    assert resp3.parse_request(resp3.encode_request(*args)) == args  # round trip
+    try:
+        cmd = parse_command(data)
+    except ServiceError as exc:
+        assert type(exc) in ERROR_TEXTS.values() and exc.text == exc.TEXT, f"untyped service error {exc!r}"
+        return True
+    assert args and args[0].upper() == cmd.VERB and cmd.key == args[1], f"{data!r:.300} parsed to {cmd!r:.200}"
+    assert parse_command(cmd.encode()) == cmd  # round trip through the client's encoder
+    return True
+
+
+def check_hlc(raw: str | bytes) -> bool:
+    """``HybridLogicalClock.parse``: only ProtocolError; an accepted value prints and re-parses to itself."""
+    expected: tuple[int, int, str] | Reject
+    try:
+        expected = ref_hlc(raw)
+    except Reject as exc:
+        expected = exc
+    try:
+        value = HybridLogicalClock.parse(raw)
+    except ProtocolError:
+        assert isinstance(expected, Reject), f"HLC parse refused {raw!r:.200}; reference: {expected!r}"
+        return False
+    assert not isinstance(expected, Reject), f"HLC parse accepted {raw!r:.200} ({expected})"
+    assert (value.wall_ms, value.counter, value.node_id) == expected
+    text = str(value)
+    text.encode("utf-8")  # it goes on the wire as an MQTT UTF-8 string
+    assert HybridLogicalClock.parse(text) == value
+    assert HybridLogicalClock.parse(text.encode("utf-8")) == value
+    assert value.sort_key() == (value.wall_ms, value.counter, value.node_id.encode("utf-8"))
+    assert not value < value and value <= value
+    return True
+
+
+def check_notification(topic: str, payload: bytes, ts: str | None) -> bool:
+    """``parse_notification``: only ProtocolError; an accepted one re-encodes to the same event."""
+    expected: tuple[str, bytes, KeyOperation, bytes | None] | Reject
+    try:
+        expected = ref_notification(topic, payload, ts)
+    except Reject as exc:
+        expected = exc
+    try:
+        client_id, event = parse_notification(topic, payload, ts)
+    except ProtocolError:
+        assert isinstance(expected, Reject), f"notification refused: {topic!r:.200} {payload!r:.200} {ts!r:.80}"
+        return False
+    assert not isinstance(expected, Reject), f"notification accepted: {topic!r:.200} {payload!r:.200} ({expected})"
+    assert (client_id, event.key, event.op, event.value) == expected
+    assert event.version == (None if ts is None else HybridLogicalClock.parse(ts))
+    assert not event.synthetic
+    # round trip: the service's own encoding of this event parses to the same thing
+    canonical = notification_topic(client_id, event.key)
+    head, _, tail = topic[len(NOTIFY_PREFIX) :].partition("/command/notify/")
+    assert canonical == f"{NOTIFY_PREFIX}{head.upper()}/command/notify/{tail.upper()}"
+    again = parse_notification(
+        canonical,
+        encode_notification(event.op, event.value),
+        None if event.version is None else str(event.version),
+    )
+    assert again == (client_id, event)
+    return True
