@@ -96,6 +96,10 @@ def _major(version: str) -> int:
     return int(head)
 
 
+#: the response properties :func:`check_response` reads: a response carrying one twice is malformed
+_RESPONSE_HEADERS = (STATUS, STATUS_MESSAGE, PROT_VER, SUPPORTED_MAJOR, TIMESTAMP)
+
+
 def check_response(
     properties: Mapping[str, str] | Iterable[tuple[str, str]], content_type: str | None
 ) -> HybridLogicalClock | None:
@@ -105,7 +109,16 @@ def check_response(
     protocol major other than 1, :class:`ProtocolError` for anything malformed (missing ``__stat``
     included: every SDK rejects such a response).
     """
-    props = dict(properties.items() if isinstance(properties, Mapping) else properties)
+    if isinstance(properties, Mapping):
+        props = dict(properties)
+    else:
+        pairs = list(properties)
+        props = dict(pairs)
+        if len(props) != len(pairs):  # a name repeated: harmless, unless it is one we read
+            names = [name for name, _ in pairs]
+            for name in _RESPONSE_HEADERS:
+                if names.count(name) > 1:
+                    raise ProtocolError(f"response repeats the {name} property")
     if content_type not in (None, CONTENT_TYPE):
         raise ProtocolError(f"unexpected response content type {content_type[:60]!r}")
     stat = props.get(STATUS)

@@ -89,6 +89,20 @@ def test_properties_may_be_a_list_of_pairs_in_any_order() -> None:
     assert check_response([("__ts", str(TS)), ("__protVer", "1.0"), ("__stat", "200")], None) == TS
 
 
+@pytest.mark.parametrize("name", ["__stat", "__ts", "__protVer", "__stMsg", "__supProtMajVer"])
+def test_a_repeated_response_header_is_a_protocol_error(name: str) -> None:
+    """Which of two ``__stat`` (or ``__ts``...) to believe? Neither: the response is malformed."""
+    values = {"__stat": "200", "__ts": str(TS), "__protVer": "1.0", "__stMsg": "x", "__supProtMajVer": "1"}
+    pairs = [("__stat", "200"), ("__protVer", "1.0"), (name, values[name]), (name, values[name])]
+    with pytest.raises(ProtocolError, match=f"repeats the {name} property"):
+        check_response(pairs, None)
+
+
+def test_other_repeated_user_properties_are_ignored() -> None:
+    pairs = [("__stat", "200"), ("__protVer", "1.0"), ("x-note", "a"), ("x-note", "b"), ("__ts", str(TS))]
+    assert check_response(pairs, None) == TS
+
+
 def test_response_round_trip_with_response_properties() -> None:
     assert check_response(response_properties(TS), CONTENT_TYPE) == TS
     assert check_response(response_properties(None), None) is None
