@@ -145,4 +145,5 @@ def fastapi(session: nox.Session) -> None:
 def faults(session: nox.Session) -> None:
     """The fault suite: broker kills, emulator restarts, lost notifications, fencing, clock skew, fuzzing."""
     _install(session, "dev")
-    session.run(*PYTEST, "-m", "faults", "tests/faults", "tests/fuzz", "-s", *session.posargs)
+    session.run(*PYTEST, "-m", "faults", "tests/faults", "-s", *session.posargs)
+    session.run(*PYTEST, "tests/fuzz", *session.posargs)  # hostile input: fuzzed parsers, a request flood
