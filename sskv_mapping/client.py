@@ -32,6 +32,7 @@ from ._protocol import headers, topics
 from ._protocol.commands import Delete, Get, KeyNotify, Set, SetCondition, VDelete, VDeleteResult, _Base
 from ._protocol.errors import (
     ClientStateError,
+    ClockDriftError,
     ConfigurationError,
     ConnectionLostError,
     ProtocolError,
@@ -392,6 +393,8 @@ class AsyncStateStoreClient:
         self._tasks: set[asyncio.Task[Any]] = set()
         #: counters: requests sent, reconnects done, notifications that failed to parse
         self.requests_sent = 0
+        #: responses whose version was too far ahead of this machine's clock to merge (its clock is behind)
+        self.clock_drift_warnings = 0
         self.reconnects = 0
         self.bad_notifications = 0
 
@@ -589,7 +592,7 @@ class AsyncStateStoreClient:
                         if not reg.sinks or not reg.resync:
                             continue
                         if not reg.registered:
-                            await self._request(KeyNotify(reg.key), timeout=self.timeout)
+                            await self._keynotify(reg.key, timeout=self.timeout)
                             reg.registered = True
                         payload, version = await self._request(Get(reg.key), timeout=self.timeout)
                         value = Get(reg.key).decode(payload)
@@ -694,8 +697,21 @@ class AsyncStateStoreClient:
                 ) from None
         version = headers.check_response(message.user_properties, message.content_type)
         if version is not None:
-            self.hlc.update(version)
+            try:
+                self.hlc.update(version)
+            except ClockDriftError as exc:
+                # The request was carried out: failing the call now would report an applied write as failed.
+                # The service's clock (the version it returned) is far ahead of ours; our clock stays as it
+                # was (our next requests carry older timestamps, which the service accepts).
+                self._clock_behind(exc)
         return message.payload, version
+
+    def _clock_behind(self, exc: ClockDriftError) -> None:
+        self.clock_drift_warnings += 1
+        if self.clock_drift_warnings == 1 or self.clock_drift_warnings % 1000 == 0:
+            log.warning(
+                "this machine's clock is behind the state store's (%d time(s)): %s", self.clock_drift_warnings, exc
+            )
 
     async def get(self, key: KeyLike, *, timeout: float | _Unset | None = UNSET) -> Entry | None:
         """The key's value and version, or ``None`` if it does not exist."""
@@ -774,12 +790,18 @@ class AsyncStateStoreClient:
         try:
             async with reg.lock:
                 if not reg.registered:
-                    await self._request(KeyNotify(k), timeout=self._timeout(timeout))
+                    await self._keynotify(k, timeout=self._timeout(timeout))
                     reg.registered = True
         except BaseException:
             await self._remove_sink(k, callback)
             raise
         return KeySubscription(self, k, callback)
+
+    async def _keynotify(self, key: bytes, *, timeout: float | None, stop: bool = False) -> bool:
+        """KEYNOTIFY (or STOP) with its reply checked: a service error (clock skew...) raises here."""
+        cmd = KeyNotify(key, stop=stop)
+        payload, _ = await self._request(cmd, timeout=timeout)
+        return cmd.decode(payload)
 
     async def _remove_sink(self, key: bytes, sink: EventSink) -> None:
         reg = self._registrations.get(key)
@@ -796,7 +818,7 @@ class AsyncStateStoreClient:
             if reg.registered and self._state is ConnectionState.CONNECTED:
                 reg.registered = False
                 try:
-                    await self._request(KeyNotify(key, stop=True), timeout=self.timeout)
+                    await self._keynotify(key, stop=True, timeout=self.timeout)
                 except StateStoreError as exc:
                     log.debug("KEYNOTIFY STOP for %r failed: %s", key, exc)
 

@@ -14,6 +14,7 @@ import pytest
 
 from sskv_mapping import (
     HybridLogicalClock,
+    NotAuthorizedError,
     ProtocolError,
     RequestTimeoutError,
     RpcStatusError,
@@ -133,6 +134,28 @@ async def test_unknown_error_text_is_kept(fake: FakeService, lone_client: AsyncS
     with pytest.raises(ServiceError) as info:
         await lone_client.set("k", b"v")
     assert type(info.value) is ServiceError and info.value.text == "something new happened"
+
+
+@pytest.mark.parametrize(
+    ("payload", "error"),
+    [
+        (b"-ERR not authorized\r\n", NotAuthorizedError),
+        (b"$2\r\nOK\r\n", ProtocolError),  # a bulk string, not +OK
+        (b":1\r\n", ProtocolError),
+    ],
+)
+async def test_a_refused_or_garbled_keynotify_fails_the_watch(
+    fake: FakeService, lone_client: AsyncStateStoreClient, payload: bytes, error: type[Exception]
+) -> None:
+    """A watch is only established when the service says ``+OK``: anything else raises and leaves no watch
+    behind (the reply used to be ignored, so a refused KEYNOTIFY looked like a working watch)."""
+    fake.behaviour = answer(payload)
+    with pytest.raises(error):
+        await lone_client.subscribe_key("k", lambda event: None)
+    with pytest.raises(error):
+        async with lone_client.watch("k"):
+            pass
+    assert lone_client.watched_keys == []
 
 
 async def test_wrong_correlation_data_is_ignored_and_times_out(
