@@ -101,10 +101,12 @@ class NamespaceStore(Generic[V]):
         self.index: StoredKeyIndex | None = (
             StoredKeyIndex(client, ns + b"#index", ns + b"#index-lock", self.data_key) if index else None
         )
-        self._unlisten: Callable[[], None] | None = None
         self._was_down = False
         self._started = False
         self._closed = False
+        # Listened to from the start, not from start(): a dict used without ``async with``/open() must still
+        # stop serving its cache when the connection drops and clear it on reconnect.
+        self._unlisten: Callable[[], None] | None = client.add_state_listener(self._on_state)
 
     # -- keys ---------------------------------------------------------------------------------------------
 
@@ -123,7 +125,6 @@ class NamespaceStore(Generic[V]):
     async def start(self) -> None:
         if self._started:
             return
-        self._unlisten = self.client.add_state_listener(self._on_state)
         if self.index is not None:
             await self.index.start()
         self._started = True

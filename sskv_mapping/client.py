@@ -193,7 +193,7 @@ EventSink = Callable[[KeyEvent], None]
 class _Registration:
     """One KEYNOTIFY registration shared by every local watcher of a key."""
 
-    __slots__ = ("key", "last_seen", "lock", "registered", "resync", "sinks")
+    __slots__ = ("key", "last_seen", "lock", "newest", "registered", "resync", "sinks")
 
     def __init__(self, key: bytes) -> None:
         self.key = key
@@ -204,6 +204,8 @@ class _Registration:
         self.resync = False
         #: the version of the last event delivered; ``None``: known absent; ``_UNKNOWN``: no event yet
         self.last_seen: HybridLogicalClock | object | None = _UNKNOWN
+        #: the newest version of any change delivered (SET or DELETE): older or equal ones are duplicates
+        self.newest: HybridLogicalClock | None = None
         self.lock = asyncio.Lock()
 
 
@@ -397,6 +399,8 @@ class AsyncStateStoreClient:
         self.clock_drift_warnings = 0
         self.reconnects = 0
         self.bad_notifications = 0
+        #: notifications dropped as duplicates (a version not newer than one already delivered for the key)
+        self.duplicate_notifications = 0
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -827,6 +831,16 @@ class AsyncStateStoreClient:
         return list(self._registrations)
 
     def _deliver(self, reg: _Registration, event: KeyEvent) -> None:
+        version = event.version
+        if version is not None:
+            newest = reg.newest
+            if newest is not None and version <= newest and not event.synthetic:
+                # QoS 1 may deliver twice, and a redelivery may come after a newer change: either way the
+                # watcher has seen this change (or a later one) already.
+                self.duplicate_notifications += 1
+                return
+            if newest is None or version > newest:
+                reg.newest = version
         if event.op is KeyOperation.DELETE:
             reg.last_seen = None
         else:
