@@ -110,8 +110,23 @@ def _client(args: argparse.Namespace) -> AsyncStateStoreClient:
     return AsyncStateStoreClient(settings=settings, timeout=args.timeout, reconnect=False)
 
 
+def _argv_bytes(text: str) -> bytes:
+    """The exact bytes given on the command line: bytes that are not UTF-8 reach Python as lone surrogates
+    (surrogateescape) and go back to what they were, so keys and values from argv are binary-safe."""
+    return os.fsencode(text)
+
+
 def _key(text: str) -> bytes:
-    return text.encode("utf-8")
+    return _argv_bytes(text)
+
+
+def _fencing_token(text: str | None) -> HybridLogicalClock | None:
+    if not text:
+        return None
+    try:
+        return HybridLogicalClock.parse(text)
+    except ProtocolError as exc:  # the user's argument, not the service's reply: a usage error
+        raise ConfigurationError(f"--fencing-token: {exc}") from None
 
 
 def _show_value(value: bytes | None) -> dict[str, Any]:
@@ -145,12 +160,12 @@ async def _cmd_get(args: argparse.Namespace, client: AsyncStateStoreClient) -> i
 
 
 def _read_value(text: str) -> bytes:
-    return sys.stdin.buffer.read() if text == "-" else text.encode("utf-8")
+    return sys.stdin.buffer.read() if text == "-" else _argv_bytes(text)
 
 
 async def _cmd_set(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
     condition = SetCondition.NX if args.nx else SetCondition.NEX if args.nex else None
-    token = HybridLogicalClock.parse(args.fencing_token) if args.fencing_token else None
+    token = _fencing_token(args.fencing_token)
     result = await client.set(
         _key(args.key),
         _read_value(args.value),
@@ -166,14 +181,14 @@ async def _cmd_set(args: argparse.Namespace, client: AsyncStateStoreClient) -> i
 
 
 async def _cmd_del(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
-    token = HybridLogicalClock.parse(args.fencing_token) if args.fencing_token else None
+    token = _fencing_token(args.fencing_token)
     deleted = await client.delete(_key(args.key), fencing_token=token)
     _emit(args, {"key": args.key, "deleted": deleted}, "deleted" if deleted else f"(not found) {args.key}")
     return EXIT_OK if deleted else EXIT_MISS
 
 
 async def _cmd_vdel(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
-    token = HybridLogicalClock.parse(args.fencing_token) if args.fencing_token else None
+    token = _fencing_token(args.fencing_token)
     result = await client.vdelete(_key(args.key), _read_value(args.value), fencing_token=token)
     human = {
         VDeleteResult.DELETED: "deleted",
@@ -187,8 +202,8 @@ async def _cmd_vdel(args: argparse.Namespace, client: AsyncStateStoreClient) -> 
 async def _cmd_watch(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
     queue: asyncio.Queue[KeyEvent] = asyncio.Queue()
     subs = [await client.subscribe_key(_key(k), queue.put_nowait) for k in args.keys]
-    if not args.json:
-        print(f"watching {', '.join(args.keys)} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    # on stderr in both modes (stdout stays pure JSON): the watches are registered from this line on
+    print(f"watching {', '.join(args.keys)} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     seen = 0
     try:
         while args.count is None or seen < args.count:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import io
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -164,6 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``sskv``; returns the exit status (the console script exits with it)."""
     args = build_parser().parse_args(argv)
+    # Keys and values from argv that are not UTF-8 are echoed back as the bytes they were, not a traceback.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="surrogateescape")
     func: Callable[[argparse.Namespace], int] = args.func
     with contextlib.suppress(BrokenPipeError):  # `sskv watch k | head` must not end in a traceback
         return int(func(args))
