@@ -10,8 +10,11 @@ Human output by default, one JSON object per line with ``--json``. Exit codes by
 4     the service answered an error (``-ERR ...``)
 5     protocol error (a reply that does not parse)
 6     lock error
+126   ``lock``: COMMAND could not be run (127: not found)
 130   interrupted (Ctrl-C)
 ====  ==========================================================
+
+Arguments are checked before connecting: a bad one exits 2 whether or not the broker is reachable.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ import argparse
 import asyncio
 import base64
 import json
+import math
 import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.errors import (
@@ -37,12 +42,13 @@ from ._protocol.errors import (
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent
 from ._transport.settings import ConnectionSettings, TlsSettings
-from .client import AsyncStateStoreClient
+from .client import AsyncStateStoreClient, normalize_key, ttl_to_ms
 
 __all__ = ["EXIT_CODES", "add_client_parsers", "exit_code_for"]
 
 EXIT_OK, EXIT_MISS, EXIT_USAGE, EXIT_CONNECTION, EXIT_SERVICE, EXIT_PROTOCOL, EXIT_LOCK = range(7)
 EXIT_INTERRUPTED = 130
+EXIT_CANNOT_RUN, EXIT_NOT_FOUND = 126, 127  # `lock -- COMMAND` that cannot be started (as shells do)
 
 EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (ConfigurationError, EXIT_USAGE),
@@ -69,7 +75,8 @@ def _connection_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--url",
         default=os.environ.get("SSKV_URL", DEFAULT_URL),
-        help="broker URL, mqtt://host:port or mqtts://host:port (env SSKV_URL; default %(default)s, "
+        # not %(default)s: SSKV_URL may carry a password, and --help must not print it
+        help=f"broker URL, mqtt://host:port or mqtts://host:port (default: env SSKV_URL, else {DEFAULT_URL}, "
         "the local emulator stack)",
     )
     g.add_argument("--client-id", help="MQTT client id (default: a random sskv-… id)")
@@ -101,6 +108,7 @@ def _client(args: argparse.Namespace) -> AsyncStateStoreClient:
         overrides["client_id"] = args.client_id
     if args.username:
         overrides["username"] = args.username
+    if args.username or urlsplit(args.url).username:  # a user from --username, SSKV_USERNAME or the URL
         password = os.environ.get(args.password_env)
         if password:
             overrides["password"] = password
@@ -129,6 +137,40 @@ def _fencing_token(text: str | None) -> HybridLogicalClock | None:
         raise ConfigurationError(f"--fencing-token: {exc}") from None
 
 
+def _check_args(args: argparse.Namespace) -> None:
+    """Refuse bad arguments before connecting (:class:`ConfigurationError`, exit 2), so that a usage error
+    never looks like a connection problem and nothing is sent."""
+    names = [getattr(args, "key", None), getattr(args, "name", None), *(getattr(args, "keys", None) or ())]
+    for name in names:
+        if name is not None:
+            normalize_key(_key(name))
+    for option, seconds in (("--ttl", getattr(args, "ttl", None)), ("--lease", getattr(args, "lease", None))):
+        if seconds is None:
+            continue
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ConfigurationError(f"{option} must be a positive, finite number of seconds, not {seconds}")
+        try:
+            ttl_to_ms(seconds)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{option}: {exc}") from None
+    wait = getattr(args, "wait", None)
+    if wait is not None and not (math.isfinite(wait) and wait >= 0):
+        raise ConfigurationError(f"--wait must be 0 (try once) or a positive number of seconds, not {wait}")
+    count = getattr(args, "count", None)
+    if count is not None and count < 1:
+        raise ConfigurationError(f"--count must be at least 1, not {count}")
+    _fencing_token(getattr(args, "fencing_token", None))
+
+
+def _show_key(text: str | bytes, field: str = "key") -> dict[str, Any]:
+    """A key for JSON output: text if it is UTF-8, else ``<field>_base64`` (the output stays valid UTF-8)."""
+    data = _argv_bytes(text) if isinstance(text, str) else text
+    try:
+        return {field: data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {f"{field}_base64": base64.b64encode(data).decode()}
+
+
 def _show_value(value: bytes | None) -> dict[str, Any]:
     if value is None:
         return {"value": None}
@@ -152,9 +194,9 @@ def _human_value(value: bytes) -> str:
 async def _cmd_get(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
     entry = await client.get(_key(args.key))
     if entry is None:
-        _emit(args, {"key": args.key, "found": False}, f"(not found) {args.key}")
+        _emit(args, {**_show_key(args.key), "found": False}, f"(not found) {args.key}")
         return EXIT_MISS
-    record = {"key": args.key, "found": True, **_show_value(entry.value), "version": str(entry.version)}
+    record = {**_show_key(args.key), "found": True, **_show_value(entry.value), "version": str(entry.version)}
     _emit(args, record, _human_value(entry.value) + (f"\t(version {entry.version})" if args.verbose else ""))
     return EXIT_OK
 
@@ -174,7 +216,7 @@ async def _cmd_set(args: argparse.Namespace, client: AsyncStateStoreClient) -> i
         fencing_token=token,
         persist=args.persist,
     )
-    record = {"key": args.key, "applied": result.applied, "version": str(result.version)}
+    record = {**_show_key(args.key), "applied": result.applied, "version": str(result.version)}
     human = f"OK\t(version {result.version})" if result.applied else "(not applied: condition not met)"
     _emit(args, record, human)
     return EXIT_OK if result.applied else EXIT_MISS
@@ -183,7 +225,7 @@ async def _cmd_set(args: argparse.Namespace, client: AsyncStateStoreClient) -> i
 async def _cmd_del(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
     token = _fencing_token(args.fencing_token)
     deleted = await client.delete(_key(args.key), fencing_token=token)
-    _emit(args, {"key": args.key, "deleted": deleted}, "deleted" if deleted else f"(not found) {args.key}")
+    _emit(args, {**_show_key(args.key), "deleted": deleted}, "deleted" if deleted else f"(not found) {args.key}")
     return EXIT_OK if deleted else EXIT_MISS
 
 
@@ -195,7 +237,7 @@ async def _cmd_vdel(args: argparse.Namespace, client: AsyncStateStoreClient) -> 
         VDeleteResult.NOT_FOUND: f"(not found) {args.key}",
         VDeleteResult.VALUE_MISMATCH: "(not deleted: the value differs)",
     }[result]
-    _emit(args, {"key": args.key, "result": result.name.lower()}, human)
+    _emit(args, {**_show_key(args.key), "result": result.name.lower()}, human)
     return EXIT_OK if result is VDeleteResult.DELETED else EXIT_MISS
 
 
@@ -209,9 +251,9 @@ async def _cmd_watch(args: argparse.Namespace, client: AsyncStateStoreClient) ->
         while args.count is None or seen < args.count:
             event = await queue.get()
             seen += 1
-            key = event.key.decode("utf-8", "replace")
+            key = os.fsdecode(event.key)  # printed as the exact bytes (stdout uses surrogateescape)
             record = {
-                "key": key,
+                **_show_key(event.key),
                 "op": event.op.value,
                 **_show_value(event.value),
                 "version": str(event.version),
@@ -228,16 +270,16 @@ async def _cmd_lock(args: argparse.Namespace, client: AsyncStateStoreClient) -> 
     from .lock import AsyncLeasedLock
 
     lock = AsyncLeasedLock(client, _key(args.name), lease=args.lease, auto_renew=True)
-    command = [c for c in args.command if c != "--"]
+    command = args.command
     if not command:
         holder = await lock.holder_of()
-        record = {"lock": args.name, "held": holder is not None, **_show_value(holder)}
+        record = {**_show_key(args.name, "lock"), "held": holder is not None, **_show_value(holder)}
         _emit(args, record, f"held by {_human_value(holder)}" if holder is not None else "free")
         return EXIT_OK
     if args.wait == 0:
         token = await lock.try_acquire()
         if token is None:
-            _emit(args, {"lock": args.name, "acquired": False}, f"lock {args.name} is busy")
+            _emit(args, {**_show_key(args.name, "lock"), "acquired": False}, f"lock {args.name} is busy")
             return EXIT_MISS
     else:
         token = await lock.acquire(timeout=args.wait)
@@ -245,12 +287,39 @@ async def _cmd_lock(args: argparse.Namespace, client: AsyncStateStoreClient) -> 
         print(f"acquired {args.name} (fencing token {token})", file=sys.stderr, flush=True)
     try:
         env = {**os.environ, "SSKV_LOCK": args.name, "SSKV_FENCING_TOKEN": str(token)}
-        proc = await asyncio.create_subprocess_exec(*command, env=env)
-        rc = await proc.wait()
+        try:
+            proc = await asyncio.create_subprocess_exec(*command, env=env)
+        except OSError as exc:
+            print(f"sskv: cannot run {command[0]}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+            rc = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_CANNOT_RUN
+        else:
+            rc = await proc.wait()
     finally:
         await lock.release()
-    _emit(args, {"lock": args.name, "fencing_token": str(token), "exit_code": rc}, f"released {args.name}")
+    record = {**_show_key(args.name, "lock"), "fencing_token": str(token), "exit_code": rc}
+    _emit(args, record, f"released {args.name}")
     return rc
+
+
+def _split_lock_command(args: argparse.Namespace) -> None:
+    """``lock NAME [OPTIONS] -- COMMAND...``: argparse's REMAINDER also swallows the options after NAME
+    (``--json``, ``--wait 0``), so parse those here; only the first ``--`` separates, later ones are
+    COMMAND's own. Without ``--`` the rest is COMMAND (``lock NAME cmd args``) unless it starts with an
+    option."""
+    rest: list[str] = args.command
+    if not rest or not rest[0].startswith("-"):
+        return
+    if "--" in rest:
+        split = rest.index("--")
+        options, args.command = rest[:split], rest[split + 1 :]
+    else:
+        options, args.command = rest, []
+    parser = argparse.ArgumentParser(
+        prog="sskv lock", usage="sskv lock [OPTIONS] NAME [OPTIONS] [-- COMMAND [ARGS...]]", add_help=False
+    )
+    _lock_options(parser)
+    _connection_args(parser)
+    parser.parse_args(options, namespace=args)  # only options are accepted here; an error exits 2
 
 
 def _runner(
@@ -261,7 +330,11 @@ def _runner(
             async with _client(args) as client:
                 return await handler(args, client)
 
+        prepare: Callable[[argparse.Namespace], None] | None = getattr(args, "prepare", None)
+        if prepare is not None:
+            prepare(args)
         try:
+            _check_args(args)
             return asyncio.run(main())
         except KeyboardInterrupt:
             return EXIT_INTERRUPTED
@@ -320,11 +393,16 @@ def add_client_parsers(sub: Any) -> None:
         "lock",
         help="run a command while holding a leased lock",
         description="Without COMMAND: show who holds the lock. With COMMAND: wait for the lock, run COMMAND "
-        "with SSKV_FENCING_TOKEN set (the lease is renewed meanwhile), release it, exit with COMMAND's code.",
+        "with SSKV_FENCING_TOKEN set (the lease is renewed meanwhile), release it, exit with COMMAND's code "
+        "(127 if it is not found, 126 if it cannot be run).",
     )
     p.add_argument("name")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    _lock_options(p)
+    _connection_args(p)
+    p.set_defaults(func=_runner(_cmd_lock), prepare=_split_lock_command)
+
+
+def _lock_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lease", type=float, default=10.0, help="lease length in seconds (default 10)")
     p.add_argument("--wait", type=float, default=None, help="give up after this many seconds (0: try once)")
-    _connection_args(p)
-    p.set_defaults(func=_runner(_cmd_lock))
