@@ -110,12 +110,31 @@ class NamespaceStore(Generic[V]):
 
     # -- keys ---------------------------------------------------------------------------------------------
 
-    def data_key(self, key: str) -> bytes:
+    def data_key(self, key: str, prefix: bytes | None = None) -> bytes:
+        """The store key of ``key`` (under ``prefix`` if given, else the namespace's current prefix)."""
         if not isinstance(key, str):
             raise ConfigurationError(f"keys of a namespace are str, not {type(key).__name__}")
         if not key:
             raise ConfigurationError("keys may not be empty")
-        return self._prefix + utf8(key, "key")
+        return (self._prefix if prefix is None else prefix) + utf8(key, "key")
+
+    def switch_prefix(self, prefix: bytes) -> None:
+        """Put the data keys under ``prefix`` from now on (a cache's new generation): what the local cache
+        holds and the watches of the old keys are dropped. Runs on the loop."""
+        if prefix == self._prefix:
+            return
+        self._prefix = prefix
+        if self.cache is not None:
+            self.cache.clear()
+        stale = [k for k in self._watches if k not in self._watching]
+        if stale:
+            loop = asyncio.get_running_loop()
+            for k in stale:
+                task = loop.create_task(
+                    self._release_watch(self._watches.pop(k)), name=f"sskv-release-watch-{self.namespace}"
+                )
+                self._releasing.add(task)
+                task.add_done_callback(self._releasing.discard)
 
     def user_key(self, data_key: bytes) -> str:
         return data_key[len(self._prefix) :].decode("utf-8")
@@ -283,9 +302,12 @@ class NamespaceStore(Generic[V]):
         condition: SetCondition | None = None,
         fencing_token: HybridLogicalClock | None = None,
         listed: bool = True,
+        prefix: bytes | None = None,
     ) -> SetResult:
-        """Encode and SET (everything is checked before anything is sent); list the key in the index first."""
-        data_key = self.data_key(key)
+        """Encode and SET (everything is checked before anything is sent); list the key in the index first.
+
+        ``prefix``: write under that key prefix rather than the current one (a cache's generation)."""
+        data_key = self.data_key(key, prefix)
         raw = self.encode(key, value)
         ttl_ms = ttl_to_ms(ttl)
         if listed and self.index is not None:

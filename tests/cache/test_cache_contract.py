@@ -28,8 +28,8 @@ CacheFactory = Callable[..., Awaitable[StateStoreCache[Any]]]
 Watch = Callable[[AsyncStateStoreClient, str], Awaitable[Any]]
 
 
-def data_key(cache: StateStoreCache[Any], key: str) -> str:
-    return f"{cache.namespace}/{key}"
+async def data_key(cache: StateStoreCache[Any], key: str) -> bytes:
+    return await cache.data_key(key)
 
 
 # -- basics -------------------------------------------------------------------------------------------------
@@ -140,7 +140,7 @@ async def test_add_with_an_expire_now_ttl_reports_absence_and_keeps_nothing(cach
 
 
 async def test_a_ttl_expires_the_key(cache: StateStoreCache[Any], watch: Watch) -> None:
-    notified = await watch(cache.client, data_key(cache, "short"))
+    notified = await watch(cache.client, await data_key(cache, "short"))
     await cache.set("short", "v", ttl=0.2)
     assert await cache.get("short") == "v"
     await notified.wait_for(KeyOperation.DELETE)
@@ -151,7 +151,7 @@ async def test_default_ttl_applies_and_none_means_never(make_cache: CacheFactory
     cache = await make_cache(default_ttl=timedelta(milliseconds=200))
     assert cache.default_ttl == 0.2
     await cache.set("forever", "f", ttl=None)
-    notified = await watch(cache.client, data_key(cache, "default"))
+    notified = await watch(cache.client, await data_key(cache, "default"))
     await cache.set("default", "d")
     await notified.wait_for(KeyOperation.DELETE)
     assert not await cache.exists("default")
@@ -176,7 +176,7 @@ async def test_touch_removes_the_expiry(cache: StateStoreCache[Any], watch: Watc
     # once 'witness' is gone, an untouched 'kept' would be gone too.
     await cache.set("kept", "k", ttl=0.5)
     await cache.set("witness", "w", ttl=0.5)
-    notified = await watch(cache.client, data_key(cache, "witness"))
+    notified = await watch(cache.client, await data_key(cache, "witness"))
     assert await cache.touch("kept", ttl=None) is True
     await notified.wait_for(KeyOperation.DELETE)
     assert await cache.get("kept") == "k"
@@ -186,8 +186,8 @@ async def test_touch_and_expire_set_a_new_expiry(make_cache: CacheFactory, watch
     cache = await make_cache(default_ttl=0.2)
     await cache.set("a", "x", ttl=None)
     await cache.set("b", "y", ttl=None)
-    notified_a = await watch(cache.client, data_key(cache, "a"))
-    notified_b = await watch(cache.client, data_key(cache, "b"))
+    notified_a = await watch(cache.client, await data_key(cache, "a"))
+    notified_b = await watch(cache.client, await data_key(cache, "b"))
     assert await cache.touch("a") is True  # UNSET: the default TTL
     assert await cache.expire("b", 0.2) is True
     await notified_a.wait_for(KeyOperation.DELETE)
@@ -265,7 +265,7 @@ async def test_set_many_reports_the_keys_the_service_refused(
     # someone else's lock protects 'guarded' with a token newer than any we can get for a while
     other = await make_client()
     future_token = HybridLogicalClock(int(time.time() * 1000) + 50_000, 0, "someone-else")
-    await other.set(data_key(cache, "guarded"), b'"theirs"', fencing_token=future_token)
+    await other.set(await data_key(cache, "guarded"), b'"theirs"', fencing_token=future_token)
     failed = await cache.set_many({"a": 1, "guarded": 2, "b": 3})
     assert failed == ["guarded"]
     assert await cache.get_many(["a", "guarded", "b"]) == {"a": 1, "guarded": "theirs", "b": 3}
@@ -275,26 +275,60 @@ async def test_set_many_reports_the_keys_the_service_refused(
 # -- clear ------------------------------------------------------------------------------------------------
 
 
-async def test_clear_deletes_its_namespace_only(make_cache: CacheFactory, namespace: str) -> None:
+async def test_clear_empties_its_namespace_only(make_cache: CacheFactory, namespace: str) -> None:
     mine, again = await make_cache(), await make_cache()
     other = await make_cache(namespace=namespace + "x")
     await mine.set_many({"a": 1, "b": 2})
     await again.set("c", 3)
     await other.set("a", "other namespace")
-    assert await mine.clear() == 3
+    before = mine.generation
+    await mine.clear()
+    assert mine.generation != before and again.generation == mine.generation  # in process: at once
     assert await mine.get_many(["a", "b", "c"]) == {} and await again.get_many(["a", "b", "c"]) == {}
     assert await other.get("a") == "other namespace"
-    assert await mine.clear() == 0
+    await mine.clear()  # clearing an empty namespace is fine
     await mine.set("d", 4)
-    assert await mine.clear() == 1 and not await mine.exists("d")
+    await mine.clear()
+    assert not await mine.exists("d")
 
 
-async def test_clear_needs_the_index(make_cache: CacheFactory) -> None:
-    cache = await make_cache(index=False)
-    await cache.set("k", 1)
-    with pytest.raises(ConfigurationError):
-        await cache.clear()
-    assert await cache.get("k") == 1
+async def test_clear_costs_the_same_whatever_the_namespace_holds(make_cache: CacheFactory) -> None:
+    cache = await make_cache()
+    client = cache.client
+    sent: list[int] = []
+    original = client.get
+
+    async def counting_get(*args: Any, **kwargs: Any) -> Any:
+        sent.append(1)
+        return await original(*args, **kwargs)
+
+    cache.client.get = counting_get  # type: ignore[method-assign]
+    await cache.clear()
+    await cache.sweep()
+    empty = len(sent)
+    await cache.set_many({f"k{i}": i for i in range(300)})
+    sent.clear()
+    await cache.clear()
+    await cache.sweep()
+    # the generation key and the (empty) ledger shards: never a read per key of the namespace
+    assert len(sent) == empty
+
+
+async def test_clear_leaves_no_ttl_less_entry_behind(make_cache: CacheFactory) -> None:
+    cache = await make_cache()
+    await cache.set("forever", "f", ttl=None)
+    await cache.add("added-forever", "a", ttl=None)
+    await cache.set("counter", 1, ttl=None)
+    await cache.incr("counter")  # fenced by its lock's token: the sweep must still delete it
+    await cache.set("brief", "b", ttl=60)
+    await cache.expire("brief", None)  # became TTL-less by a renewal
+    old = [await cache.data_key(k) for k in ("forever", "added-forever", "counter", "brief")]
+    await cache.clear()
+    await cache.sweep()  # waits for the sweep the clear started
+    for key in old:
+        assert await cache.client.get(key) is None, key
+    state = await cache._generation.refresh()
+    assert state.retired == ()  # nothing left to sweep
 
 
 # -- get_or_set -------------------------------------------------------------------------------------------
@@ -318,7 +352,7 @@ async def test_get_or_set_computes_plain_sync_and_async_defaults(cache: StateSto
     assert await cache.get_or_set("sync", lambda: [1, 2]) == [1, 2]
     assert await cache.get_or_set("async", load) == {"loaded": 1}
     assert await cache.get_many(["plain", "sync", "async"]) == {"plain": 5, "sync": [1, 2], "async": {"loaded": 1}}
-    notified = await watch(cache.client, data_key(cache, "brief"))
+    notified = await watch(cache.client, await data_key(cache, "brief"))
     assert await cache.get_or_set("brief", "b", ttl=0.2) == "b"
     await notified.wait_for(KeyOperation.DELETE)
     assert await cache.get_or_set("now", "n", ttl=0) == "n"  # expire now: returned, not stored
@@ -342,14 +376,14 @@ async def test_get_or_set_computes_once_across_two_caches_and_twenty_callers(mak
     async with asyncio.timeout(10):
         await computing.wait()
     # both caches have a caller in flight for the key: one computing, the other waiting on the store lock
-    await eventually(lambda: "hot" in a._flights and "hot" in b._flights)
+    await eventually(lambda: "hot" in a._flight._flights and "hot" in b._flight._flights)
     release.set()
     results = await asyncio.gather(*callers)
     assert results == [{"answer": 42}] * 20
     assert calls == 1
     assert await a.get("hot") == {"answer": 42}
     assert a.stats().misses + b.stats().misses == 20
-    assert not a._flights and not b._flights
+    assert not a._flight._flights and not b._flight._flights
 
 
 async def test_get_or_set_failure_reaches_the_waiters_and_the_next_call_retries(cache: StateStoreCache[Any]) -> None:
@@ -426,7 +460,7 @@ async def test_incr_fences_the_key_and_the_cache_keeps_writing_it(
     assert await cache.incr("n") == 2
     plain = await make_client()
     with pytest.raises(FencingTokenRequiredError):  # the incr's write carried the lock's token
-        await plain.set(data_key(cache, "n"), b"0")
+        await plain.set(await data_key(cache, "n"), b"0")
     await cache.set("n", 40)  # retried under the key's lock, with its token
     assert await cache.incr("n", 2) == 42
     assert await cache.add("n", 0) is False
@@ -485,7 +519,7 @@ async def test_a_local_cache_serves_hits_without_a_round_trip_and_follows_other_
             changed.set()
 
     # registered after the cache's own watch of the key, so it runs after the cache applied the event
-    await reader.client.subscribe_key(data_key(reader, "k"), on_event)
+    await reader.client.subscribe_key(await data_key(reader, "k"), on_event)
     await writer.set("k", "v2")
     async with asyncio.timeout(5):
         await changed.wait()
@@ -502,10 +536,11 @@ async def test_context_manager_and_close(make_client: Callable[[], Awaitable[Asy
         await cache.set("k", 1)
         assert await cache.get("k") == 1
         assert repr(cache).startswith("<StateStoreCache namespace='lifecycle'")
+        stored = await cache.data_key("k")
     with pytest.raises(ClientStateError):
         await cache.get("k")
     await cache.close()  # twice is fine
-    assert (await client.get("lifecycle/k")) is not None  # the client was not ours to close
+    assert (await client.get(stored)) is not None  # the client was not ours to close
 
 
 async def test_connect_makes_and_closes_its_own_client(broker_kwargs: dict[str, Any], namespace: str) -> None:

@@ -57,7 +57,7 @@ def test_translate_ttl_table(convention: str, value: object, default: object, ex
 
 
 def test_every_convention_is_in_the_table() -> None:
-    from sskv_mapping.cache import _CONVENTIONS
+    from sskv_mapping._ttl import _CONVENTIONS
 
     assert {row[0] for row in TABLE} == set(_CONVENTIONS)
 

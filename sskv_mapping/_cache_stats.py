@@ -1,0 +1,93 @@
+"""Layer 4: the cache's counters and latency histogram, shared by the async cache and its blocking facade.
+
+Must not import aiomqtt/paho or the emulator.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .local_cache import CacheStats
+
+__all__ = ["LATENCY_BUCKETS", "CacheCounters", "OpLatency", "StateStoreCacheStats"]
+
+# -- stats ------------------------------------------------------------------------------------------------
+
+#: Upper bounds (seconds) of the latency histogram buckets; a last bucket counts everything slower.
+LATENCY_BUCKETS: Final = (0.001, 0.005, 0.02, 0.1, 0.5)
+
+
+@dataclass(frozen=True, slots=True)
+class OpLatency:
+    """Latency of one operation: how many calls, their total and slowest duration (seconds), and a histogram
+    (``buckets[i]`` counts calls taking at most ``LATENCY_BUCKETS[i]``, the last one the slower rest)."""
+
+    count: int
+    total: float
+    max: float
+    buckets: tuple[int, ...]
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StateStoreCacheStats:
+    """A snapshot of a cache's counters (see :meth:`StateStoreCache.stats`).
+
+    ``hits``/``misses`` count looked-up keys (``get``, ``get_many`` per key, ``get_or_set``); ``sets`` the
+    values written (``set``, ``add`` when it added, ``set_many`` per key, ``get_or_set`` when it stored,
+    ``incr``/``decr``); ``deletes`` the keys removed (``delete``, ``delete_many``, ``clear``, expire-now
+    TTLs). ``latency`` is per operation name; ``local`` the local cache's own counters, if it has one.
+    """
+
+    hits: int
+    misses: int
+    sets: int
+    deletes: int
+    latency: Mapping[str, OpLatency]
+    local: CacheStats | None = None
+
+    @property
+    def hit_ratio(self) -> float:
+        looked_up = self.hits + self.misses
+        return self.hits / looked_up if looked_up else 0.0
+
+
+class CacheCounters:
+    """Counters shared by the async cache and the blocking facade's fast path (any thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+        self.sets = 0
+        self.deletes = 0
+        self._ops: dict[str, list[Any]] = {}  # name -> [count, total, max, buckets]
+
+    def count(self, *, hits: int = 0, misses: int = 0, sets: int = 0, deletes: int = 0) -> None:
+        with self._lock:
+            self.hits += hits
+            self.misses += misses
+            self.sets += sets
+            self.deletes += deletes
+
+    def observe(self, op: str, seconds: float) -> None:
+        bucket = next((i for i, bound in enumerate(LATENCY_BUCKETS) if seconds <= bound), len(LATENCY_BUCKETS))
+        with self._lock:
+            rec = self._ops.get(op)
+            if rec is None:
+                rec = self._ops[op] = [0, 0.0, 0.0, [0] * (len(LATENCY_BUCKETS) + 1)]
+            rec[0] += 1
+            rec[1] += seconds
+            rec[2] = max(rec[2], seconds)
+            rec[3][bucket] += 1
+
+    def snapshot(self, local: CacheStats | None) -> StateStoreCacheStats:
+        with self._lock:
+            latency = {op: OpLatency(r[0], r[1], r[2], tuple(r[3])) for op, r in self._ops.items()}
+            return StateStoreCacheStats(self.hits, self.misses, self.sets, self.deletes, latency, local)

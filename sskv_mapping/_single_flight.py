@@ -1,0 +1,144 @@
+"""Layer 4: ``get_or_set`` -- one computation per key across every process of a namespace.
+
+In this process, concurrent callers of a key share one asyncio future (the *flight*); across processes, the
+leader of each process takes the leased lock ``ns#gos-lock/<key>`` (waiting on KEYNOTIFY, never polling),
+re-reads, and computes only if the key is still missing; the value is stored with ``NX``, so a value someone
+else stored meanwhile is kept.
+
+The computation itself is the caller's: :meth:`SingleFlight.begin` returns either the value (:class:`Found`) or
+the lead (:class:`Lead`), after which the caller computes -- on the loop, or in its own thread for the blocking
+facade -- and calls :meth:`SingleFlight.finish` or :meth:`SingleFlight.abort`.
+
+Must not import aiomqtt/paho, the emulator or the mapping/cache modules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ._cache_stats import CacheCounters
+from ._key_locks import KeyLocks, release_quietly
+from ._ttl import expire_now
+from .local_cache import ABSENT, CachedEntry
+from .lock import AsyncLeasedLock
+
+__all__ = ["Found", "Lead", "SingleFlight"]
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    value: Any
+
+
+@dataclass(slots=True)
+class Lead:
+    """This caller computes the value: it holds the key's get_or_set lock and owns the in-process flight."""
+
+    key: str
+    lock: AsyncLeasedLock
+    flight: asyncio.Future[Any]
+
+
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+class SingleFlight:
+    """The in-process flights and cross-process locks of one cache's ``get_or_set``.
+
+    Args:
+        read: ``read(key, fresh)`` -> the key's entry (``fresh=True`` skips the local cache).
+        store_nx: ``store_nx(key, value, seconds)`` -> whether the value was added (``SET NX``).
+        locks: the namespace's key locks (kind ``gos-lock``).
+        counters: hits/misses/sets are counted here.
+    """
+
+    def __init__(
+        self,
+        read: Callable[[str, bool], Awaitable[CachedEntry[Any]]],
+        store_nx: Callable[[str, Any, float | None], Awaitable[bool]],
+        locks: KeyLocks,
+        counters: CacheCounters,
+    ) -> None:
+        self._read = read
+        self._store_nx = store_nx
+        self._locks = locks
+        self._counters = counters
+        self._flights: dict[str, asyncio.Future[Any]] = {}
+
+    async def begin(self, key: str) -> Found | Lead:
+        """Either the value (found, or computed by another caller) or the lead."""
+        first = True
+        while True:
+            flight = self._flights.get(key)
+            if flight is None:
+                entry = await self._read(key, False)
+                if entry.value is not ABSENT:
+                    if first:
+                        self._counters.count(hits=1)
+                    return Found(entry.value)
+                if first:
+                    self._counters.count(misses=1)
+                    first = False
+                flight = self._flights.get(key)  # one may have started while we read
+                if flight is None:
+                    break
+            elif first:
+                self._counters.count(misses=1)
+                first = False
+            try:
+                return Found(await asyncio.shield(flight))
+            except asyncio.CancelledError:
+                if flight.cancelled() and not _being_cancelled():
+                    continue  # the leader was cancelled, not us: try again (maybe as the leader)
+                raise
+        flight = asyncio.get_running_loop().create_future()
+        self._flights[key] = flight
+        try:
+            lock = self._locks.lock("gos-lock", key, auto_renew=True)
+            await lock.acquire(timeout=self._locks.timeout)
+            try:
+                entry = await self._read(key, True)  # another process may have stored it meanwhile
+            except BaseException:
+                await release_quietly(lock)
+                raise
+            if entry.value is not ABSENT:
+                await release_quietly(lock)
+                self._settle(key, flight, value=entry.value)
+                return Found(entry.value)
+            return Lead(key, lock, flight)
+        except BaseException as exc:
+            self._settle(key, flight, error=exc)
+            raise
+
+    async def finish(self, lead: Lead, value: Any, seconds: float | None) -> None:
+        # the waiters get the value even if storing it fails; the leader's caller sees that failure
+        self._settle(lead.key, lead.flight, value=value)
+        try:
+            if not expire_now(seconds) and await self._store_nx(lead.key, value, seconds):
+                self._counters.count(sets=1)
+        finally:
+            await release_quietly(lead.lock)
+
+    async def abort(self, lead: Lead, error: BaseException) -> None:
+        self._settle(lead.key, lead.flight, error=error)
+        await release_quietly(lead.lock)
+
+    def _settle(
+        self, key: str, flight: asyncio.Future[Any], *, value: Any = None, error: BaseException | None = None
+    ) -> None:
+        if self._flights.get(key) is flight:
+            del self._flights[key]
+        if flight.done():
+            return
+        if isinstance(error, asyncio.CancelledError):
+            flight.cancel()
+        elif error is not None:
+            flight.set_exception(error)
+            flight.exception()  # retrieved: no "never retrieved" warning when nobody waited
+        else:
+            flight.set_result(value)
