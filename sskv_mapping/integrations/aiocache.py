@@ -27,8 +27,10 @@ as with aiocache's Redis backend):
   cache miss, which a cache may always answer. A key fenced by an ``increment`` cannot be compared this way
   (:class:`~sskv_mapping.FencingTokenRequiredError` is raised);
 * ``_redlock_release`` (``RedLock``, ``@cached_stampede``) is ``VDEL``: the lock is removed only if still ours;
-* ``_clear()`` deletes every key of the state store namespace; ``_clear(namespace)`` those under ``namespace:``
-  (listed through the namespace's key index);
+* ``_clear()`` empties the state store namespace and every aiocache namespace in it; ``_clear(namespace)``
+  only that aiocache namespace. Each aiocache namespace is a cache of its own (state store namespace
+  ``<sskv_namespace>~<hex of the name>``, listed once per process in ``<sskv_namespace>!scopes``), so either
+  clear costs a constant number of round trips per aiocache namespace, whatever the entries;
 * ``_raw(command, ...)`` calls the :class:`~sskv_mapping.AsyncStateStoreClient` verb ``get``, ``set``,
   ``delete`` or ``vdelete`` with full store keys.
 
@@ -116,6 +118,27 @@ def _text(value: Any, encoding: str | None) -> Any:
     return value.decode(encoding) if encoding else value
 
 
+class _ScopedKey(str):
+    """``namespace:key`` as aiocache shows it, remembering which aiocache namespace and key it was built from."""
+
+    __slots__ = ("inner", "scope")
+    scope: str
+    inner: str
+
+    def __new__(cls, text: str, scope: str, inner: str) -> _ScopedKey:
+        self = super().__new__(cls, text)
+        self.scope = scope
+        self.inner = inner
+        return self
+
+
+def _split(key: Any) -> tuple[str, Any]:
+    """(aiocache namespace or ``""``, the key within it)."""
+    if isinstance(key, _ScopedKey):
+        return key.scope, key.inner
+    return "", key
+
+
 class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
     """aiocache backend on the state store (default serializer: JSON, as for aiocache's Redis backend).
 
@@ -159,7 +182,7 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         self._default_ttl = translate_ttl(UNSET, "aiocache", self.ttl)
         self._codec = _ValueCodec()
         _check_namespace(sskv_namespace)  # refused now rather than on the first call
-        self._core: _CoreCache[Any] | None = None
+        self._cores: dict[str, _CoreCache[Any]] = {}  # aiocache namespace ("" for none) -> its cache
         self._open_lock = threading.Lock()
         self._portal = get_loop_thread()
 
@@ -175,74 +198,109 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         return {"sskv_namespace": namespace} if namespace else {}
 
     def _build_key(self, key: Any, namespace: str | None = None) -> Any:
-        # aiocache's Redis layout, ``namespace:key``, so that ``clear(namespace)`` has a boundary to go by
+        # aiocache's Redis layout, ``namespace:key`` (what users see), carrying the namespace along so that the
+        # key goes to that namespace's own cache, which ``clear(namespace)`` empties in O(1)
         if isinstance(key, enum.Enum):
             key = key.value
         ns = namespace if namespace is not None else self.namespace
-        if ns is None:
+        if not ns:
             return key
-        return f"{ns}:{key}" if ns else key
+        return _ScopedKey(f"{ns}:{key}", ns, str(key))
 
     # -- the connection, on the background loop ----------------------------------------------------------
 
-    def _open_blocking(self) -> _CoreCache[Any]:
+    def _namespace_of(self, scope: str) -> str:
+        return f"{self._sskv_namespace}~{scope.encode('utf-8').hex()}" if scope else self._sskv_namespace
+
+    def _open_blocking(self, scope: str) -> _CoreCache[Any]:
         with self._open_lock:
-            if self._core is None:
+            core = self._cores.get(scope)
+            if core is None:
                 client = self._client
                 if client is None:
                     assert self._settings is not None
                     client = shared_client(self._settings)
-                core: _CoreCache[Any] = _CoreCache(
+                core = _CoreCache(
                     client.async_client,
-                    namespace=self._sskv_namespace,
+                    namespace=self._namespace_of(scope),
                     codec=self._codec,
                     default_ttl=self._default_ttl,
                     local_cache_size=self._local_cache_size,
                 )
                 self._portal.run(core.open())
-                self._core = core
-            return self._core
+                if scope:
+                    self._portal.run(self._register(core, scope))
+                self._cores[scope] = core
+            return core
 
-    async def _cache(self) -> _CoreCache[Any]:
-        core = self._core
+    async def _register(self, core: _CoreCache[Any], scope: str) -> None:
+        """List ``scope`` in the namespace's registry of aiocache namespaces, which ``clear()`` goes through."""
+        registry: AsyncStateStoreDict[bool] = AsyncStateStoreDict(
+            core.client, namespace=f"{self._sskv_namespace}!scopes", cache_size=0
+        )
+        async with registry:
+            await registry.setdefault(scope, True)
+
+    async def _cache(self, scope: str = "") -> _CoreCache[Any]:
+        core = self._cores.get(scope)
         if core is None:  # connecting blocks: do it in a worker thread, not on the caller's loop
-            core = await asyncio.to_thread(self._open_blocking)
+            core = await asyncio.to_thread(self._open_blocking, scope)
         return core
+
+    async def _for(self, key: Any) -> tuple[_CoreCache[Any], Any]:
+        scope, inner = _split(key)
+        return await self._cache(scope), inner
 
     async def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return await self._portal.run_async(coro)
 
     @property
     def sskv_cache(self) -> _CoreCache[Any] | None:
-        """The :class:`sskv_mapping.cache.StateStoreCache` behind this backend, once the first call opened it."""
-        return self._core
+        """The :class:`sskv_mapping.cache.StateStoreCache` of keys without an aiocache namespace, once opened."""
+        return self._cores.get("")
+
+    async def store_key(self, key: Any, namespace: str | None = None) -> str:
+        """The full state store key holding ``key`` now (what :meth:`raw` takes), e.g. to watch it."""
+        core, inner = await self._for(self.build_key(key, namespace))
+        data_key = await self._run(core.data_key(inner))
+        return data_key.decode("utf-8")
 
     # -- aiocache's primitives ------------------------------------------------------------------------------
 
     async def _get(self, key: str, encoding: str | None = "utf-8", _conn: Any = None) -> Any:
-        core = await self._cache()
-        return _text(await self._run(core.get(key)), encoding)
+        core, inner = await self._for(key)
+        return _text(await self._run(core.get(inner)), encoding)
 
     async def _gets(self, key: str, encoding: str | None = "utf-8", _conn: Any = None) -> Any:
         return await self._get(key, encoding=encoding, _conn=_conn)
 
+    def _by_scope(self, keys: Iterable[Any]) -> dict[str, list[tuple[Any, Any]]]:
+        groups: dict[str, list[tuple[Any, Any]]] = {}
+        for key in keys:
+            scope, inner = _split(key)
+            groups.setdefault(scope, []).append((key, inner))
+        return groups
+
     async def _multi_get(self, keys: Iterable[str], encoding: str | None = "utf-8", _conn: Any = None) -> list[Any]:
         wanted = list(keys)
-        core = await self._cache()
-        found = await self._run(core.get_many(wanted))
-        return [_text(found.get(k), encoding) for k in wanted]
+        values: dict[Any, Any] = {}
+        for scope, pairs in self._by_scope(wanted).items():
+            core = await self._cache(scope)
+            found = await self._run(core.get_many(inner for _, inner in pairs))
+            values.update((key, found.get(inner)) for key, inner in pairs)
+        return [_text(values.get(k), encoding) for k in wanted]
 
     async def _set(self, key: str, value: Any, ttl: Any = None, _cas_token: Any = None, _conn: Any = None) -> bool:
         seconds = translate_ttl(ttl, "aiocache")
-        core = await self._cache()
+        core, inner = await self._for(key)
         if _cas_token is not None:
-            return await self._run(self._cas(core, key, value, _cas_token, seconds))
-        await self._run(core.set(key, value, seconds))
+            return await self._run(self._cas(core, inner, value, _cas_token, seconds))
+        await self._run(core.set(inner, value, seconds))
         return True
 
     async def _cas(self, core: _CoreCache[Any], key: str, value: Any, token: Any, seconds: float | None) -> bool:
         expected = self._codec.dumps(token)
-        outcome = await core.client.vdelete(f"{core.namespace}/{key}", expected)
+        outcome = await core.client.vdelete(await core.data_key(key), expected)
         if outcome is not VDeleteResult.DELETED:
             return False
         # If another writer stores the key between the VDEL and this NX, its value is newer than ours: keep it.
@@ -251,26 +309,29 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
 
     async def _multi_set(self, pairs: Iterable[tuple[str, Any]], ttl: Any = None, _conn: Any = None) -> bool:
         seconds = translate_ttl(ttl, "aiocache")
-        core = await self._cache()
-        failed = await self._run(core.set_many(dict(pairs), seconds))
+        given = dict(pairs)
+        failed: list[str] = []
+        for scope, keys in self._by_scope(given).items():
+            core = await self._cache(scope)
+            failed += await self._run(core.set_many({inner: given[key] for key, inner in keys}, seconds))
         if failed:
             raise StateStoreError(f"multi_set could not store {len(failed)} key(s): {failed[:10]!r}")
         return True
 
     async def _add(self, key: str, value: Any, ttl: Any = None, _conn: Any = None) -> bool:
         seconds = translate_ttl(ttl, "aiocache")
-        core = await self._cache()
-        if not await self._run(core.add(key, value, seconds)):
+        core, inner = await self._for(key)
+        if not await self._run(core.add(inner, value, seconds)):
             raise ValueError(f"Key {key} already exists, use .set to update the value")
         return True
 
     async def _exists(self, key: str, _conn: Any = None) -> bool:
-        core = await self._cache()
-        return await self._run(core.exists(key))
+        core, inner = await self._for(key)
+        return await self._run(core.exists(inner))
 
     async def _increment(self, key: str, delta: int, _conn: Any = None) -> int | float:
-        core = await self._cache()
-        return await self._run(self._incr(core, key, delta))
+        core, inner = await self._for(key)
+        return await self._run(self._incr(core, inner, delta))
 
     @staticmethod
     async def _incr(core: _CoreCache[Any], key: str, delta: int) -> int | float:
@@ -285,30 +346,33 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
 
     async def _expire(self, key: str, ttl: Any, _conn: Any = None) -> bool:
         seconds = translate_ttl(ttl, "aiocache")
-        core = await self._cache()
-        return await self._run(core.expire(key, seconds))
+        core, inner = await self._for(key)
+        return await self._run(core.expire(inner, seconds))
 
     async def _delete(self, key: str, _conn: Any = None) -> int:
-        core = await self._cache()
-        return int(await self._run(core.delete(key)))
+        core, inner = await self._for(key)
+        return int(await self._run(core.delete(inner)))
 
     async def _clear(self, namespace: str | None = None, _conn: Any = None) -> bool:
-        core = await self._cache()
-        if not namespace:
+        if namespace:
+            core = await self._cache(namespace)
             await self._run(core.clear())
-        else:
-            await self._run(self._clear_prefix(core, f"{namespace}:"))
+            return True
+        core = await self._cache()
+        await self._run(self._clear_all(core))
         return True
 
-    @staticmethod
-    async def _clear_prefix(core: _CoreCache[Any], prefix: str) -> int:
-        # The cache API has no key listing; a dict view of the same namespace reads its key index.
-        view: AsyncStateStoreDict[bytes] = AsyncStateStoreDict(
-            core.client, namespace=core.namespace, codec="raw", cache_size=0
+    async def _clear_all(self, core: _CoreCache[Any]) -> None:
+        registry: AsyncStateStoreDict[bool] = AsyncStateStoreDict(
+            core.client, namespace=f"{self._sskv_namespace}!scopes", cache_size=0
         )
-        async with view:
-            keys = [k for k in await view.keys() if k.startswith(prefix)]
-        return await core.delete_many(keys) if keys else 0
+        async with registry:
+            scopes = await registry.keys()
+        await core.clear()
+        for scope in scopes:
+            scoped = _CoreCache(core.client, namespace=self._namespace_of(scope), codec=self._codec)
+            async with scoped:
+                await scoped.clear()
 
     async def _raw(
         self, command: str, *args: Any, encoding: str | None = "utf-8", _conn: Any = None, **kwargs: Any
@@ -322,14 +386,17 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         return result
 
     async def _redlock_release(self, key: str, value: Any) -> int:
-        core = await self._cache()
-        data_key = f"{core.namespace}/{key}"
-        outcome = await self._run(core.client.vdelete(data_key, self._codec.dumps(value)))
+        core, inner = await self._for(key)
+        outcome = await self._run(self._vdel(core, inner, self._codec.dumps(value)))
         return 1 if outcome is VDeleteResult.DELETED else 0
+
+    @staticmethod
+    async def _vdel(core: _CoreCache[Any], key: str, raw: bytes) -> VDeleteResult:
+        return await core.client.vdelete(await core.data_key(key), raw)
 
     async def _close(self, *args: Any, _conn: Any = None, **kwargs: Any) -> None:
         """Stop this backend's watches; the shared connection stays open. The next call reopens."""
         with self._open_lock:
-            core, self._core = self._core, None
-        if core is not None:
+            cores, self._cores = list(self._cores.values()), {}
+        for core in cores:
             await self._run(core.close())

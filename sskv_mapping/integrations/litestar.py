@@ -17,7 +17,7 @@ that one client.
 
 Layout: a store with namespace ``myapp.sessions`` keeps its entries in the state store namespace of that name
 (``myapp.sessions/<key>``, a :class:`sskv_mapping.cache.StateStoreCache` with the raw codec), and the names of
-its child namespaces in ``myapp.sessions!children``, so that :meth:`~StateStoreStore.delete_all` reaches every
+its child namespaces in the dict ``myapp.sessions!children``, so that :meth:`~StateStoreStore.delete_all` reaches every
 descendant (Litestar's ``NamespacedStore`` rule: bulk actions go down, never up), whichever process created it.
 
 Expiry. The state store deletes an entry when its ``PX`` runs out but cannot tell anyone how long a key has
@@ -94,7 +94,7 @@ class _Connection:
         self.given = client
         self.client: AsyncStateStoreClient | None = client
         self.generation = 0
-        self.opened: list[StateStoreCache[Any]] = []
+        self.opened: list[StateStoreCache[Any] | AsyncStateStoreDict[Any]] = []
         self.users = 0
 
     async def open(self) -> None:
@@ -179,7 +179,7 @@ class StateStoreStore(NamespacedStore):
         self._children: dict[str, StateStoreStore] = {}
         self._generation = -1
         self._data: StateStoreCache[bytes] | None = None
-        self._registry: StateStoreCache[Any] | None = None
+        self._registry: AsyncStateStoreDict[Any] | None = None
         self._registered = False
 
     def __repr__(self) -> str:
@@ -223,11 +223,12 @@ class StateStoreStore(NamespacedStore):
             self._children[name] = child
         return cast(Self, child)
 
-    def _caches(self) -> tuple[StateStoreCache[bytes], StateStoreCache[Any]]:
+    def _caches(self) -> tuple[StateStoreCache[bytes], AsyncStateStoreDict[Any]]:
         client = self._conn.require()
         if self._data is None or self._registry is None or self._generation != self._conn.generation:
             self._data = StateStoreCache(client, namespace=self.namespace, codec="raw", default_ttl=None)
-            self._registry = StateStoreCache(client, namespace=f"{self.namespace}!children", default_ttl=None)
+            # the children's names: a dict, which keeps a listing (the cache keeps none)
+            self._registry = AsyncStateStoreDict(client, namespace=f"{self.namespace}!children", cache_size=0)
             self._conn.opened += [self._data, self._registry]
             self._generation = self._conn.generation
         return self._data, self._registry
@@ -239,7 +240,8 @@ class StateStoreStore(NamespacedStore):
         parent = self._parent
         await parent._register()
         _, registry = parent._caches()
-        await registry.add(self.namespace.rsplit(".", 1)[1], True, ttl=None)
+        await registry.open()  # idempotent: starts following the listing once
+        await registry.setdefault(self.namespace.rsplit(".", 1)[1], True)
         self._registered = True  # the registry keeps its entries: once listed, listed for good
 
     def _now_ms(self) -> int:
@@ -278,12 +280,8 @@ class StateStoreStore(NamespacedStore):
     async def delete_all(self) -> None:
         """Delete every entry of this namespace and of all its descendants (never of its ancestors)."""
         cache, registry = self._caches()
-        view: AsyncStateStoreDict[Any] = AsyncStateStoreDict(
-            registry.client, namespace=registry.namespace, cache_size=0
-        )
-        async with view:
-            children = await view.keys()
-        for name in children:
+        await registry.open()
+        for name in await registry.keys():
             await self.with_namespace(name).delete_all()
         await cache.clear()
 

@@ -82,14 +82,14 @@ class Notified:
 
 
 @pytest.fixture
-async def watch(broker_url: str, sskv_namespace: str) -> AsyncIterator[Callable[[str], Awaitable[Notified]]]:
-    """``await watch(stored_key)``: a registered watch on ``<sskv_namespace>/<stored_key>``."""
+async def watch(broker_url: str) -> AsyncIterator[Callable[[StateStoreCache, str], Awaitable[Notified]]]:
+    """``await watch(cache, key)``: a registered watch on the store key holding ``key`` of ``cache``."""
     client = AsyncStateStoreClient(settings=ConnectionSettings.from_url(broker_url))
     await client.connect()
 
-    async def start(key: str) -> Notified:
+    async def start(cache: StateStoreCache, key: str) -> Notified:
         notified = Notified()
-        await client.subscribe_key(f"{sskv_namespace}/{key}", notified)
+        await client.subscribe_key(await cache.store_key(key), notified)
         return notified
 
     yield start
@@ -189,7 +189,7 @@ async def test_clear_leaves_other_state_store_namespaces_alone(make_cache: Cache
 
 async def test_raw_reaches_the_client(cache: StateStoreCache, sskv_namespace: str) -> None:
     await cache.set("k", "v")
-    assert await cache.raw("get", f"{sskv_namespace}/main:k") == '"v"'
+    assert await cache.raw("get", await cache.store_key("k")) == '"v"'
     with pytest.raises(ValueError, match="raw commands"):
         await cache.raw("flushdb")
 
@@ -260,8 +260,10 @@ def test_one_cache_used_from_several_event_loops(broker_url: str, sskv_namespace
 # -- TTLs: aiocache's convention --------------------------------------------------------------------------
 
 
-async def test_a_ttl_expires_the_key(cache: StateStoreCache, watch: Callable[[str], Awaitable[Notified]]) -> None:
-    notified = await watch("main:short")
+async def test_a_ttl_expires_the_key(
+    cache: StateStoreCache, watch: Callable[[StateStoreCache, str], Awaitable[Notified]]
+) -> None:
+    notified = await watch(cache, "short")
     await cache.set("short", "v", ttl=0.3)
     assert await cache.get("short") == "v"
     await notified.wait_for(KeyOperation.DELETE)
@@ -269,10 +271,10 @@ async def test_a_ttl_expires_the_key(cache: StateStoreCache, watch: Callable[[st
 
 
 async def test_the_cache_ttl_is_the_default_and_zero_or_none_never_expire(
-    make_cache: CacheFactory, watch: Callable[[str], Awaitable[Notified]]
+    make_cache: CacheFactory, watch: Callable[[StateStoreCache, str], Awaitable[Notified]]
 ) -> None:
     cache = make_cache(ttl=0.3)
-    notified = await watch("witness")
+    notified = await watch(cache, "witness")
     await cache.set("none", "v", ttl=None)
     await cache.set("zero", "v", ttl=0)
     await cache.set("witness", "w")  # the cache's ttl; the emulator expires in deadline order
@@ -286,19 +288,21 @@ async def test_a_negative_ttl_expires_at_once(cache: StateStoreCache) -> None:
     assert await cache.exists("k") is False
 
 
-async def test_expire(cache: StateStoreCache, watch: Callable[[str], Awaitable[Notified]]) -> None:
+async def test_expire(cache: StateStoreCache, watch: Callable[[StateStoreCache, str], Awaitable[Notified]]) -> None:
     assert await cache.expire("missing", 10) is False
     await cache.set("kept", "v", ttl=0.3)
     assert await cache.expire("kept", 0) is True  # 0 removes the expiry
     await cache.set("goes", "v")
-    notified = await watch("main:goes")
+    notified = await watch(cache, "goes")
     assert await cache.expire("goes", 0.3) is True
     await notified.wait_for(KeyOperation.DELETE)
     assert await cache.multi_get(["kept", "goes"]) == ["v", None]
 
 
-async def test_add_and_multi_set_take_ttls(cache: StateStoreCache, watch: Callable[[str], Awaitable[Notified]]) -> None:
-    added, many = await watch("main:added"), await watch("main:m2")
+async def test_add_and_multi_set_take_ttls(
+    cache: StateStoreCache, watch: Callable[[StateStoreCache, str], Awaitable[Notified]]
+) -> None:
+    added, many = await watch(cache, "added"), await watch(cache, "m2")
     await cache.add("added", 1, ttl=0.3)
     await cache.multi_set([("m1", 1), ("m2", 2)], ttl=0.3)
     await added.wait_for(KeyOperation.DELETE)

@@ -112,7 +112,7 @@ class Deletions:
 
     def __init__(self, backend: Any, key: str, version: int | None = None) -> None:
         self.deleted = threading.Event()
-        self._sub = backend.client.subscribe_key(f"{backend.namespace}/{backend.make_key(key, version)}", self)
+        self._sub = backend.client.subscribe_key(backend._cache().data_key(backend.make_key(key, version)), self)
 
     def __call__(self, event: KeyEvent) -> None:
         if event.op is KeyOperation.DELETE:

@@ -78,7 +78,7 @@ def _backend(cache: Cache) -> StateStoreCache:
 def _expiry_of(cache: Cache, key: str) -> Any:
     """A started watch on the key's data key: ``.next(timeout)`` gives the next change (an expiry's DELETE)."""
     backend = _backend(cache)
-    return backend.sskv_cache.client.watch(f"{backend.namespace}/{key}").start()
+    return backend.sskv_cache.client.watch(backend.sskv_cache.data_key(key)).start()
 
 
 # -- the factory and the configuration --------------------------------------------------------------------

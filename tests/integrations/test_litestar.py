@@ -21,6 +21,7 @@ import pytest
 
 pytest.importorskip("litestar")
 
+from _support.waiting import eventually
 from litestar import Litestar, Request, get
 from litestar.middleware.session.server_side import ServerSideSessionConfig
 from litestar.stores.registry import StoreRegistry
@@ -78,7 +79,7 @@ Watch = Callable[[StateStoreStore, str], Awaitable[Notified]]
 def watch() -> Watch:
     async def start(store: StateStoreStore, key: str) -> Notified:
         notified = Notified()
-        await store.client.subscribe_key(f"{store.namespace}/{key}", notified)
+        await store.client.subscribe_key(await store._caches()[0].data_key(key), notified)
         return notified
 
     return start
@@ -171,10 +172,11 @@ async def test_renew_for_leaves_entries_without_expiry_alone(store: StateStoreSt
 
 
 async def test_a_value_not_written_by_the_store_is_reported(store: StateStoreStore) -> None:
-    await store.client.set(f"{store.namespace}/foreign", b"\x07not an envelope")
+    foreign = await store._caches()[0].data_key("foreign")
+    await store.client.set(foreign, b"\x07not an envelope")
     with pytest.raises(DecodeError, match="foreign"):
         await store.get("foreign")
-    await store.client.delete(f"{store.namespace}/foreign")
+    await store.client.delete(foreign)
 
 
 # -- namespaces and delete_all ----------------------------------------------------------------------------
@@ -221,11 +223,15 @@ async def test_delete_all_propagates_down_to_every_descendant(store: StateStoreS
 async def test_delete_all_reaches_children_another_process_created(
     store: StateStoreStore, broker_url: str, namespace: str
 ) -> None:
-    await store.with_namespace("sessions").set("sid", b"data")
+    sessions = store.with_namespace("sessions")
+    await sessions.set("sid", b"data")
+    before = sessions._caches()[0].generation
     elsewhere = StateStoreStore(broker_url, namespace=namespace)  # its own connection, no children made
     async with elsewhere:
         await elsewhere.delete_all()
-    assert await store.with_namespace("sessions").get("sid") is None
+    # another connection learns of the clear by KEYNOTIFY, within milliseconds of delete_all returning
+    await eventually(lambda: sessions._caches()[0].generation != before)
+    assert await sessions.get("sid") is None
 
 
 def test_namespace_names_are_checked(broker_url: str) -> None:
