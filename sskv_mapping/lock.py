@@ -33,6 +33,7 @@ from ._sync import get_loop_thread
 from .client import (
     AsyncStateStoreClient,
     KeyLike,
+    KeySubscription,
     SetResult,
     StateStoreClient,
     TtlLike,
@@ -152,10 +153,15 @@ class AsyncLeasedLock:
             if event.op is KeyOperation.DELETE or event.synthetic:
                 changed.set()
 
-        # Watch first, then try: a release between the try and the watch cannot be missed.
-        sub = await self.client.subscribe_key(self.name, on_event)
+        # An uncontended lock costs one round trip: try before watching. If that fails, watch first, then try
+        # again: a release between that try and the watch cannot be missed.
+        sub: KeySubscription | None = None
         try:
             async with asyncio.timeout(timeout):
+                token = await self.try_acquire()
+                if token is not None:
+                    return token
+                sub = await self.client.subscribe_key(self.name, on_event)
                 while True:
                     changed.clear()
                     token = await self.try_acquire()
@@ -165,7 +171,8 @@ class AsyncLeasedLock:
         except TimeoutError:
             raise LockError(f"timed out after {timeout} s waiting for lock {self.name!r}") from None
         finally:
-            await sub.close()
+            if sub is not None:
+                await sub.close()
 
     async def renew(self) -> HybridLogicalClock:
         """Extend the lease (the same SET NEX); returns the new fencing token or raises :class:`LockError`."""

@@ -56,16 +56,25 @@ async def test_blocking_acquire_wakes_on_release_not_polling(
     await holder.try_acquire()
     sent_before = other.requests_sent
     acquiring = asyncio.ensure_future(waiter.acquire(timeout=10))
-    # the waiter registers its watch (KEYNOTIFY) and tries once (SET NEX)...
-    await eventually(lambda: other.requests_sent >= sent_before + 2)
+    # the waiter tries (SET NEX), registers its watch (KEYNOTIFY) and tries again (SET NEX)...
+    await eventually(lambda: other.requests_sent >= sent_before + 3)
     # ...then sends nothing while the lock stays held: time passing is the point of this sleep
     await asyncio.sleep(0.3)
-    assert other.requests_sent == sent_before + 2
+    assert other.requests_sent == sent_before + 3
     assert not acquiring.done()
     await holder.release()
     token = await acquiring
     assert waiter.held and token == waiter.fencing_token
     await waiter.release()
+
+
+async def test_an_uncontended_acquire_is_one_round_trip(client: AsyncStateStoreClient) -> None:
+    lock = AsyncLeasedLock(client, unique(), lease=30)
+    sent_before = client.requests_sent
+    await lock.acquire(timeout=10)
+    assert client.requests_sent == sent_before + 1  # SET NEX only: no watch for a lock nobody holds
+    assert lock.name not in client.watched_keys
+    await lock.release()
 
 
 async def test_acquire_times_out_with_lock_error(client: AsyncStateStoreClient, other: AsyncStateStoreClient) -> None:
