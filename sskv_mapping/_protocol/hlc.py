@@ -31,6 +31,9 @@ def system_clock_ms() -> int:
 
 
 def _uint(raw: str, what: str, text: str) -> int:
+    # one leading '+' is accepted, as the Rust and Go SDKs' integer parsing does; formatting never writes it
+    if raw.startswith("+"):
+        raw = raw[1:]
     if not raw or len(raw) > _MAX_DIGITS or not (raw.isascii() and raw.isdigit()):
         raise ProtocolError(f"malformed HLC {what} in {text[:80]!r}")
     value = int(raw)

@@ -165,8 +165,8 @@ def _parse(data: bytes, pos: int, depth: int) -> tuple[Reply, int]:
         text = _text_line(raw, "error text")
         if text.startswith("ERR "):
             text = text[4:]
-        elif text == "ERR":
-            text = ""
+        elif text == "ERR":  # no space, no text: as malformed as the Rust SDK holds it
+            raise ProtocolError("an error reply without text ('-ERR' with nothing after it)")
         return ErrorReply(text), pos
     if kind == b"*":
         if depth >= MAX_DEPTH:

@@ -212,8 +212,10 @@ def _ref_value(cur: _Cursor, depth: int) -> resp3.Reply:
         if raw == b"1":
             return -1  # the article's legacy "not applied"
         text = _ref_text(raw)
-        # "-ERR <text>" keeps <text>; a bare "-ERR" is the empty text; any other line is kept whole
-        return resp3.ErrorReply("" if text == "ERR" else text.removeprefix("ERR "))
+        # "-ERR <text>" keeps <text>; a bare "-ERR" is malformed; any other line is kept whole
+        if text == "ERR":
+            raise Reject("bare -ERR")
+        return resp3.ErrorReply(text.removeprefix("ERR "))
     if kind == ord("$"):
         n = _ref_int(cur.line())
         if n == -1:
@@ -250,7 +252,7 @@ def ref_request(data: bytes) -> list[bytes]:
     return [item for item in value if isinstance(item, bytes)]
 
 
-_HLC = re.compile(r"([0-9]{1,20}):([0-9]{1,20}):([^:]*)")
+_HLC = re.compile(r"\+?([0-9]{1,20}):\+?([0-9]{1,20}):([^:]*)")
 
 
 def ref_hlc(raw: str | bytes) -> tuple[int, int, str]:

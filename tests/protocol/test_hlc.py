@@ -62,6 +62,12 @@ def test_format_pads_to_015_and_05(value: HybridLogicalClock, text: str) -> None
     assert H.parse(text) == value
 
 
+def test_a_leading_plus_parses_as_in_the_sdks_and_never_comes_back() -> None:
+    # the Rust and Go SDKs' integer parsing accepts one leading '+'; we format zero-padded digits only
+    assert H.parse("+1:0:n") == H(1, 0, "n") == H.parse("1:+0:n")
+    assert str(H.parse("+1696374425000:+1:n")) == "001696374425000:00001:n"
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -72,7 +78,9 @@ def test_format_pads_to_015_and_05(value: HybridLogicalClock, text: str) -> None
         "1:2:a:b",
         "-1:0:n",
         "1:-1:n",
-        "+1:0:n",
+        "++1:0:n",
+        "+:0:n",
+        "+-1:0:n",
         " 1:0:n",
         "1 :0:n",
         "1: 0:n",

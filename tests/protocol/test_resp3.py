@@ -142,7 +142,6 @@ def test_legacy_minus_one_and_integer_minus_one_are_the_same_value() -> None:
         (b"-ERR syntax error\r\n", "syntax error"),
         (b"-ERR  syntax error\r\n", " syntax error"),  # exactly one space is stripped, no more
         (b"-ERR \r\n", ""),
-        (b"-ERR\r\n", ""),
         (b"-ERRsyntax error\r\n", "ERRsyntax error"),  # not the ERR prefix: the whole line is kept
         (b"-ERR: unknown command\r\n", "ERR: unknown command"),  # the article's KEYNOTIFY spelling
         (b"-WRONGTYPE nope\r\n", "WRONGTYPE nope"),
@@ -152,6 +151,12 @@ def test_legacy_minus_one_and_integer_minus_one_are_the_same_value() -> None:
 )
 def test_error_reply_text(payload: bytes, text: str) -> None:
     assert parse_reply(payload) == ErrorReply(text)
+
+
+def test_a_bare_err_without_text_is_a_protocol_error() -> None:
+    # the Rust SDK's own test vector: '-ERR' needs a space and a text (an empty text after the space is kept)
+    with pytest.raises(ProtocolError):
+        parse_reply(b"-ERR\r\n")
 
 
 def test_encoders_produce_the_documented_bytes() -> None:
