@@ -1,0 +1,126 @@
+"""The house plan as a test: each module imports only from its own layer or the layers below it.
+
+Layers, bottom to top (design.md, README "Design"); a module missing from the table fails the test, so a new
+module has to be given its place. Also: only ``_transport/mqtt.py`` imports aiomqtt or paho; the protocol
+core and the emulator core do no I/O (no asyncio, sockets, subprocesses or TLS; a lock for thread safety is fine).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "sskv_mapping"
+
+LAYERS: list[tuple[str, set[str]]] = [
+    ("errors", {"_protocol.errors"}),
+    (
+        "protocol",
+        {"_protocol", "_protocol.commands", "_protocol.headers", "_protocol.hlc", "_protocol.notifications"}
+        | {"_protocol.resp3", "_protocol.topics"},
+    ),
+    ("transport", {"_transport", "_transport.base", "_transport.settings", "_transport.rpc", "_transport.loopback"}),
+    ("transport-io", {"_transport.mqtt", "_sync"}),
+    ("client", {"client"}),
+    ("primitives", {"codecs", "local_cache", "_ttl", "_fanout", "_cache_stats", "lock"}),
+    ("namespace parts", {"_key_locks", "_index", "_generation"}),
+    ("namespace", {"_store"}),
+    ("cache algorithms", {"_renewal", "_counter", "_single_flight"}),
+    ("mapping and cache", {"mapping", "cache"}),
+    ("emulator", {"emulator", "emulator.core", "emulator.broker", "emulator.server", "emulator.inprocess"}),
+    ("entry points", {"emulator.__main__", "_cli_client", "cli", "demo", "errors", "__init__"}),
+    (
+        "integrations",
+        {"integrations", "integrations._common"}
+        | {f"integrations.{n}" for n in ("aiocache", "django", "fastapi", "flask_caching", "litestar")},
+    ),
+]
+RANK = {module: rank for rank, (_, modules) in enumerate(LAYERS) for module in modules}
+
+#: modules that must do no I/O at all (sans-IO), beyond the layer rule
+PURE = {name for name in RANK if name.startswith("_protocol")} | {"emulator.core", "local_cache"}
+IO_MODULES = {"asyncio", "socket", "selectors", "subprocess", "ssl", "aiomqtt", "paho"}  # a threading.Lock is fine
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1] or ["__init__"]
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path) -> tuple[set[str], set[str]]:
+    """(package modules imported, top-level foreign modules imported) by the module ``name``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name.split(".")[:-1] if path.name != "__init__.py" else name.split(".")
+    if name == "__init__":
+        package = []
+    ours: set[str] = set()
+    foreign: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("sskv_mapping."):
+                    ours.add(alias.name.removeprefix("sskv_mapping."))
+                else:
+                    foreign.add(alias.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                if node.module and node.module.startswith("sskv_mapping"):
+                    ours.add(node.module.removeprefix("sskv_mapping").lstrip(".") or "__init__")
+                elif node.module:
+                    foreign.add(node.module.split(".")[0])
+                continue
+            base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+            target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            if not node.module:  # ``from . import x``: x may be a module
+                for alias in node.names:
+                    candidate = ".".join([*base, alias.name])
+                    ours.add(candidate if candidate in _modules() else (target or "__init__"))
+            else:
+                ours.add(target or "__init__")
+    return ours, foreign
+
+
+MODULES = _modules()
+
+
+def test_every_module_has_a_layer() -> None:
+    assert sorted(set(MODULES) - set(RANK)) == []
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_imports_go_down_the_layers(name: str) -> None:
+    ours, _ = _imports(name, MODULES[name])
+    upward = sorted(
+        f"{target} ({LAYERS[RANK[target]][0]})"
+        for target in ours
+        if target in RANK and target != name and RANK[target] > RANK[name]
+    )
+    assert upward == [], f"{name} ({LAYERS[RANK[name]][0]}) imports from above its layer"
+    unknown = sorted(t for t in ours if t not in RANK)
+    assert unknown == []
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_only_the_mqtt_transport_imports_aiomqtt_or_paho(name: str) -> None:
+    _, foreign = _imports(name, MODULES[name])
+    if name != "_transport.mqtt":
+        assert not foreign & {"aiomqtt", "paho"}
+
+
+@pytest.mark.parametrize("name", sorted(PURE))
+def test_the_pure_cores_do_no_io(name: str) -> None:
+    _, foreign = _imports(name, MODULES[name])
+    assert sorted(foreign & IO_MODULES) == []
+
+
+def test_the_layer_rule_can_fail() -> None:
+    # the checker itself: a module of the protocol layer importing the client is caught
+    assert RANK["client"] > RANK["_protocol.hlc"]
+    assert _imports("cache", MODULES["cache"])[0] >= {"client", "_store"}
