@@ -49,6 +49,7 @@ from typing import Any
 
 from cachetools import TTLCache
 
+from sskv_mapping._index import IndexEntry
 from sskv_mapping._index import _decode as decode_index
 from sskv_mapping._index import _encode as encode_index
 from sskv_mapping._protocol.hlc import HybridLogicalClock
@@ -319,7 +320,7 @@ def real_read_bytes(host: str, port: int, n: int) -> tuple[int, int, tracemalloc
 
 
 def index_bytes(n: int) -> int:
-    raw = encode_index({f"k{i:07d}": 1_700_000_000_000 + i for i in range(n)})
+    raw = encode_index({f"k{i:07d}": IndexEntry(1_700_000_000_000 + i) for i in range(n)})
     used, index, _ = traced(lambda: decode_index(raw))
     assert len(index) == n
     return used

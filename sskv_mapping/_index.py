@@ -1,19 +1,37 @@
-"""Layer 4: the namespace key index that makes ``len``, iteration and ``clear`` possible.
+"""Layer 4: the dict's key index -- what makes ``len``, iteration and ``clear`` possible -- in small shards.
 
-The state store has no key listing (SCAN is coming, protocol.md §8). A namespace therefore keeps an index
-of its keys *in the store itself*: one key holding a JSON object ``{key: added_at_ms}``, rewritten under a
-leased lock (fenced with the lock's token, so a writer that lost its lease cannot clobber the index), and
-watched with KEYNOTIFY so every reader's copy follows the index as others change it (a SET notification
-carries the whole new value).
+The state store has no key listing (SCAN is coming, protocol.md §8). A dict namespace therefore keeps an index
+of its keys *in the store itself*, split into ``S`` shards so that nothing grows with the namespace:
+
+* a key's shard is a stable hash of the key (blake2b, never Python's ``hash``) modulo ``S``;
+* shard ``i`` is the key ``ns#index/<i as 4 hex digits>``, a JSON object ``{key: added_ms}`` or, for a key written
+  with a TTL, ``{key: [added_ms, expires_ms]}``; it is rewritten under its own leased lock
+  ``ns#index-lock/<i>``, the write fenced with the lock's token, so a writer that lost its lease cannot clobber it;
+* ``S`` is agreed by every process through ``ns#index-meta`` (``{"version": 2, "shards": S}``), written once with
+  ``NX`` when the namespace is first used; ``ns#index-used`` lists the shards that ever held an entry (a shard is
+  added, under ``ns#index-used-lock``, before its first entry), so a listing of a small namespace reads a few
+  shards, not ``S``;
+* an insert locks and rewrites one shard (about ``n / S`` entries), a KEYNOTIFY notification carries one shard,
+  and a fresh reader fetches the ``S`` shards (64 in flight) -- never a read of every data key just to list them.
+  A process watches a shard only once it needs it (an insert into it, or a listing, which needs them all).
 
 Invariants the mapping keeps with it:
 
-* insert: add to the index first, then write the data key — a crash in between leaves an index entry
-  without data, which readers filter out, never data that iteration cannot find;
-* delete: delete the data key first, then remove it from the index;
-* dangling entries (expired keys, crashed inserts) are filtered at read time, and removed by
-  :meth:`StoredKeyIndex.prune` only when older than ``grace_ms`` (so an insert still between its two steps is
-  never pruned).
+* insert: list the key first, then write the data key -- a crash in between leaves an entry without data, never
+  data that iteration cannot find;
+* delete: delete the data key first, then unlist it;
+* what a listing says: every listed entry whose recorded expiry has not passed is counted by ``len()`` and
+  iterated without reading its data. An entry whose recorded expiry passed is checked against the store (a later
+  write may have given the key a new expiry) and pruned if its data is gone. An entry left dangling by a crash
+  between the two steps of an insert is listed until a reader of the values (``items()``/``values()``) finds it
+  missing after the grace period (``grace_ms``) and prunes it;
+* a re-write of a listed key touches the index only when its expiry changes kind (none <-> some), so a
+  ``d[k] = v`` of an existing key stays one SET.
+
+A namespace written by 0.1.0 (one ``ns#index`` object, lock ``ns#index-lock``) is migrated into shards by the
+first process that opens it, under the old index's lock (so two processes migrate once, and an old writer is
+excluded meanwhile). If ``ns#index`` appears again after the migration, a 0.1.0 process is still writing to the
+namespace: opening it then raises :class:`ConfigurationError` rather than list it wrong.
 
 :class:`KeyIndex` is the seam where SCAN can replace the stored index once the real service answers it.
 
@@ -23,226 +41,512 @@ Must not import aiomqtt/paho, the emulator, or the mapping/cache modules.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from ._protocol.errors import ProtocolError
+from ._fanout import gather_bounded
+from ._key_locks import release_quietly
+from ._protocol.commands import SetCondition
+from ._protocol.errors import ConfigurationError, ProtocolError
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
 from .client import AsyncStateStoreClient, KeySubscription
 from .lock import AsyncLeasedLock
 
-__all__ = ["KeyIndex", "StoredKeyIndex"]
+__all__ = ["DEFAULT_SHARDS", "IndexEntry", "KeyIndex", "StoredKeyIndex"]
 
 log = logging.getLogger("sskv_mapping.index")
 
+#: Shards of a new namespace's index. At 100,000 keys a shard holds ~390 entries (~12 KB): what one insert
+#: rewrites and one notification carries. Namespaces far larger want more (``StoredKeyIndex(shards=...)``).
+DEFAULT_SHARDS = 256
+_FORMAT_VERSION = 2
+_FAN_OUT = 64
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """A listed key: when it was first listed, and when its data expires (``None``: never), in wall-clock ms."""
+
+    added_ms: int
+    expires_ms: int | None = None
+
 
 class KeyIndex(Protocol):
-    """What the mapping needs from a key listing. ``StoredKeyIndex`` today; a SCAN-backed one later."""
+    """What the mapping needs from a key listing. :class:`StoredKeyIndex` today; a SCAN-backed one later."""
 
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
 
-    def snapshot(self) -> dict[str, int]:
-        """The locally known keys (kept current by notifications) -> when each was added (ms)."""
+    async def listing(self, *, refresh: bool = False) -> dict[str, IndexEntry]:
+        """Every listed key -> its entry (kept current by notifications; ``refresh`` reads the store now)."""
         ...
 
-    async def refresh(self) -> dict[str, int]:
-        """Read the index from the store now."""
+    async def add(self, keys: Iterable[tuple[str, int | None]]) -> None:
+        """Make sure each ``(key, expires_ms)`` is listed with an expiry of the same kind."""
         ...
-
-    async def add(self, keys: Iterable[str]) -> None: ...
 
     async def remove(self, keys: Iterable[str]) -> None: ...
 
     async def prune(self, missing: Iterable[str]) -> int: ...
 
 
-def _decode(raw: bytes | None) -> dict[str, int]:
+def shard_of(key: str, shards: int) -> int:
+    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big") % shards
+
+
+def _decode(raw: bytes | None) -> dict[str, IndexEntry]:
     if raw is None or raw == b"":
         return {}
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(f"the namespace index is not valid JSON: {exc}") from exc
+        raise ProtocolError(f"an index shard is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ProtocolError("an index shard is not a JSON object")
+    out: dict[str, IndexEntry] = {}
+    for key, value in data.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            out[key] = IndexEntry(value)
+        elif (
+            isinstance(value, list)
+            and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        ):
+            out[key] = IndexEntry(value[0], value[1])
+        else:
+            raise ProtocolError(f"an index shard entry is not added_ms or [added_ms, expires_ms]: {value!r:.80}")
+    return out
+
+
+def _encode(entries: dict[str, IndexEntry]) -> bytes:
+    data = {k: e.added_ms if e.expires_ms is None else [e.added_ms, e.expires_ms] for k, e in entries.items()}
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode("utf-8")
+
+
+def _decode_used(raw: bytes | None) -> dict[str, IndexEntry]:
+    if raw is None or raw == b"":
+        return {}
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"the used-shards key is not valid JSON: {exc}") from exc
+    if not isinstance(data, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in data):
+        raise ProtocolError("the used-shards key is not a JSON list of shard numbers")
+    return {str(i): IndexEntry(0) for i in data}
+
+
+def _encode_used(used: dict[str, IndexEntry]) -> bytes:
+    return json.dumps(sorted(int(k) for k in used), separators=(",", ":")).encode()
+
+
+def _decode_v1(raw: bytes) -> dict[str, int]:
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"the 0.1.0 namespace index is not valid JSON: {exc}") from exc
     if not isinstance(data, dict) or not all(isinstance(v, int) for v in data.values()):
-        raise ProtocolError("the namespace index is not a JSON object of key -> int")
+        raise ProtocolError("the 0.1.0 namespace index is not a JSON object of key -> int")
     return data
 
 
-def _encode(index: dict[str, int]) -> bytes:
-    return json.dumps(index, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode("utf-8")
+@dataclass
+class _Shard:
+    entries: dict[str, IndexEntry] = field(default_factory=dict)
+    version: HybridLogicalClock | None = None
+    sub: KeySubscription | None = None
+    loading: asyncio.Future[None] | None = None
+    loaded: bool = False
+    # One rewrite at a time per shard and process: the leased lock's holder value is ours for every task here,
+    # so it cannot tell our own tasks apart. Waiting tasks' keys ride along in the next batch.
+    mutex: asyncio.Lock = field(default_factory=asyncio.Lock)
+    pending_add: dict[str, IndexEntry] = field(default_factory=dict)
+    pending_remove: set[str] = field(default_factory=set)
+
+    def adopt(self, entries: dict[str, IndexEntry], version: HybridLogicalClock | None) -> None:
+        # versions come from one service clock: an older copy (a late notification) never wins
+        if version is not None and self.version is not None and version < self.version:
+            return
+        self.entries = entries
+        if version is not None:
+            self.version = version
+
+
+def _same_kind(a: int | None, b: int | None) -> bool:
+    return (a is None) == (b is None)
 
 
 class StoredKeyIndex:
-    """A namespace's key index kept in the store under ``index_key``, guarded by ``lock_key``."""
+    """A namespace's key index, kept in the store in shards (see the module docstring)."""
 
     def __init__(
         self,
         client: AsyncStateStoreClient,
-        index_key: bytes,
-        lock_key: bytes,
+        namespace: bytes,
         data_key: Callable[[str], bytes],
         *,
+        shards: int = DEFAULT_SHARDS,
         lease: float = 5.0,
         grace_ms: int = 60_000,
         lock_timeout: float | None = 30.0,
         now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
+        if not 1 <= shards <= 0xFFFF:
+            raise ConfigurationError(f"an index has 1 to 65535 shards, not {shards}")
         self.client = client
-        self.index_key = index_key
+        self._ns = namespace
         self._data_key = data_key
-        self._lock = AsyncLeasedLock(client, lock_key, lease=lease)
+        self._wanted_shards = shards
+        self.shards = 0  # known once started: what the namespace's meta key says
+        self.meta_key = namespace + b"#index-meta"
+        self.v1_key = namespace + b"#index"
+        self._v1_lock = namespace + b"#index-lock"
+        self._lease = lease
         self._grace_ms = grace_ms
         self._lock_timeout = lock_timeout
         self._now_ms = now_ms
-        self._local: dict[str, int] = {}
-        self._version: HybridLogicalClock | None = None
-        self._sub: KeySubscription | None = None
+        self._shards: list[_Shard] = []
         self._started = False
-        # One rewrite at a time per process: the leased lock's holder value is ours for every task here,
-        # so it cannot tell our own tasks apart. Waiting tasks' keys ride along in the next batch.
-        self._mutex = asyncio.Lock()
-        self._pending_add: dict[str, int] = {}
-        self._pending_remove: set[str] = set()
+        self._start_lock = asyncio.Lock()
+        # which shards hold (or held) entries, so that a listing of a small namespace reads a few shards, not S
+        self.used_key = namespace + b"#index-used"
+        self._used = _Shard()  # its entries: str(shard number) -> IndexEntry(0)
+        self._used_mutex = asyncio.Lock()
 
-    def _adopt(self, index: dict[str, int], version: HybridLogicalClock | None) -> None:
-        # versions come from one service clock: an older copy (a late notification) never wins
-        if version is not None and self._version is not None and version < self._version:
-            return
-        self._local = index
-        if version is not None:
-            self._version = version
+    # -- keys -------------------------------------------------------------------------------------------
 
-    def _on_event(self, event: KeyEvent) -> None:
-        try:
-            index = {} if event.op is KeyOperation.DELETE else _decode(event.value)
-        except ProtocolError as exc:
-            log.warning("ignoring a malformed index notification: %s", exc)
-            return
-        self._adopt(index, event.version)
+    def shard_key(self, i: int) -> bytes:
+        return self._ns + f"#index/{i:04x}".encode()
+
+    def _lock(self, i: int) -> AsyncLeasedLock:
+        return AsyncLeasedLock(self.client, self._ns + f"#index-lock/{i:04x}".encode(), lease=self._lease)
+
+    # -- lifecycle --------------------------------------------------------------------------------------
 
     async def start(self) -> None:
         if self._started:
             return
-        # watch first, then read: a change between the two is reported by the watch
-        self._sub = await self.client.subscribe_key(self.index_key, self._on_event)
-        await self.refresh()
-        self._started = True
+        async with self._start_lock:
+            if self._started:
+                return
+            shards = await self._read_meta()
+            if shards is None:
+                shards = await self._create_or_migrate()
+            self.shards = shards
+            self._shards = [_Shard() for _ in range(shards)]
+            self._started = True
+
+    async def _read_meta(self) -> int | None:
+        meta, v1 = await asyncio.gather(self.client.get(self.meta_key), self.client.get(self.v1_key))
+        if meta is None:
+            return None
+        try:
+            data = json.loads(meta.value)
+            shards = data["shards"] if isinstance(data, dict) and data.get("version") == _FORMAT_VERSION else None
+        except (UnicodeDecodeError, ValueError):
+            shards = None
+        if not isinstance(shards, int) or not 1 <= shards <= 0xFFFF:
+            raise ProtocolError(f"the index meta key of {self._ns!r} is not {{'version': 2, 'shards': n}}")
+        if v1 is not None:
+            raise ConfigurationError(
+                f"namespace {self._ns.decode('utf-8', 'replace')!r} was migrated to the sharded index, but a "
+                "0.1.0 process wrote its old index key since: upgrade every process using the namespace, then "
+                f"delete the key {self.v1_key.decode('utf-8', 'replace')!r} (its keys are listed again by "
+                "re-writing them)"
+            )
+        return shards
+
+    async def _create_or_migrate(self) -> int:
+        """Write the meta key (migrating a 0.1.0 index first, if there is one); returns the agreed shard count."""
+        lock = AsyncLeasedLock(self.client, self._v1_lock, lease=max(self._lease, 30.0))
+        await lock.acquire(timeout=self._lock_timeout)
+        try:
+            shards = await self._read_meta()  # another process may have done it while we waited
+            if shards is not None:
+                return shards
+            shards = self._wanted_shards
+            old = await self.client.get(self.v1_key)
+            if old is not None:
+                await self._migrate(_decode_v1(old.value), shards)
+            meta = json.dumps({"version": _FORMAT_VERSION, "shards": shards}).encode()
+            await self.client.set(self.meta_key, meta, condition=SetCondition.NX)
+            if old is not None:
+                await lock.delete(self.v1_key)  # fenced by 0.1.0's lock tokens: ours is newer
+                log.info("migrated the 0.1.0 index of %r (%d keys) into %d shards", self._ns, len(old.value), shards)
+        finally:
+            await release_quietly(lock)
+        return (await self._read_meta()) or shards
+
+    async def _migrate(self, old: dict[str, int], shards: int) -> None:
+        by_shard: dict[int, dict[str, IndexEntry]] = {}
+        for key, added in old.items():
+            by_shard.setdefault(shard_of(key, shards), {})[key] = IndexEntry(added)
+
+        async def write(i: int, entries: dict[str, IndexEntry]) -> None:
+            async with self._locked(i) as lock:
+                current = _decode((await self._get(i)) or None)
+                current.update({k: e for k, e in entries.items() if k not in current})
+                await lock.set(self.shard_key(i), _encode(current))
+
+        await self._mark_used(by_shard)
+        await gather_bounded((write(i, e) for i, e in by_shard.items()), _FAN_OUT)
 
     async def close(self) -> None:
-        sub, self._sub = self._sub, None
-        if sub is not None:
+        subs = [s.sub for s in [*self._shards, self._used] if s.sub is not None]
+        for shard in [*self._shards, self._used]:
+            shard.sub = None
+            shard.loaded = False
+        for sub in subs:
             await sub.close()
         self._started = False
 
-    def snapshot(self) -> dict[str, int]:
-        return dict(self._local)
+    def watched_keys(self) -> set[bytes]:
+        """The index keys this process watches (the shards it has needed so far, and the used-shards key)."""
+        keys = {self.shard_key(i) for i, s in enumerate(self._shards) if s.sub is not None}
+        return keys | ({self.used_key} if self._used.sub is not None else set())
 
-    async def refresh(self) -> dict[str, int]:
-        entry = await self.client.get(self.index_key)
-        index = _decode(entry.value if entry else None)
-        self._adopt(index, entry.version if entry else None)
-        return index
+    # -- shards -----------------------------------------------------------------------------------------
 
-    async def _rewrite(self, change: Callable[[dict[str, int]], bool]) -> None:
-        """Read-modify-write the index under the lock, the write fenced by the lock's token."""
-        await self._lock.acquire(timeout=self._lock_timeout)
+    async def _get(self, i: int) -> bytes | None:
+        entry = await self.client.get(self.shard_key(i))
+        return None if entry is None else entry.value
+
+    def _on_event(self, i: int, event: KeyEvent) -> None:
         try:
-            current = await self.refresh()
-            if change(current):
-                await self._write(current)
+            entries = {} if event.op is KeyOperation.DELETE else _decode(event.value)
+        except ProtocolError as exc:
+            log.warning("ignoring a malformed index shard notification: %s", exc)
+            return
+        self._shards[i].adopt(entries, event.version)
+
+    async def _load(self, i: int) -> _Shard:
+        """Watch shard ``i`` and read it once (watch first, then read: a change between is reported)."""
+        await self.start()
+        shard = self._shards[i]
+        if shard.loaded:
+            return shard
+        if shard.loading is not None:
+            await asyncio.shield(shard.loading)
+            return shard
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        shard.loading = fut
+        try:
+            if shard.sub is None:
+                shard.sub = await self.client.subscribe_key(self.shard_key(i), functools.partial(self._on_event, i))
+            await self._refresh_shard(i)
+            shard.loaded = True
+            fut.set_result(None)
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()
+            raise
         finally:
-            await self._lock.release()
+            shard.loading = None
+        return shard
 
-    async def _write(self, index: dict[str, int]) -> None:
-        # an empty index is written as ``{}``, not deleted: every state of the index has a version
-        result = await self._lock.set(self.index_key, _encode(index))
-        self._adopt(index, result.version)
+    def _on_used_event(self, event: KeyEvent) -> None:
+        try:
+            used = {} if event.op is KeyOperation.DELETE else _decode_used(event.value)
+        except ProtocolError as exc:
+            log.warning("ignoring a malformed used-shards notification: %s", exc)
+            return
+        self._used.adopt(used, event.version)
 
-    async def add(self, keys: Iterable[str]) -> None:
-        """Make sure ``keys`` are listed; returns once the index in the store has them."""
-        new = [k for k in keys if k not in self._local]
+    async def _refresh_used(self) -> None:
+        entry = await self.client.get(self.used_key)
+        self._used.adopt(_decode_used(entry.value if entry else None), entry.version if entry else None)
+
+    async def _load_used(self, *, refresh: bool = False) -> set[int]:
+        used = self._used
+        if used.loaded and not refresh:
+            return self._used_shards()
+        if used.sub is None:
+            used.sub = await self.client.subscribe_key(self.used_key, self._on_used_event)
+        await self._refresh_used()
+        used.loaded = True
+        return self._used_shards()
+
+    def _used_shards(self) -> set[int]:
+        return {int(k) for k in self._used.entries if int(k) < self.shards}
+
+    async def _mark_used(self, shards: Iterable[int]) -> None:
+        """List ``shards`` in ``ns#index-used`` (before anything is added to them), once per namespace."""
+        await self._load_used()
+        new = set(shards) - self._used_shards()
         if not new:
             return
-        now = self._now_ms()
-        for k in new:
-            self._pending_remove.discard(k)
-            self._pending_add.setdefault(k, now)
-        async with self._mutex:
-            if all(k in self._local for k in new):
-                return  # an earlier batch carried them
-            batch, self._pending_add = self._pending_add, {}
+        async with self._used_mutex:
+            if not set(new) - self._used_shards():
+                return
+            lock = AsyncLeasedLock(self.client, self.used_key + b"-lock", lease=self._lease)
+            await lock.acquire(timeout=self._lock_timeout)
+            try:
+                await self._refresh_used()
+                merged = dict(self._used.entries)
+                merged.update({str(i): IndexEntry(0) for i in new})
+                if merged != self._used.entries:
+                    result = await lock.set(self.used_key, _encode_used(merged))
+                    self._used.adopt(merged, result.version)
+            finally:
+                await release_quietly(lock)
 
-            def change(index: dict[str, int]) -> bool:
-                missing = {k: t for k, t in batch.items() if k not in index}
-                index.update(missing)
-                return bool(missing)
+    async def _refresh_shard(self, i: int) -> dict[str, IndexEntry]:
+        entry = await self.client.get(self.shard_key(i))
+        entries = _decode(entry.value if entry else None)
+        self._shards[i].adopt(entries, entry.version if entry else None)
+        return entries
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, i: int) -> AsyncIterator[AsyncLeasedLock]:
+        lock = self._lock(i)
+        await lock.acquire(timeout=self._lock_timeout)
+        try:
+            yield lock
+        finally:
+            await release_quietly(lock)
+
+    async def _rewrite(self, i: int, change: Callable[[dict[str, IndexEntry]], bool]) -> None:
+        """Read-modify-write shard ``i`` under its lock, the write fenced by the lock's token."""
+        async with self._locked(i) as lock:
+            current = await self._refresh_shard(i)
+            if change(current):
+                # an empty shard is written as ``{}``, not deleted: every state of it has a version
+                result = await lock.set(self.shard_key(i), _encode(current))
+                self._shards[i].adopt(current, result.version)
+
+    # -- the KeyIndex API -------------------------------------------------------------------------------
+
+    async def listing(self, *, refresh: bool = False) -> dict[str, IndexEntry]:
+        await self.start()
+        used = await self._load_used(refresh=refresh)
+        if refresh:  # loaded shards are read again; the others are loaded (watched, then read) for the first time
+            await gather_bounded(
+                (self._refresh_shard(i) if self._shards[i].loaded else self._load(i) for i in used), _FAN_OUT
+            )
+        else:
+            await gather_bounded((self._load(i) for i in used if not self._shards[i].loaded), _FAN_OUT)
+        merged: dict[str, IndexEntry] = {}
+        for shard in self._shards:
+            merged.update(shard.entries)
+        return merged
+
+    async def add(self, keys: Iterable[tuple[str, int | None]]) -> None:
+        await self.start()
+        now = self._now_ms()
+        by_shard: dict[int, list[tuple[str, int | None]]] = {}
+        for key, expires in keys:
+            by_shard.setdefault(shard_of(key, self.shards), []).append((key, expires))
+        await gather_bounded((self._add_to(i, items, now) for i, items in by_shard.items()), _FAN_OUT)
+
+    async def _add_to(self, i: int, items: list[tuple[str, int | None]], now: int) -> None:
+        shard = await self._load(i)
+
+        def needed(key: str, expires: int | None) -> bool:
+            listed = shard.entries.get(key)
+            return listed is None or not _same_kind(listed.expires_ms, expires)
+
+        new = [(k, e) for k, e in items if needed(k, e)]
+        if not new:
+            return
+        await self._mark_used([i])  # before the entry exists: a listing that can see it reads this shard
+        for k, e in new:
+            shard.pending_remove.discard(k)
+            listed = shard.entries.get(k)
+            shard.pending_add[k] = IndexEntry(listed.added_ms if listed else now, e)
+        async with shard.mutex:
+            if not any(needed(k, e) for k, e in new):
+                return  # an earlier batch carried them
+            batch, shard.pending_add = shard.pending_add, {}
+
+            def change(entries: dict[str, IndexEntry]) -> bool:
+                changed = False
+                for k, e in batch.items():
+                    listed = entries.get(k)
+                    if listed is None or not _same_kind(listed.expires_ms, e.expires_ms):
+                        entries[k] = IndexEntry(listed.added_ms if listed else e.added_ms, e.expires_ms)
+                        changed = True
+                return changed
 
             try:
-                await self._rewrite(change)
+                await self._rewrite(i, change)
             except BaseException:
-                for k, t in batch.items():  # let a later call retry them
-                    self._pending_add.setdefault(k, t)
+                for k, listed in batch.items():  # let a later call retry them
+                    shard.pending_add.setdefault(k, listed)
                 raise
 
     async def remove(self, keys: Iterable[str]) -> None:
-        """Make sure ``keys`` are no longer listed."""
-        gone = [k for k in keys if k in self._local or k in self._pending_add]
+        await self.start()
+        by_shard: dict[int, list[str]] = {}
+        for key in keys:
+            by_shard.setdefault(shard_of(key, self.shards), []).append(key)
+        await gather_bounded((self._remove_from(i, ks) for i, ks in by_shard.items()), _FAN_OUT)
+
+    async def _remove_from(self, i: int, keys: list[str]) -> None:
+        shard = await self._load(i)
+        gone = [k for k in keys if k in shard.entries or k in shard.pending_add]
         if not gone:
             return
         for k in gone:
-            self._pending_add.pop(k, None)
-            self._pending_remove.add(k)
-        async with self._mutex:
-            if not any(k in self._local for k in gone):
+            shard.pending_add.pop(k, None)
+            shard.pending_remove.add(k)
+        async with shard.mutex:
+            if not any(k in shard.entries for k in gone):
                 return
-            batch, self._pending_remove = self._pending_remove, set()
+            batch, shard.pending_remove = shard.pending_remove, set()
 
-            def change(index: dict[str, int]) -> bool:
-                present = [k for k in batch if k in index]
+            def change(entries: dict[str, IndexEntry]) -> bool:
+                present = [k for k in batch if k in entries]
                 for k in present:
-                    del index[k]
+                    del entries[k]
                 return bool(present)
 
             try:
-                await self._rewrite(change)
+                await self._rewrite(i, change)
             except BaseException:
-                self._pending_remove |= batch
+                shard.pending_remove |= batch
                 raise
 
     async def prune(self, missing: Iterable[str]) -> int:
-        """Remove entries whose data was seen missing, if they are older than the grace period.
+        """Unlist entries whose data was seen missing, if they are older than the grace period or expired.
 
-        Each candidate is checked again under the lock (an insert may have completed meanwhile).
+        Each candidate is checked again under its shard's lock (an insert may have completed meanwhile).
         """
-        cutoff = self._now_ms() - self._grace_ms
-        candidates = [k for k in missing if self._local.get(k, cutoff + 1) <= cutoff]
-        if not candidates:
-            return 0
-        async with self._mutex:
-            return await self._prune_locked(candidates, cutoff)
+        await self.start()
+        now = self._now_ms()
+        cutoff = now - self._grace_ms
+        by_shard: dict[int, list[str]] = {}
+        for key in missing:
+            by_shard.setdefault(shard_of(key, self.shards), []).append(key)
 
-    async def _prune_locked(self, candidates: list[str], cutoff: int) -> int:
-        removed: list[str] = []
+        def stale(entry: IndexEntry | None) -> bool:
+            return entry is not None and (
+                entry.added_ms <= cutoff or (entry.expires_ms is not None and entry.expires_ms <= now)
+            )
 
-        async def still_missing(key: str) -> bool:
-            return await self.client.get(self._data_key(key)) is None
+        async def one(i: int, candidates: list[str]) -> int:
+            if not any(stale(self._shards[i].entries.get(k)) for k in candidates):
+                return 0
+            removed: list[str] = []
+            async with self._shards[i].mutex, self._locked(i) as lock:
+                current = await self._refresh_shard(i)
+                checks = [k for k in candidates if stale(current.get(k))]
+                found = await gather_bounded((self.client.get(self._data_key(k)) for k in checks), _FAN_OUT)
+                for key, entry in zip(checks, found, strict=True):
+                    if entry is None:
+                        del current[key]
+                        removed.append(key)
+                if removed:
+                    result = await lock.set(self.shard_key(i), _encode(current))
+                    self._shards[i].adopt(current, result.version)
+            return len(removed)
 
-        await self._lock.acquire(timeout=self._lock_timeout)
-        try:
-            current = await self.refresh()
-            checks = await asyncio.gather(*(still_missing(k) for k in candidates if k in current))
-            for key, gone in zip([k for k in candidates if k in current], checks, strict=True):
-                if gone and current.get(key, cutoff + 1) <= cutoff:
-                    del current[key]
-                    removed.append(key)
-            if removed:
-                await self._write(current)
-        finally:
-            await self._lock.release()
-        return len(removed)
+        counts = await gather_bounded((one(i, ks) for i, ks in by_shard.items()), _FAN_OUT)
+        return sum(counts)

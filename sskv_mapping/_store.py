@@ -5,8 +5,9 @@ it runs on the event loop of its :class:`AsyncStateStoreClient`, except :meth:`N
 the hot path of a cache hit, which any thread may call (the local cache is thread-safe), so a blocking
 ``d[key]`` that hits never touches the loop thread.
 
-Key layout for namespace ``ns``: data keys are ``ns/<key>``; the index is ``ns#index`` and its lock
-``ns#index-lock`` (never a data key: data keys always have the ``/``).
+Key layout for namespace ``ns``: data keys are ``ns/<key>`` (a cache's: ``ns#g.<generation>/<key>``); the dict's
+index shards are ``ns#index/<i>`` with their locks ``ns#index-lock/<i>`` and ``ns#index-meta`` (never a data key:
+namespaces hold no ``#``).
 
 Reads register KEYNOTIFY for the key *before* the GET, so no change between the two is missed; the local
 cache is then kept current by notifications, ordered by version. Writes go to the store, then into the
@@ -81,6 +82,7 @@ class NamespaceStore(Generic[V]):
         cache: LocalCache[V] | None,
         index: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         ns = _check_namespace(namespace)
         self.client = client
@@ -98,9 +100,8 @@ class NamespaceStore(Generic[V]):
         self._releasing: set[asyncio.Task[None]] = set()
         #: how many idle watches were released so far
         self.watches_released = 0
-        self.index: StoredKeyIndex | None = (
-            StoredKeyIndex(client, ns + b"#index", ns + b"#index-lock", self.data_key) if index else None
-        )
+        self._wall_ms = wall_ms
+        self.index: StoredKeyIndex | None = StoredKeyIndex(client, ns, self.data_key, now_ms=wall_ms) if index else None
         self._was_down = False
         self._started = False
         self._closed = False
@@ -311,8 +312,11 @@ class NamespaceStore(Generic[V]):
         raw = self.encode(key, value)
         ttl_ms = ttl_to_ms(ttl)
         if listed and self.index is not None:
-            await self.index.add([key])
-        await self._ensure_watch(data_key)
+            # listing the key and watching it are independent: one round trip of waiting saved on a new key
+            listing = self.index.add([(key, None if ttl_ms is None else self._wall_ms() + ttl_ms)])
+            await asyncio.gather(listing, self._ensure_watch(data_key))
+        else:
+            await self._ensure_watch(data_key)
         started = self._clock()
         result = await self.client.set(
             data_key,
@@ -353,15 +357,31 @@ class NamespaceStore(Generic[V]):
     # -- listing ------------------------------------------------------------------------------------------
 
     async def listed_keys(self, *, refresh: bool = False) -> list[str]:
-        """Keys in the index, oldest first (may include keys whose data expired: see :meth:`live_keys`)."""
+        """Every key in the index, oldest first (may include keys whose data expired: see :meth:`live_keys`)."""
         if self.index is None:
             raise ConfigurationError("this namespace keeps no index")
-        index = await self.index.refresh() if refresh else self.index.snapshot()
-        return [k for k, _ in sorted(index.items(), key=lambda kv: (kv[1], kv[0]))]
+        listing = await self.index.listing(refresh=refresh)
+        return [k for k, _ in sorted(listing.items(), key=lambda kv: (kv[1].added_ms, kv[0]))]
+
+    async def live_keys(self, *, refresh: bool = False) -> list[str]:
+        """The listed keys that exist now, oldest first, without reading their data -- except the few whose
+        recorded expiry has passed, which are checked (a later write may have renewed them) and pruned if gone."""
+        if self.index is None:
+            raise ConfigurationError("this namespace keeps no index")
+        listing = await self.index.listing(refresh=refresh)
+        now = self._wall_ms()
+        ordered = sorted(listing.items(), key=lambda kv: (kv[1].added_ms, kv[0]))
+        doubtful = [k for k, e in ordered if e.expires_ms is not None and e.expires_ms <= now]
+        gone: set[str] = set()
+        if doubtful:
+            entries = await self.read_many(doubtful)
+            gone = {k for k, e in zip(doubtful, entries, strict=True) if e.value is ABSENT}
+            await self.index.prune(gone)
+        return [k for k, _ in ordered if k not in gone]
 
     async def live_items(self, *, refresh: bool = False) -> list[tuple[str, CachedEntry[V]]]:
         """``(key, entry)`` for every listed key that exists now; dangling index entries are pruned."""
-        keys = await self.listed_keys(refresh=refresh)
+        keys = await self.live_keys(refresh=refresh)
         entries = await self.read_many(keys)
         live = [(k, e) for k, e in zip(keys, entries, strict=True) if e.value is not ABSENT]
         missing = [k for k, e in zip(keys, entries, strict=True) if e.value is ABSENT]

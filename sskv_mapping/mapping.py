@@ -222,8 +222,8 @@ class AsyncStateStoreDict(Generic[V]):
         return StoreEntry(key, e.value, e.version, e.fence)
 
     async def keys(self) -> list[str]:
-        """The keys that exist now, in insertion order of the index."""
-        return [k for k, _ in await self._store.live_items()]
+        """The keys that exist now, oldest first, from the key index (no read of the values)."""
+        return await self._store.live_keys()
 
     async def values(self) -> list[V]:
         return [v for _, v in await self.items()]
@@ -236,8 +236,8 @@ class AsyncStateStoreDict(Generic[V]):
         return pairs
 
     async def len(self) -> int:
-        """``len(d)``: the number of keys that exist now."""
-        return len(await self._store.live_items())
+        """``len(d)``: the number of keys that exist now, from the key index (no read of the values)."""
+        return len(await self._store.live_keys())
 
     async def copy(self) -> dict[str, V]:
         """A plain ``dict`` snapshot."""
@@ -332,7 +332,7 @@ class AsyncStateStoreDict(Generic[V]):
                 raise ConfigurationError(_key_problem(k))
             self._store.encode(k, v)
         if self._store.index is not None:
-            await self._store.index.add(k for k, _ in pairs)
+            await self._store.index.add((k, None) for k, _ in pairs)
         await _gather_bounded([partial(self.set, k, v) for k, v in pairs])
 
     async def clear(self) -> None:

@@ -7,7 +7,7 @@ and the writer answers only once the service acknowledged the write.
 
 * shared config: B holds a warm cache; every change A makes reaches B's ``d[key]`` through notifications,
   with no local-cache miss (no network read) while B waits, and B never sees an older value after a newer;
-* concurrent index updates: two processes insert 500 distinct keys each at once; all 1000 are listed;
+* concurrent index updates: two or four processes insert 500 distinct keys each at once; all are listed;
 * invalidation: B has ``k`` cached, A deletes it, B's ``k in d`` turns false, again without a cache miss.
 
 Every worker is killed in a ``finally`` (the ``workers`` fixture), whatever happened.
@@ -271,16 +271,21 @@ def test_a_warm_reader_sees_each_change_through_its_cache(
 # -- (b) concurrent index updates ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("threads", [1, 8], ids=["one-writer-each", "eight-threads-each"])
-def test_two_processes_insert_500_keys_each_concurrently(
+@pytest.mark.parametrize(
+    ("processes", "threads"),
+    [(2, 1), (2, 8), (4, 4)],
+    ids=["two-one-writer-each", "two-eight-threads-each", "four-four-threads-each"],
+)
+def test_processes_insert_500_keys_each_concurrently(
     workers: WorkerFactory,
     open_dict: Callable[[], StateStoreDict[Any]],
     request: pytest.FixtureRequest,
+    processes: int,
     threads: int,
 ) -> None:
     watcher = open_dict()  # open throughout: its index copy follows the inserts by notification
     assert len(watcher) == 0
-    procs = [workers("p0"), workers("p1")]
+    procs = [workers(f"p{n}") for n in range(processes)]
     for n, w in enumerate(procs):
         assert w.call(op="insert", prefix=f"p{n}-", n=500, threads=threads) == {"armed": True}
     started = time.monotonic()
@@ -288,14 +293,14 @@ def test_two_processes_insert_500_keys_each_concurrently(
         w.send_line("go")
     done = [w.expect(timeout=100) for w in procs]  # under pytest-timeout (120 s), to keep the diagnosis
     elapsed = time.monotonic() - started
-    assert [d["done"] for d in done] == [500, 500]
+    assert [d["done"] for d in done] == [500] * processes
 
-    expected = {f"p{n}-{i}": i for n in range(2) for i in range(500)}
+    expected = {f"p{n}-{i}": i for n in range(processes) for i in range(500)}
     watcher.client.get(f"{watcher.namespace}#barrier")  # every earlier index notification is applied now
-    assert len(watcher) == 1000
+    assert len(watcher) == 500 * processes
     assert sorted(watcher) == sorted(expected)
     fresh = open_dict()
-    assert len(fresh) == 1000
+    assert len(fresh) == 500 * processes
     assert set(fresh.keys()) == set(expected)
     assert fresh.copy() == expected
     assert watcher == fresh
@@ -304,8 +309,9 @@ def test_two_processes_insert_500_keys_each_concurrently(
         request,
         "insert_seconds",
         round(elapsed, 3),
-        f"2 processes x 500 inserts ({threads} thread(s) each): {elapsed:.2f} s wall "
-        f"({1000 / elapsed:,.0f} inserts/s); per process {done[0]['seconds']:.2f} s and {done[1]['seconds']:.2f} s",
+        f"{processes} processes x 500 inserts ({threads} thread(s) each): {elapsed:.2f} s wall "
+        f"({500 * processes / elapsed:,.0f} inserts/s); per process "
+        + ", ".join(f"{d['seconds']:.2f} s" for d in done),
     )
 
 
