@@ -133,6 +133,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=2_000, help="cache: new keys per 64-in-flight round")
     parser.add_argument("--rounds", type=int, default=3, help="cache: 64-in-flight rounds")
     parser.add_argument("--clears", type=int, default=50, help="cache: clear() rounds per size")
+    parser.add_argument("--only", choices=["cache", "dict"], help="measure one of the two only")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     started = time.monotonic()
@@ -142,6 +143,10 @@ def main() -> int:
         try:
             caches, dicts = [], []
             for n in sizes:
+                if args.only == "dict":
+                    dicts.append(asyncio.run(measure_dict(broker.host, broker.port, n, args.samples)))
+                    print(f"dict, {n:,} keys: filled in {dicts[-1]['fill_s']:.1f} s", flush=True)
+                    continue
                 caches.append(
                     asyncio.run(
                         _scale_cache.measure(
@@ -150,15 +155,19 @@ def main() -> int:
                     )
                 )
                 print(f"cache, {n:,} keys: filled in {caches[-1]['fill_s']:.1f} s", flush=True)
+                if args.only == "cache":
+                    continue
                 dicts.append(asyncio.run(measure_dict(broker.host, broker.port, n, args.samples)))
                 print(f"dict, {n:,} keys: filled in {dicts[-1]['fill_s']:.1f} s", flush=True)
         finally:
             emulator.kill()
             emulator.wait(10)
-    print()
-    print(_scale_cache.table(caches))
-    print()
-    print(dict_table(dicts))
+    if caches:
+        print()
+        print(_scale_cache.table(caches))
+    if dicts:
+        print()
+        print(dict_table(dicts))
     print(f"\nwhole run: {time.monotonic() - started:.0f} s")
     return 0
 

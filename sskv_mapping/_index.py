@@ -64,9 +64,11 @@ __all__ = ["DEFAULT_SHARDS", "IndexEntry", "KeyIndex", "StoredKeyIndex"]
 
 log = logging.getLogger("sskv_mapping.index")
 
-#: Shards of a new namespace's index. At 100,000 keys a shard holds ~390 entries (~12 KB): what one insert
-#: rewrites and one notification carries. Namespaces far larger want more (``StoredKeyIndex(shards=...)``).
-DEFAULT_SHARDS = 256
+#: Shards of a new namespace's index. At 100,000 keys a shard holds ~100 entries (~3 KB): what one insert
+#: rewrites and one notification carries; a fresh listing of such a namespace reads 1,024 small keys. Only the
+#: shards in use are read and watched, so a small namespace costs a few. Namespaces of millions of keys want
+#: more (``StoredKeyIndex(shards=...)`` when the namespace is created).
+DEFAULT_SHARDS = 1024
 _FORMAT_VERSION = 2
 _FAN_OUT = 64
 
@@ -219,6 +221,8 @@ class StoredKeyIndex:
         # which shards hold (or held) entries, so that a listing of a small namespace reads a few shards, not S
         self.used_key = namespace + b"#index-used"
         self._used = _Shard()  # its entries: str(shard number) -> IndexEntry(0)
+        self._used_set: set[int] = set()  # the same, as shard numbers
+        self._used_pending: set[int] = set()
         self._used_mutex = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -361,11 +365,15 @@ class StoredKeyIndex:
         except ProtocolError as exc:
             log.warning("ignoring a malformed used-shards notification: %s", exc)
             return
-        self._used.adopt(used, event.version)
+        self._adopt_used(used, event.version)
+
+    def _adopt_used(self, used: dict[str, IndexEntry], version: HybridLogicalClock | None) -> None:
+        self._used.adopt(used, version)
+        self._used_set = {int(k) for k in self._used.entries}
 
     async def _refresh_used(self) -> None:
         entry = await self.client.get(self.used_key)
-        self._used.adopt(_decode_used(entry.value if entry else None), entry.version if entry else None)
+        self._adopt_used(_decode_used(entry.value if entry else None), entry.version if entry else None)
 
     async def _load_used(self, *, refresh: bool = False) -> set[int]:
         used = self._used
@@ -378,28 +386,35 @@ class StoredKeyIndex:
         return self._used_shards()
 
     def _used_shards(self) -> set[int]:
-        return {int(k) for k in self._used.entries if int(k) < self.shards}
+        return {i for i in self._used_set if i < self.shards}
 
     async def _mark_used(self, shards: Iterable[int]) -> None:
-        """List ``shards`` in ``ns#index-used`` (before anything is added to them), once per namespace."""
+        """List ``shards`` in ``ns#index-used`` (before anything is added to them), once per namespace. Shards
+        asked for by tasks waiting here ride along in the next write."""
         await self._load_used()
-        new = set(shards) - self._used_shards()
+        new = set(shards) - self._used_set
         if not new:
             return
+        self._used_pending |= new
         async with self._used_mutex:
-            if not set(new) - self._used_shards():
-                return
+            if not new - self._used_set:
+                return  # an earlier batch carried them
+            batch, self._used_pending = self._used_pending, set()
             lock = AsyncLeasedLock(self.client, self.used_key + b"-lock", lease=self._lease)
-            await lock.acquire(timeout=self._lock_timeout)
             try:
-                await self._refresh_used()
-                merged = dict(self._used.entries)
-                merged.update({str(i): IndexEntry(0) for i in new})
-                if merged != self._used.entries:
-                    result = await lock.set(self.used_key, _encode_used(merged))
-                    self._used.adopt(merged, result.version)
-            finally:
-                await release_quietly(lock)
+                await lock.acquire(timeout=self._lock_timeout)
+                try:
+                    await self._refresh_used()
+                    merged = dict(self._used.entries)
+                    merged.update({str(i): IndexEntry(0) for i in batch})
+                    if merged != self._used.entries:
+                        result = await lock.set(self.used_key, _encode_used(merged))
+                        self._adopt_used(merged, result.version)
+                finally:
+                    await release_quietly(lock)
+            except BaseException:
+                self._used_pending |= batch - self._used_set
+                raise
 
     async def _refresh_shard(self, i: int) -> dict[str, IndexEntry]:
         entry = await self.client.get(self.shard_key(i))
@@ -452,6 +467,7 @@ class StoredKeyIndex:
         by_shard: dict[int, list[tuple[str, int | None]]] = {}
         for key, expires in keys:
             by_shard.setdefault(shard_of(key, self.shards), []).append((key, expires))
+        await self._mark_used(by_shard)  # one write for the batch, before any entry exists (usually a no-op)
         await gather_bounded((self._add_to(i, items, now) for i, items in by_shard.items()), _FAN_OUT)
 
     async def _add_to(self, i: int, items: list[tuple[str, int | None]], now: int) -> None:
