@@ -37,6 +37,7 @@ from ._protocol.errors import (
     ConnectionLostError,
     ProtocolError,
     RequestTimeoutError,
+    ServiceUnavailableError,
     StateStoreError,
     TransportError,
 )
@@ -98,6 +99,13 @@ MAX_TTL_MS = 100 * 365 * 24 * 3600 * 1000
 #: (topic, correlation data, user properties). A broker with a smaller maximum packet size drops the whole
 #: connection on a larger request, so set ``max_payload`` below that broker's limit (see the client docstring).
 DEFAULT_MAX_PAYLOAD = 255 * 1024 * 1024
+
+# A request the broker delivered to nobody (PUBACK 0x10) is sent again after these pauses (seconds, doubling),
+# within the call's deadline; where the service never answered this client, for about _FAIL_FAST seconds.
+_RESEND_BACKOFF_INITIAL = 0.01
+_RESEND_BACKOFF_MAX = 0.2
+_FAIL_FAST = 0.75
+_LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 def _check_timeout(timeout: object) -> float | None:
@@ -395,6 +403,10 @@ class AsyncStateStoreClient:
         self._tasks: set[asyncio.Task[Any]] = set()
         #: counters: requests sent, reconnects done, notifications that failed to parse
         self.requests_sent = 0
+        #: requests the broker acknowledged as delivered to nobody (PUBACK 0x10) and that were sent again
+        self.undelivered_resends = 0
+        # whether the state store ever answered this client: a broker where it never did fails fast
+        self._service_answered = False
         #: responses whose version was too far ahead of this machine's clock to merge (its clock is behind)
         self.clock_drift_warnings = 0
         self.reconnects = 0
@@ -670,35 +682,28 @@ class AsyncStateStoreClient:
             )
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        conn = await self._connection(timeout)
-        self.requests_sent += 1
-        with self._pending.call() as (corr, fut):
-            props = headers.request_properties(self.client_id, self.hlc.tick(), fencing_token, persist)
-            remaining = None if deadline is None else max(deadline - loop.time(), 0.001)
+        backoff = _RESEND_BACKOFF_INITIAL
+        fail_fast: float | None = None
+        while True:
+            conn = await self._connection(None if deadline is None else max(deadline - loop.time(), 0.001))
             try:
-                async with asyncio.timeout(remaining):
-                    # No PUBACK wait where the connection offers that (MqttConnection): the response is what we
-                    # wait for, and a connection that drops fails this call through _supervise.
-                    nowait = getattr(conn, "publish_nowait", None)
-                    # a refusing PUBACK (an ACL denial) fails the response future at once: no wait for the timeout
-                    publish = conn.publish if nowait is None else functools.partial(nowait, refusal=fut)
-                    sent = publish(
-                        topics.REQUEST_TOPIC,
-                        payload,
-                        qos=1,
-                        correlation_data=corr,
-                        response_topic=self._response_topic,
-                        user_properties=props,
-                        content_type=headers.CONTENT_TYPE,
-                        message_expiry=headers.expiry_seconds(remaining if remaining is not None else 3600),
-                    )
-                    if sent is not None:
-                        await sent
-                    message = await fut
-            except TimeoutError:
-                raise RequestTimeoutError(
-                    f"no response to {cmd.VERB.decode()} within {timeout} s from {self.settings.url}"
-                ) from None
+                message = await self._send_once(cmd, conn, timeout, deadline, fencing_token, persist)
+                break
+            except ServiceUnavailableError:
+                # PUBACK 0x10: the broker delivered the request to nobody -- a definite "not sent", not an
+                # unknown outcome -- so it is safe to send it again once the service (re)subscribes.
+                now = loop.time()
+                if fail_fast is None:
+                    fail_fast = now + _FAIL_FAST
+                give_up = deadline
+                if not self._service_answered:  # it never answered here: a bare broker, say so quickly
+                    give_up = fail_fast if deadline is None else min(deadline, fail_fast)
+                if give_up is not None and now + backoff >= give_up:
+                    raise ServiceUnavailableError(self._unavailable_text(cmd)) from None
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _RESEND_BACKOFF_MAX)
+                self.undelivered_resends += 1
+        self._service_answered = True
         version = headers.check_response(message.user_properties, message.content_type)
         if version is not None:
             try:
@@ -709,6 +714,57 @@ class AsyncStateStoreClient:
                 # was (our next requests carry older timestamps, which the service accepts).
                 self._clock_behind(exc)
         return message.payload, version
+
+    async def _send_once(
+        self,
+        cmd: _Base[Any],
+        conn: Connection,
+        timeout: float | None,
+        deadline: float | None,
+        fencing_token: HybridLogicalClock | None,
+        persist: bool,
+    ) -> InboundMessage:
+        """Publish the request once and wait for its response until ``deadline`` (loop time)."""
+        loop = asyncio.get_running_loop()
+        self.requests_sent += 1
+        with self._pending.call() as (corr, fut):
+            props = headers.request_properties(self.client_id, self.hlc.tick(), fencing_token, persist)
+            remaining = None if deadline is None else max(deadline - loop.time(), 0.001)
+            try:
+                async with asyncio.timeout(remaining):
+                    # No PUBACK wait where the connection offers that (MqttConnection): the response is what we
+                    # wait for, and a connection that drops fails this call through _supervise.
+                    nowait = getattr(conn, "publish_nowait", None)
+                    # a refusing PUBACK (an ACL denial) or one that delivered to nobody (0x10) fails the
+                    # response future at once: no wait for the timeout
+                    publish = conn.publish if nowait is None else functools.partial(nowait, refusal=fut)
+                    sent = publish(
+                        topics.REQUEST_TOPIC,
+                        cmd.encode(),
+                        qos=1,
+                        correlation_data=corr,
+                        response_topic=self._response_topic,
+                        user_properties=props,
+                        content_type=headers.CONTENT_TYPE,
+                        message_expiry=headers.expiry_seconds(remaining if remaining is not None else 3600),
+                    )
+                    if sent is not None:
+                        await sent
+                    message: InboundMessage = await fut
+                    return message
+            except TimeoutError:
+                raise RequestTimeoutError(
+                    f"no response to {cmd.VERB.decode()} within {timeout} s from {self.settings.url}"
+                ) from None
+
+    def _unavailable_text(self, cmd: _Base[Any]) -> str:
+        text = (
+            f"the state store did not answer on {self.settings.url}: the broker delivered the "
+            f"{cmd.VERB.decode()} request to no subscriber; nothing was written"
+        )
+        if not self._service_answered and self.settings.host in _LOCAL_HOSTS:
+            text += " (is the emulator running? start it with: sskv emulator)"
+        return text
 
     def _clock_behind(self, exc: ClockDriftError) -> None:
         self.clock_drift_warnings += 1

@@ -11,6 +11,8 @@ Must not import anything outside the standard library.
     ├── TransportError
     │   ├── BrokerConnectError               could not connect (refused, TLS, auth)
     │   ├── ConnectionLostError              the connection dropped while the call was in flight
+    │   ├── PublishRefusedError              the broker refused the request's PUBLISH (an ACL)
+    │   ├── ServiceUnavailableError          nothing serves the state store on that broker (now)
     │   └── RequestTimeoutError (TimeoutError)
     ├── ProtocolError                        a reply, notification or header that does not parse
     │   └── UnsupportedVersionError          protocol major version other than 1
@@ -66,6 +68,7 @@ __all__ = [
     "RequestTimeoutError",
     "RpcStatusError",
     "ServiceError",
+    "ServiceUnavailableError",
     "StateStoreError",
     "TimestampSkewError",
     "TransportError",
@@ -107,6 +110,13 @@ class RequestTimeoutError(TransportError, TimeoutError):
 class PublishRefusedError(TransportError):
     """The broker refused the request's PUBLISH (a PUBACK reason code >= 0x80, e.g. "Not authorized" from an
     ACL): it never reached the state store."""
+
+
+class ServiceUnavailableError(TransportError):
+    """The broker acknowledged the request with "no matching subscribers" (PUBACK 0x10) until the call's
+    deadline: the state store was not serving on that broker, the request reached nobody and nothing was
+    written. Raised after about a second when the service never answered this client (a bare broker), else when
+    the call's own timeout ran out while the service was restarting."""
 
 
 class ProtocolError(StateStoreError):

@@ -44,6 +44,7 @@ from .._protocol.errors import (
     ConnectionLostError,
     PublishRefusedError,
     RequestTimeoutError,
+    ServiceUnavailableError,
     TransportError,
 )
 from .base import InboundMessage
@@ -416,6 +417,7 @@ def _connect_properties(settings: ConnectionSettings) -> Properties | None:
 
 
 _PUBACK_SUCCESS = ReasonCode(PacketTypes.PUBACK)
+_NO_MATCHING_SUBSCRIBERS = 0x10  # a PUBACK reason code: accepted, but no subscription matched
 _PUBACK_NO_PROPERTIES = Properties(PacketTypes.PUBACK)  # type: ignore[no-untyped-call]
 _MQTT_LOG_DEBUG = paho_client.MQTT_LOG_DEBUG
 
@@ -602,8 +604,14 @@ class _PahoHooks:
             for waiter in (fut, refusal):
                 if waiter is not None and not waiter.done():
                     waiter.set_exception(error)
-        elif fut is not None and not fut.done():
-            fut.set_result(None)
+        else:
+            if reason_code.value == _NO_MATCHING_SUBSCRIBERS and refusal is not None and not refusal.done():
+                # Accepted, but delivered to nobody: the state store is not subscribed (not started, or
+                # restarting and not yet re-subscribed). A definite "not delivered", unlike a lost response: the
+                # requester may send it again. (A plain publish is still acknowledged: it was accepted.)
+                refusal.set_exception(ServiceUnavailableError("no subscriber took the PUBLISH (PUBACK 0x10)"))
+            if fut is not None and not fut.done():
+                fut.set_result(None)
         if self._aiomqtt_pending_publishes is None or self._aiomqtt_pending_publishes:
             self._aiomqtt_on_publish(client, userdata, mid, reason_code, properties)
 
