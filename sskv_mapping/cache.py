@@ -189,10 +189,14 @@ class StateStoreCache(Generic[V]):
         username: str | None = None,
         password: str | None = None,
         tls: TlsSettings | None = None,
+        timeout: float | None = 10.0,
         local_cache_size: int = 0,
     ) -> StateStoreCache[Any]:
-        """Connect a client of its own (closed with the cache) and open the cache."""
-        client = AsyncStateStoreClient(host, port, client_id=client_id, username=username, password=password, tls=tls)
+        """Connect a client of its own (closed with the cache) and open the cache; ``timeout``: seconds per
+        request (``None``: forever)."""
+        client = AsyncStateStoreClient(
+            host, port, client_id=client_id, username=username, password=password, tls=tls, timeout=timeout
+        )
         await client.connect()
         try:
             cache: StateStoreCache[Any] = cls(
@@ -720,10 +724,14 @@ class SyncStateStoreCache(Generic[V]):
         username: str | None = None,
         password: str | None = None,
         tls: TlsSettings | None = None,
+        timeout: float | None = 10.0,
         local_cache_size: int = 0,
     ) -> SyncStateStoreCache[Any]:
-        """Connect a client of its own (closed with the cache) and open the cache."""
-        client = StateStoreClient(host, port, client_id=client_id, username=username, password=password, tls=tls)
+        """Connect a client of its own (closed with the cache) and open the cache; ``timeout``: seconds per
+        request (``None``: forever)."""
+        client = StateStoreClient(
+            host, port, client_id=client_id, username=username, password=password, tls=tls, timeout=timeout
+        )
         client.connect()
         try:
             return cls(

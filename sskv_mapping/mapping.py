@@ -123,11 +123,15 @@ class AsyncStateStoreDict(Generic[V]):
         username: str | None = None,
         password: str | None = None,
         tls: TlsSettings | None = None,
+        timeout: float | None = 10.0,
         cache_size: int = 10_000,
         stale_while_disconnected: bool = False,
     ) -> AsyncStateStoreDict[Any]:
-        """Connect a client of its own and open the namespace (closed with the dict)."""
-        client = AsyncStateStoreClient(host, port, client_id=client_id, username=username, password=password, tls=tls)
+        """Connect a client of its own and open the namespace (closed with the dict); ``timeout``: seconds per
+        request (``None``: forever)."""
+        client = AsyncStateStoreClient(
+            host, port, client_id=client_id, username=username, password=password, tls=tls, timeout=timeout
+        )
         await client.connect()
         d: AsyncStateStoreDict[Any] = cls(
             client,
@@ -408,11 +412,15 @@ class StateStoreDict(MutableMapping[str, V]):
         username: str | None = None,
         password: str | None = None,
         tls: TlsSettings | None = None,
+        timeout: float | None = 10.0,
         cache_size: int = 10_000,
         stale_while_disconnected: bool = False,
     ) -> StateStoreDict[Any]:
-        """Connect a client of its own and open the namespace (closed with the dict)."""
-        client = StateStoreClient(host, port, client_id=client_id, username=username, password=password, tls=tls)
+        """Connect a client of its own and open the namespace (closed with the dict); ``timeout``: seconds per
+        request (``None``: forever)."""
+        client = StateStoreClient(
+            host, port, client_id=client_id, username=username, password=password, tls=tls, timeout=timeout
+        )
         client.connect()
         try:
             return cls(

@@ -11,6 +11,7 @@ import threading
 from types import ModuleType
 from typing import Any
 
+from .._protocol.errors import ConfigurationError
 from .._transport.settings import ConnectionSettings, TlsSettings
 from ..client import StateStoreClient
 
@@ -25,6 +26,27 @@ def import_extra(module: str, extra: str, integration: str) -> ModuleType:
         raise ImportError(
             f"sskv_mapping.integrations.{integration} needs {module.split('.')[0]}: pip install 'sskv-mapping[{extra}]'"
         ) from exc
+
+
+#: The connection options every adapter accepts (their meaning: :class:`ConnectionSettings`).
+CONNECTION_OPTIONS: tuple[str, ...] = (
+    "client_id",
+    "username",
+    "password",
+    "tls",
+    "sat_token_file",
+    "keepalive",
+    "connect_timeout",
+)
+
+
+def request_timeout(value: object, what: str = "request_timeout") -> float | None:
+    """A per-request timeout option: positive seconds, or ``None`` (wait forever)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigurationError(f"{what} must be positive seconds or None, not {value!r}")
+    return float(value)
 
 
 def settings_from_options(location: str | None, options: dict[str, Any]) -> ConnectionSettings:

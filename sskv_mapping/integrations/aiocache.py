@@ -54,7 +54,8 @@ import threading
 from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
-from ._common import import_extra, settings_from_options, shared_client
+from ._common import CONNECTION_OPTIONS, import_extra, settings_from_options, shared_client
+from ._common import request_timeout as _request_timeout
 
 import_extra("aiocache", "aiocache", "aiocache")
 
@@ -78,7 +79,7 @@ T = TypeVar("T")
 #: Where the broker is when no ``url`` (or ``endpoint``/``port``) is given.
 DEFAULT_URL = "mqtt://127.0.0.1:1883"
 
-_CONNECTION_OPTIONS = ("client_id", "username", "password", "tls", "sat_token_file", "keepalive", "connect_timeout")
+_CONNECTION_OPTIONS = CONNECTION_OPTIONS
 _RAW_COMMANDS = frozenset({"get", "set", "delete", "vdelete"})
 _MAX_INT_TEXT = 40  # longer digit strings stay bytes (and int() of huge ones is refused by Python anyway)
 
@@ -148,6 +149,8 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         sskv_namespace: the state store namespace holding the entries (no ``/`` or ``#``).
         local_cache_size: keep up to this many hot entries in process, kept current by notifications.
         client: a connected :class:`~sskv_mapping.StateStoreClient` instead of the process-wide shared one.
+        request_timeout: seconds to wait for each request to the store (``None``: forever); aiocache's own
+            ``timeout`` still bounds each aiocache call.
         serializer, plugins, namespace, key_builder, timeout, ttl: aiocache's own options.
         client_id, username, password, tls, sat_token_file, keepalive, connect_timeout: connection options.
     """
@@ -164,6 +167,7 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         local_cache_size: int = 0,
         client: StateStoreClient | None = None,
         serializer: Any = None,
+        request_timeout: float | None = 10.0,
         **kwargs: Any,
     ) -> None:
         connection = {k: kwargs.pop(k) for k in _CONNECTION_OPTIONS if k in kwargs}
@@ -176,6 +180,7 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
             None if client is not None else settings_from_options(url or DEFAULT_URL, connection)
         )
         self._client = client
+        self._request_timeout = _request_timeout(request_timeout)
         self._sskv_namespace = sskv_namespace
         self._local_cache_size = local_cache_size
         # what the cache's incr restarts a counter's expiry at (the other calls get aiocache's resolved ttl)
@@ -219,7 +224,7 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
                 client = self._client
                 if client is None:
                     assert self._settings is not None
-                    client = shared_client(self._settings)
+                    client = shared_client(self._settings, timeout=self._request_timeout)
                 core = _CoreCache(
                     client.async_client,
                     namespace=self._namespace_of(scope),

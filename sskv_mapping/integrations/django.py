@@ -66,7 +66,7 @@ from ..cache import SyncStateStoreCache, translate_ttl
 from ..client import UNSET, ConnectionState, StateStoreClient
 from ..codecs import Codec, PickleCodec, get_codec
 from ..mapping import StateStoreDict
-from ._common import import_extra, settings_from_options, shared_client
+from ._common import CONNECTION_OPTIONS, import_extra, settings_from_options, shared_client
 
 import_extra("django", "django", "django")  # without Django: ImportError naming the pip install line
 _base = import_extra("django.core.cache.backends.base", "django", "django")
@@ -108,9 +108,7 @@ else:
 
 # -- configuration ----------------------------------------------------------------------------------------
 
-_CONNECTION_OPTIONS: Final = frozenset(
-    {"client_id", "username", "password", "sat_token_file", "keepalive", "connect_timeout", "tls"}
-)
+_CONNECTION_OPTIONS: Final = frozenset(CONNECTION_OPTIONS)
 _CACHE_OPTIONS: Final = frozenset(
     {"namespace", "codec", "allow_pickle", "pickle_key", "local_cache_size", "timeout", "lock_lease"}
     | {"lock_timeout", "max_in_flight"}

@@ -42,7 +42,8 @@ import math
 from collections.abc import Iterable
 from typing import Any, cast
 
-from ._common import import_extra, settings_from_options, shared_client
+from ._common import CONNECTION_OPTIONS, import_extra, settings_from_options, shared_client
+from ._common import request_timeout as _request_timeout
 
 import_extra("flask_caching", "flask", "flask_caching")
 
@@ -59,7 +60,7 @@ __all__ = ["DEFAULT_URL", "StateStoreCache"]
 #: Where the broker is when ``CACHE_SSKV_URL`` is not set.
 DEFAULT_URL = "mqtt://127.0.0.1:1883"
 
-_CONNECTION_OPTIONS = ("client_id", "username", "password", "tls", "sat_token_file", "keepalive", "connect_timeout")
+_CONNECTION_OPTIONS = CONNECTION_OPTIONS
 
 
 def _whole_seconds(timeout: int | float | dt.timedelta | None) -> int:
@@ -85,6 +86,7 @@ class StateStoreCache(BaseCache):
         codec: a codec or its name (``"json"`` by default).
         local_cache_size: keep up to this many hot entries in process, kept current by notifications.
         client: a connected :class:`StateStoreClient` to use instead of the process-wide shared one.
+        request_timeout: seconds to wait for each request to the store (``None``: forever).
         **connection: connection options for :func:`settings_from_options` (``username``, ``tls``...).
 
     Example:
@@ -103,6 +105,7 @@ class StateStoreCache(BaseCache):
         codec: Codec[Any] | str | None = None,
         local_cache_size: int = 0,
         client: StateStoreClient | None = None,
+        request_timeout: float | None = 10.0,
         **connection: Any,
     ) -> None:
         unknown = set(connection) - set(_CONNECTION_OPTIONS)
@@ -115,7 +118,9 @@ class StateStoreCache(BaseCache):
         self.ignore_delete_many_errors = self.ignore_errors = ignore_delete_many_errors
         self._default_timeout = default_timeout
         if client is None:
-            client = shared_client(settings_from_options(url or DEFAULT_URL, connection))
+            client = shared_client(
+                settings_from_options(url or DEFAULT_URL, connection), timeout=_request_timeout(request_timeout)
+            )
         self._cache: SyncStateStoreCache[Any] = SyncStateStoreCache(
             client, namespace=namespace, codec=codec, default_ttl=default_ttl, local_cache_size=local_cache_size
         )

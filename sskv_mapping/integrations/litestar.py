@@ -46,7 +46,7 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self, cast
 
-from ._common import import_extra, settings_from_options
+from ._common import CONNECTION_OPTIONS, import_extra, request_timeout, settings_from_options
 
 import_extra("litestar", "litestar", "litestar")
 
@@ -66,7 +66,7 @@ DEFAULT_URL = "mqtt://127.0.0.1:1883"
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
 _HEADER = struct.Struct(">Bq")
 _VERSION = 1
-_CONNECTION_OPTIONS = ("client_id", "username", "password", "tls", "sat_token_file", "keepalive", "connect_timeout")
+_CONNECTION_OPTIONS = (*CONNECTION_OPTIONS, "request_timeout")
 
 
 def _check_name(name: object, what: str) -> str:
@@ -89,8 +89,11 @@ def _unpack(raw: bytes, key: str) -> tuple[bytes, int | None]:
 class _Connection:
     """The client shared by a store and every store derived from it, and the caches opened on it."""
 
-    def __init__(self, settings: ConnectionSettings | None, client: AsyncStateStoreClient | None) -> None:
+    def __init__(
+        self, settings: ConnectionSettings | None, client: AsyncStateStoreClient | None, timeout: float | None
+    ) -> None:
         self.settings = settings
+        self.timeout = timeout
         self.given = client
         self.client: AsyncStateStoreClient | None = client
         self.generation = 0
@@ -104,7 +107,7 @@ class _Connection:
         try:
             if self.given is None:
                 assert self.settings is not None
-                client = AsyncStateStoreClient(settings=self.settings)
+                client = AsyncStateStoreClient(settings=self.settings, timeout=self.timeout)
                 await client.connect()
                 self.client = client
             self.generation += 1
@@ -146,6 +149,7 @@ class StateStoreStore(NamespacedStore):
             loop) instead of one the store connects in its lifespan.
         clock: wall-clock seconds, for the expiry written into each entry's envelope.
         client_id, username, password, tls, sat_token_file, keepalive, connect_timeout: connection options.
+        request_timeout: seconds to wait for each request to the store (``None``: forever; default 10).
 
     Example:
         >>> async with StateStoreStore("mqtt://127.0.0.1:1883", namespace="demo") as store:  # doctest: +SKIP
@@ -166,8 +170,9 @@ class StateStoreStore(NamespacedStore):
         unknown = set(connection) - set(_CONNECTION_OPTIONS)
         if unknown:
             raise TypeError(f"unexpected StateStoreStore option(s): {', '.join(sorted(unknown))}")
+        timeout = request_timeout(connection.pop("request_timeout", 10.0))
         settings = None if client is not None else settings_from_options(url or DEFAULT_URL, connection)
-        self._setup(_Connection(settings, client), _check_name(namespace, "namespace"), None, clock)
+        self._setup(_Connection(settings, client, timeout), _check_name(namespace, "namespace"), None, clock)
 
     def _setup(
         self, conn: _Connection, namespace: str, parent: StateStoreStore | None, clock: Callable[[], float]
