@@ -1137,5 +1137,10 @@ class StateStoreClient:
         return self._async.add_state_listener(listener)
 
     @property
+    def timeout(self) -> float | None:
+        """The default per-request timeout (seconds; ``None``: wait forever)."""
+        return self._async.timeout
+
+    @property
     def watched_keys(self) -> list[bytes]:
         return self._async.watched_keys
