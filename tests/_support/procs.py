@@ -101,6 +101,7 @@ class EmulatorProcess:
         self.argv = argv
         self._env = env
         self._lines: list[str] = []
+        self._stamps: list[float] = []  # time.monotonic() when each line was read
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._eof = threading.Event()
@@ -170,6 +171,7 @@ class EmulatorProcess:
                 line = raw.decode("utf-8", errors="replace")
                 with self._lock:
                     self._lines.append(line)
+                    self._stamps.append(time.monotonic())
                 if READY_MARKER in line:
                     self._ready.set()
                     self._changed.set()
@@ -194,6 +196,19 @@ class EmulatorProcess:
             f"the emulator did not print {READY_MARKER!r} within {timeout} s (killed).\n"
             f"command: {' '.join(self.argv)}\noutput so far:\n{self.output}"
         )
+
+    def line_time(self, text: str, after: float, timeout: float = 10.0) -> float | None:
+        """When (``time.monotonic()``) the first line containing ``text`` read after ``after`` arrived; waits for
+        it up to ``timeout`` s; ``None`` if none came."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                for stamp, line in zip(self._stamps, self._lines, strict=True):
+                    if stamp > after and text in line:
+                        return stamp
+            if self._eof.is_set() or time.monotonic() >= deadline:
+                return None
+            self._eof.wait(0.01)
 
     def wait_for_output(self, text: str, timeout: float = 10.0) -> bool:
         """Wait until ``text`` appears in ``output``; False on timeout or when the process exited first."""

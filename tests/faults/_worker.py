@@ -1,7 +1,8 @@
 """A load-generating worker process for the fault-injection tests (not a test module).
 
-Run as ``python tests/faults/_worker.py --role writer|reader ...``. It opens a :class:`StateStoreDict` (JSON
-codec, notification-kept local cache) on its own :class:`StateStoreClient` and produces bounded, paced load
+Run as ``python tests/faults/_worker.py --role writer|reader [--kind dict|cache] ...``. It opens a
+:class:`StateStoreDict` or the blocking cache (JSON codec, notification-kept local cache) on its own
+:class:`StateStoreClient` and produces bounded, paced load
 until it reads ``stop`` on stdin or its ``--seconds`` deadline passes. It talks to the test through one JSON
 object per stdout line (``"ev"`` names the kind):
 
@@ -38,6 +39,7 @@ from typing import Any
 
 from sskv_mapping._protocol.errors import StateStoreError, TransportError
 from sskv_mapping._sync import get_loop_thread
+from sskv_mapping.cache import SyncStateStoreCache
 from sskv_mapping.client import ConnectionState, StateStoreClient
 from sskv_mapping.mapping import StateStoreDict
 
@@ -71,6 +73,30 @@ def census(phase: str) -> None:
     )
 
 
+class CacheAsMap:
+    """The blocking cache with the two dict operations the loads use (``--kind cache``): the same load, the
+    same stale-read rules, through the cache backend (a local cache kept current by notifications)."""
+
+    def __init__(self, client: StateStoreClient, namespace: str) -> None:
+        self.cache: SyncStateStoreCache[Any] = SyncStateStoreCache(
+            client, namespace=namespace, local_cache_size=64, default_ttl=600
+        )
+        self.client = client
+        self.local_cache = self.cache.local_cache
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.cache.set(key, value)
+
+    def get(self, key: str) -> Any:
+        return self.cache.get(key)
+
+    def data_key(self, key: str) -> str:
+        return self.cache.data_key(key).decode()
+
+    def close(self) -> None:
+        self.cache.close()
+
+
 class Worker:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -89,6 +115,7 @@ class Worker:
             "stale": 0,
             "reconnects": 0,
         }
+        self.longest_call = 0.0  # seconds: the slowest store call (write or read) of the load
 
     # -- connection state, on the client's loop thread ---------------------------------------------------
 
@@ -112,14 +139,17 @@ class Worker:
 
     # -- the loads ---------------------------------------------------------------------------------------
 
-    def run_writer(self, d: StateStoreDict[Any]) -> None:
+    def data_key(self, d: Any, key: str) -> str:
+        return d.data_key(key) if isinstance(d, CacheAsMap) else f"{self.args.namespace}/{key}"
+
+    def run_writer(self, d: Any) -> None:
         keys = self.args.keys
         acked = {k: 0 for k in keys}
         attempted = {k: 0 for k in keys}
         for k in keys:  # set-up: every key exists (and is in the namespace index) before the load starts
             d[k] = 0
         census("ready")
-        emit("ready")
+        emit("ready", data_keys={k: self.data_key(d, k) for k in keys})
         last_report = 0.0
         i = 0
         while self.running():
@@ -127,12 +157,15 @@ class Worker:
             i += 1
             seq = attempted[k] + 1
             attempted[k] = seq
+            started = time.monotonic()
             try:
                 d[k] = seq
+                self.longest_call = max(self.longest_call, time.monotonic() - started)
                 acked[k] = seq
                 self.stats["writes_acked"] += 1
                 self.ok()
             except TransportError:
+                self.longest_call = max(self.longest_call, time.monotonic() - started)
                 self.stats["writes_unknown"] += 1  # unknown outcome: maybe applied, maybe not
             except StateStoreError:
                 self.stats["other_errors"] += 1
@@ -152,7 +185,7 @@ class Worker:
         emit("acks", last=acked)
         self.result = {"acked": acked, "attempted": attempted}
 
-    def run_reader(self, d: StateStoreDict[Any]) -> None:
+    def run_reader(self, d: Any) -> None:
         keys = self.args.keys
         floor = {k: 0 for k in keys}
         cache = d.local_cache
@@ -164,11 +197,14 @@ class Worker:
             rounds += 1
             for k in keys:
                 hits = cache.hits if cache is not None else 0
+                started = time.monotonic()
                 try:
                     got = d.get(k)
                 except TransportError:
+                    self.longest_call = max(self.longest_call, time.monotonic() - started)
                     self.stats["unavailable"] += 1
                     continue
+                self.longest_call = max(self.longest_call, time.monotonic() - started)
                 self.stats["reads"] += 1
                 if cache is not None and cache.hits > hits:
                     self.stats["cache_hits"] += 1
@@ -182,7 +218,7 @@ class Worker:
                 # a direct GET, past the cache: what it sees is in the store, so the cache may not go below
                 k = keys[rounds // 5 % len(keys)]
                 try:
-                    entry = client.get(f"{self.args.namespace}/{k}")
+                    entry = client.get(self.data_key(d, k))
                     self.ok()
                     self.stats["direct_reads"] += 1
                     if entry is not None:
@@ -209,7 +245,11 @@ class Worker:
         )
         client.add_state_listener(self.on_state)
         client.connect()
-        d: StateStoreDict[Any] = StateStoreDict(client, namespace=args.namespace)
+        d: Any = (
+            CacheAsMap(client, args.namespace)
+            if args.kind == "cache"
+            else StateStoreDict(client, namespace=args.namespace)
+        )
         threading.Thread(target=self._read_stdin, name=STDIN_THREAD, daemon=True).start()
         self.result: dict[str, Any] = {}
         try:
@@ -223,7 +263,7 @@ class Worker:
             d.close()
             client.close()
         census("closed")
-        emit("done", stats=self.stats, **self.result)
+        emit("done", stats=self.stats, longest_call=self.longest_call, **self.result)
         return 0
 
     def _read_stdin(self) -> None:
@@ -242,7 +282,8 @@ def main() -> int:
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--keys", type=lambda s: s.split(","), required=True)
     parser.add_argument("--seconds", type=float, default=120.0, help="hard deadline of the load")
-    parser.add_argument("--timeout", type=float, default=1.0, help="client call timeout")
+    parser.add_argument("--timeout", type=float, default=10.0, help="client call timeout (the client's default)")
+    parser.add_argument("--kind", choices=["dict", "cache"], default="dict", help="StateStoreDict or the cache")
     parser.add_argument("--pace", type=float, default=0.004, help="pause between operations (s)")
     return Worker(parser.parse_args()).main()
 
