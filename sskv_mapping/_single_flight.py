@@ -21,6 +21,7 @@ from typing import Any
 
 from ._cache_stats import CacheCounters
 from ._key_locks import KeyLocks, release_quietly
+from ._store import Encoded
 from ._ttl import expire_now
 from .local_cache import ABSENT, CachedEntry
 from .lock import AsyncLeasedLock
@@ -116,8 +117,9 @@ class SingleFlight:
             raise
 
     async def finish(self, lead: Lead, value: Any, seconds: float | None) -> None:
-        # the waiters get the value even if storing it fails; the leader's caller sees that failure
-        self._settle(lead.key, lead.flight, value=value)
+        # the waiters get the value even if storing it fails; the leader's caller sees that failure (a value the
+        # blocking facade encoded in its own thread arrives wrapped: the waiters get the value itself)
+        self._settle(lead.key, lead.flight, value=value.value if isinstance(value, Encoded) else value)
         try:
             if not expire_now(seconds) and await self._store_nx(lead.key, value, seconds):
                 self._counters.count(sets=1)

@@ -19,6 +19,7 @@ Must not import aiomqtt/paho or the emulator.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -36,7 +37,7 @@ from .local_cache import ABSENT, CachedEntry, LocalCache
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MISSING", "NamespaceStore", "StoreEntry"]
+__all__ = ["MISSING", "Encoded", "NamespaceStore", "StoreEntry"]
 
 V = TypeVar("V")
 
@@ -52,6 +53,15 @@ class StoreEntry(Generic[V]):
     value: V
     version: HybridLogicalClock | None
     fencing_token: HybridLogicalClock | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded(Generic[V]):
+    """A value already encoded (by a blocking facade, in its caller's thread): only ``raw`` goes to the loop's
+    encoder-free path. Passed where a value is expected; :meth:`NamespaceStore.encode` and ``write`` unwrap it."""
+
+    value: V
+    raw: bytes
 
 
 def utf8(text: str, what: str) -> bytes:
@@ -85,6 +95,7 @@ class NamespaceStore(Generic[V]):
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         ns = _check_namespace(namespace)
+        self._ns = ns
         self.client = client
         self.namespace = namespace
         self.codec = codec
@@ -181,7 +192,9 @@ class NamespaceStore(Generic[V]):
 
     def _on_event(self, event: KeyEvent) -> None:
         if self.cache is not None:
-            self.cache.apply_event(event, self.codec.loads)
+            # the key as the signature of a key-bound codec covers it: the namespace and what follows the '/'
+            binding = self._ns + b"/" + event.key.partition(b"/")[2]
+            self.cache.apply_event(event, functools.partial(self._loads, binding))
 
     async def _ensure_watch(self, data_key: bytes) -> None:
         if self.cache is None or data_key in self._watches:
@@ -270,11 +283,15 @@ class NamespaceStore(Generic[V]):
         cache.finish_read(ticket, entry)
         return entry
 
+    def _loads(self, binding: bytes, data: bytes) -> V:
+        return decode_value(self.codec, binding, data, binding=binding)
+
     async def _fetch(self, data_key: bytes) -> CachedEntry[V]:
         got = await self.client.get(data_key)
         if got is None:
             return CachedEntry(ABSENT, None, None, None, None)
-        value = decode_value(self.codec, self.user_key(data_key), got.value)
+        key = self.user_key(data_key)
+        value = decode_value(self.codec, key, got.value, binding=self.binding(key))
         return CachedEntry(value, got.value, got.version, None, None)
 
     async def read_many(self, keys: Iterable[str]) -> list[CachedEntry[V]]:
@@ -291,8 +308,15 @@ class NamespaceStore(Generic[V]):
 
     # -- writes -------------------------------------------------------------------------------------------
 
+    def binding(self, key: str) -> bytes:
+        """What a key-bound codec's signature covers: the namespace and the key (not the generation)."""
+        return self._ns + b"/" + key.encode("utf-8", "surrogatepass")
+
     def encode(self, key: str, value: V) -> bytes:
-        return encode_value(self.codec, key, value)
+        """The bytes stored for ``value`` (an :class:`Encoded` value was encoded already, in its caller's thread)."""
+        if isinstance(value, Encoded):
+            return value.raw
+        return encode_value(self.codec, key, value, binding=self.binding(key))
 
     async def write(
         self,
@@ -310,6 +334,8 @@ class NamespaceStore(Generic[V]):
         ``prefix``: write under that key prefix rather than the current one (a cache's generation)."""
         data_key = self.data_key(key, prefix)
         raw = self.encode(key, value)
+        if isinstance(value, Encoded):
+            value = value.value
         ttl_ms = ttl_to_ms(ttl)
         if listed and self.index is not None:
             # listing the key and watching it are independent: one round trip of waiting saved on a new key

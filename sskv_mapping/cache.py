@@ -35,7 +35,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Final, Generic, TypeVar, overload
+from typing import Any, Final, Generic, TypeVar, cast, overload
 
 from ._cache_stats import LATENCY_BUCKETS, CacheCounters, OpLatency, StateStoreCacheStats
 from ._counter import increment
@@ -47,7 +47,7 @@ from ._protocol.errors import ClientStateError, ConfigurationError, FencingToken
 from ._protocol.hlc import HybridLogicalClock
 from ._renewal import renew_expiry
 from ._single_flight import Found, Lead, SingleFlight
-from ._store import NamespaceStore
+from ._store import Encoded, NamespaceStore
 from ._sync import get_loop_thread
 from ._ttl import TtlArg, TtlConvention, check_ttl, expire_now, translate_ttl
 from .client import UNSET, AsyncStateStoreClient, SetResult, StateStoreClient, TlsSettings
@@ -254,6 +254,12 @@ class StateStoreCache(Generic[V]):
         key = _check_key(key)
         await self._ready()
         return self._store.data_key(key)
+
+    def encoded(self, key: str, value: V) -> V:
+        """``value`` encoded now, in the calling thread (for the blocking facade: framework code that may only
+        run in the request's thread, e.g. a lazy Django QuerySet, is pickled there). Pass the result where the
+        value would go; raises like the write would (:class:`EncodeError`, ``pickle.PickleError``)."""
+        return cast(V, Encoded(value, self._store.encode(_check_key(key), value)))
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -842,14 +848,19 @@ class SyncStateStoreCache(Generic[V]):
 
     # -- writes ---------------------------------------------------------------------------------------
 
+    # Values are encoded here, in the calling thread; only bytes cross to the loop thread.
+
     def set(self, key: str, value: V, ttl: TtlArg = UNSET) -> None:
-        self._run(self._async.set(key, value, ttl))
+        self._run(self._async.set(key, self._async.encoded(key, value), ttl))
 
     def add(self, key: str, value: V, ttl: TtlArg = UNSET) -> bool:
-        return self._run(self._async.add(key, value, ttl))
+        return self._run(self._async.add(key, self._async.encoded(key, value), ttl))
 
     def set_many(self, mapping: Mapping[str, V], ttl: TtlArg = UNSET) -> list[str]:
-        return self._run(self._async.set_many(mapping, ttl))
+        if not isinstance(mapping, Mapping):
+            raise ConfigurationError(f"set_many takes a mapping of key -> value, not {type(mapping).__name__}")
+        encoded = {k: self._async.encoded(k, v) for k, v in mapping.items()}
+        return self._run(self._async.set_many(encoded, ttl))
 
     def delete(self, key: str) -> bool:
         return self._run(self._async.delete(key))
@@ -895,7 +906,7 @@ class SyncStateStoreCache(Generic[V]):
             except BaseException as exc:
                 self._run(self._async._flight.abort(outcome, exc))
                 raise
-            self._run(self._async._flight.finish(outcome, value, seconds))
+            self._run(self._async._flight.finish(outcome, self._async.encoded(key, value), seconds))
             return value
         finally:
             self._async._stats.observe("get_or_set", self._clock() - started)

@@ -28,11 +28,11 @@ import hmac
 import importlib
 import json
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any, Final, Protocol, TypeVar, overload, runtime_checkable
 
-from ._protocol.errors import ConfigurationError, DecodeError, EncodeError
+from ._protocol.errors import ConfigurationError, DecodeError, EncodeError, PickleEncodeError
 
 __all__ = [
     "Codec",
@@ -278,13 +278,17 @@ class PickleCodec:
     * ``PickleCodec(key=secret)`` (recommended): every payload is ``HMAC-SHA256(secret, pickle) || pickle``
       and the tag is checked with :func:`hmac.compare_digest` **before** unpickling; a missing or wrong
       tag is a :class:`DecodeError` and nothing is unpickled. The secret must be at least 16 bytes and
-      shared only by processes you trust. The tag does not bind the store key: a writer can still copy a
-      validly signed payload from one key to another or replay an old one.
+      shared only by processes you trust. ``fallback_keys`` are accepted for reading (key rotation).
+    * ``bind_key=True`` makes the tag cover the store key too (``HMAC(secret, len || namespace/key ||
+      pickle)``), so a signed payload copied under another key -- or into another namespace -- is refused.
+      Such a codec signs through a dict or cache (which know the key); its plain ``dumps``/``loads`` refuse.
     * ``PickleCodec(allow_unsafe=True)``: plain pickle, for stores only trusted code can write.
 
     Args:
         allow_unsafe: accept unsigned pickles (and write unsigned ones). Ignored when ``key`` is given.
         key: the HMAC-SHA256 secret (``bytes``, at least 16 of them).
+        fallback_keys: older secrets, accepted when reading (never used to write).
+        bind_key: make the signature cover the store key (see above).
         protocol: the pickle protocol used by ``dumps``.
 
     Example:
@@ -298,14 +302,19 @@ class PickleCodec:
         *,
         allow_unsafe: bool = False,
         key: bytes | None = None,
+        fallback_keys: Iterable[bytes] = (),
+        bind_key: bool = False,
         protocol: int = pickle.DEFAULT_PROTOCOL,
     ) -> None:
+        self._fallbacks: tuple[bytes, ...] = ()
         if key is not None:
-            if not isinstance(key, bytes | bytearray):
-                raise ConfigurationError(f"PickleCodec(key=...) must be bytes, not {type(key).__name__}")
-            if len(key) < _MIN_KEY_SIZE:
-                raise ConfigurationError(f"PickleCodec(key=...) must be at least {_MIN_KEY_SIZE} bytes long")
+            for k in (key, *fallback_keys):
+                if not isinstance(k, bytes | bytearray):
+                    raise ConfigurationError(f"PickleCodec keys must be bytes, not {type(k).__name__}")
+                if len(k) < _MIN_KEY_SIZE:
+                    raise ConfigurationError(f"PickleCodec keys must be at least {_MIN_KEY_SIZE} bytes long")
             self._key: bytes | None = bytes(key)
+            self._fallbacks = tuple(bytes(k) for k in fallback_keys)
         elif allow_unsafe is True:
             self._key = None
         else:
@@ -317,7 +326,10 @@ class PickleCodec:
         if not isinstance(protocol, int) or not 0 <= protocol <= pickle.HIGHEST_PROTOCOL:
             allowed = f"0..{pickle.HIGHEST_PROTOCOL}"
             raise ConfigurationError(f"pickle protocol must be {allowed}, not {protocol!r}")
+        if bind_key and self._key is None:
+            raise ConfigurationError("PickleCodec(bind_key=True) needs key=<secret bytes>")
         self.protocol = protocol
+        self.bind_key = bind_key
         self.name = "pickle" if self._key is None else "pickle+hmac-sha256"
 
     @property
@@ -325,26 +337,52 @@ class PickleCodec:
         """Whether payloads carry and require an HMAC tag."""
         return self._key is not None
 
-    def _tag(self, body: bytes) -> bytes:
-        assert self._key is not None
-        return hmac.new(self._key, body, hashlib.sha256).digest()
+    #: values that cannot be pickled raise :class:`~sskv_mapping.PickleEncodeError` (a ``pickle.PickleError``)
+    pickles = True
 
-    def dumps(self, value: Any, /) -> bytes:
+    def _tag(self, key: bytes, body: bytes, binding: bytes | None) -> bytes:
+        mac = hmac.new(key, digestmod=hashlib.sha256)
+        if binding is not None:
+            mac.update(len(binding).to_bytes(4, "big") + binding)
+        mac.update(body)
+        return mac.digest()
+
+    def _dump(self, value: Any, binding: bytes | None) -> bytes:
         body = pickle.dumps(value, protocol=self.protocol)
         if self._key is None:
             return body
-        return self._tag(body) + body
+        return self._tag(self._key, body, binding) + body
 
-    def loads(self, data: bytes, /) -> Any:
+    def _load(self, data: bytes, binding: bytes | None) -> Any:
         data = bytes(data)
         if self._key is None:
             return pickle.loads(data)  # opted in with allow_unsafe=True
         if len(data) < _TAG_SIZE:
             raise DecodeError("signed pickle payload is shorter than its HMAC-SHA256 tag")
         tag, body = data[:_TAG_SIZE], data[_TAG_SIZE:]
-        if not hmac.compare_digest(tag, self._tag(body)):
-            raise DecodeError("signed pickle payload failed HMAC-SHA256 verification; not unpickled")
-        return pickle.loads(body)  # authenticated above
+        for key in (self._key, *self._fallbacks):
+            if hmac.compare_digest(tag, self._tag(key, body, binding)):
+                return pickle.loads(body)  # authenticated above
+        where = " for this key" if binding is not None else ""
+        raise DecodeError(f"signed pickle payload failed HMAC-SHA256 verification{where}; not unpickled")
+
+    def dumps(self, value: Any, /) -> bytes:
+        if self.bind_key:
+            raise TypeError("this PickleCodec signs the store key: use it through a dict or a cache")
+        return self._dump(value, None)
+
+    def loads(self, data: bytes, /) -> Any:
+        if self.bind_key:
+            raise TypeError("this PickleCodec signs the store key: use it through a dict or a cache")
+        return self._load(data, None)
+
+    def dumps_bound(self, binding: bytes, value: Any, /) -> bytes:
+        """``dumps`` with the signature covering ``binding`` (the store key) when the codec binds keys."""
+        return self._dump(value, binding if self.bind_key else None)
+
+    def loads_bound(self, binding: bytes, data: bytes, /) -> Any:
+        """``loads`` checking a signature over ``binding`` too when the codec binds keys."""
+        return self._load(data, binding if self.bind_key else None)
 
     def __repr__(self) -> str:
         # never show the secret
@@ -427,7 +465,7 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def encode_value(codec: Codec[V], key: object, value: V) -> bytes:
+def encode_value(codec: Codec[V], key: object, value: V, *, binding: bytes | None = None) -> bytes:
     """``codec.dumps(value)``, with any failure raised as :class:`EncodeError` naming the key and codec.
 
     The original exception is chained (``__cause__``). A codec returning something other than bytes is an
@@ -441,11 +479,18 @@ def encode_value(codec: Codec[V], key: object, value: V) -> bytes:
         ...
         sskv_mapping._protocol.errors.EncodeError: cannot encode the value for key b'k' with codec 'json': ...
     """
+    bound = getattr(codec, "dumps_bound", None) if binding is not None else None
     try:
-        data = codec.dumps(value)
+        data = bound(binding, value) if bound is not None else codec.dumps(value)
     except Exception as exc:
         where = f"for key {_key_repr(key)} with codec {_codec_name(codec)!r}"
-        raise EncodeError(f"cannot encode the value {where}: {_reason(exc)}") from exc
+        # a value pickle cannot handle is also a pickle.PickleError, as Django's and cachelib's contracts say
+        error = (
+            PickleEncodeError
+            if isinstance(exc, pickle.PickleError) or getattr(codec, "pickles", False)
+            else EncodeError
+        )
+        raise error(f"cannot encode the value {where}: {_reason(exc)}") from exc
     if type(data) is bytes:
         return data
     if isinstance(data, bytes | bytearray | memoryview):
@@ -454,7 +499,7 @@ def encode_value(codec: Codec[V], key: object, value: V) -> bytes:
     raise EncodeError(f"codec {_codec_name(codec)!r} returned {what}, not bytes, for key {_key_repr(key)}")
 
 
-def decode_value(codec: Codec[V], key: object, data: bytes) -> V:
+def decode_value(codec: Codec[V], key: object, data: bytes, *, binding: bytes | None = None) -> V:
     """``codec.loads(data)``, with any failure raised as :class:`DecodeError` naming the key and codec.
 
     The original exception is chained (``__cause__``).
@@ -467,8 +512,9 @@ def decode_value(codec: Codec[V], key: object, data: bytes) -> V:
         ...
         sskv_mapping._protocol.errors.DecodeError: cannot decode ... key b'user:1' with codec 'json' ...
     """
+    bound = getattr(codec, "loads_bound", None) if binding is not None else None
     try:
-        return codec.loads(data)
+        return bound(binding, data) if bound is not None else codec.loads(data)
     except Exception as exc:
         raise DecodeError(
             f"cannot decode the stored value of key {_key_repr(key)} with codec {_codec_name(codec)!r} "

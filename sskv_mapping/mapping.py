@@ -18,12 +18,12 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
 from functools import partial
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.errors import ConfigurationError, StateStoreError
 from ._protocol.hlc import HybridLogicalClock
-from ._store import NamespaceStore, StoreEntry
+from ._store import Encoded, NamespaceStore, StoreEntry
 from ._sync import get_loop_thread
 from .client import AsyncStateStoreClient, StateStoreClient, TlsSettings
 from .codecs import Codec, JsonCodec, get_codec
@@ -321,16 +321,7 @@ class AsyncStateStoreDict(Generic[V]):
 
     async def update(self, other: Any = (), /, **kwargs: V) -> None:
         """``d.update(mapping | iterable of pairs, **kwargs)``; the writes run concurrently."""
-        pairs: list[tuple[str, V]] = []
-        if isinstance(other, Mapping):
-            pairs.extend((k, other[k]) for k in other)
-        elif hasattr(other, "keys"):
-            pairs.extend((k, other[k]) for k in other.keys())  # noqa: SIM118 - a duck-typed mapping
-        else:
-            for item in other:
-                k, v = item
-                pairs.append((k, v))
-        pairs.extend(kwargs.items())
+        pairs = self.pairs(other, kwargs)
         for k, v in pairs:  # check everything before sending anything
             if not _is_key(k):
                 raise ConfigurationError(_key_problem(k))
@@ -350,6 +341,27 @@ class AsyncStateStoreDict(Generic[V]):
                 self._store.cache.invalidate(self._store.data_key(k))
         if self._store.index is not None:
             await self._store.index.remove(keys)
+
+    def encoded(self, key: str, value: V) -> V:
+        """``value`` encoded now, in the calling thread (see the blocking facade); pass it where the value goes."""
+        if not _is_key(key):
+            raise ConfigurationError(_key_problem(key))
+        return cast(V, Encoded(value, self._store.encode(key, value)))
+
+    @staticmethod
+    def pairs(other: Any, kwargs: Mapping[str, V]) -> list[tuple[str, V]]:
+        """``dict.update``'s arguments as a list of pairs."""
+        pairs: list[tuple[str, V]] = []
+        if isinstance(other, Mapping):
+            pairs.extend((k, other[k]) for k in other)
+        elif hasattr(other, "keys"):
+            pairs.extend((k, other[k]) for k in other.keys())  # noqa: SIM118 - a duck-typed mapping
+        else:
+            for item in other:
+                k, v = item
+                pairs.append((k, v))
+        pairs.extend(kwargs.items())
+        return pairs
 
     def fenced(self, lock: AsyncLeasedLock) -> AsyncStateStoreDict[V]:
         """A view whose every write carries ``lock``'s current fencing token (``LockError`` if not held)."""
@@ -529,20 +541,22 @@ class StateStoreDict(MutableMapping[str, V]):
 
     # -- writes -------------------------------------------------------------------------------------------
 
+    # Values are encoded here, in the calling thread; only bytes cross to the loop thread.
+
     def __setitem__(self, key: str, value: V) -> None:
-        self._run(self._async.set(key, value))
+        self._run(self._async.set(key, self._async.encoded(key, value)))
 
     def set(self, key: str, value: V, *, ttl: float | None = None) -> HybridLogicalClock | None:
         """``d[key] = value`` with an optional ``ttl`` in seconds; returns the new version."""
-        result: HybridLogicalClock | None = self._run(self._async.set(key, value, ttl=ttl))
+        result: HybridLogicalClock | None = self._run(self._async.set(key, self._async.encoded(key, value), ttl=ttl))
         return result
 
     def __delitem__(self, key: str) -> None:
         self._run(self._async.delitem(key))
 
     def setdefault(self, key: str, default: V = None) -> V:  # type: ignore[assignment]
-        result: V = self._run(self._async.setdefault(key, default))
-        return result
+        result: V = self._run(self._async.setdefault(key, self._async.encoded(key, default)))
+        return result.value if isinstance(result, Encoded) else result
 
     def pop(self, key: str, default: Any = _NO_DEFAULT) -> Any:
         return self._run(self._async.pop(key, default))
@@ -552,7 +566,8 @@ class StateStoreDict(MutableMapping[str, V]):
         return result
 
     def update(self, other: Any = (), /, **kwargs: V) -> None:
-        self._run(self._async.update(other, **kwargs))
+        pairs = self._async.pairs(other, kwargs)
+        self._run(self._async.update([(k, self._async.encoded(k, v)) for k, v in pairs]))
 
     def clear(self) -> None:
         self._run(self._async.clear())

@@ -34,6 +34,7 @@ Must not import anything outside the standard library.
     ├── LockError                            a lock could not be acquired/confirmed (never fails open)
     └── CodecError (ValueError)
         ├── EncodeError
+        │   └── PickleEncodeError (pickle.PicklingError)   what Django and cachelib promise to let through
         └── DecodeError
 
 No ``StateStoreError`` is a ``LookupError``: a dict miss raises the builtin ``KeyError`` and a network
@@ -42,6 +43,8 @@ whose value differed) are return values, not exceptions.
 """
 
 from __future__ import annotations
+
+import pickle
 
 __all__ = [
     "ERROR_TEXTS",
@@ -61,6 +64,7 @@ __all__ = [
     "MalformedTimestampError",
     "MissingTimestampError",
     "NotAuthorizedError",
+    "PickleEncodeError",
     "ProtocolError",
     "PublishRefusedError",
     "QuotaExceededError",
@@ -141,6 +145,11 @@ class CodecError(StateStoreError, ValueError):
 
 class EncodeError(CodecError):
     """A value could not be encoded by its codec."""
+
+
+class PickleEncodeError(EncodeError, pickle.PicklingError):
+    """A value pickle cannot handle. Also a :class:`pickle.PickleError`, as Django's and cachelib's cache
+    contracts promise (``except pickle.PickleError`` keeps working with this backend)."""
 
 
 class DecodeError(CodecError):
