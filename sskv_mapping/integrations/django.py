@@ -17,14 +17,15 @@ Settings::
 * ``namespace`` (``"django"``): the store namespace; ``clear()`` deletes this namespace's keys and nothing
   else. Aliases that differ only in ``KEY_PREFIX``/``VERSION`` but share a namespace are cleared together
   (as with Redis' ``FLUSHDB``).
-* ``codec``: ``"json"`` (the default), ``"msgpack"``, a :class:`~sskv_mapping.Codec` instance, or
-  ``"pickle"``. JSON is the safe default: it stores what JSON can carry (``str``, numbers, ``bool``,
-  ``None``, lists, str-keyed dicts; tuples come back as lists) and reading a value never runs code.
-  Django's own backends pickle, which ``cache_page`` (it caches ``HttpResponse`` objects) and arbitrary
-  objects need; pickle is opt-in because unpickling runs code chosen by whoever wrote the bytes, and
-  anyone with write access to the store can write them. ``"pickle"`` needs either ``"pickle_key"``
-  (``bytes``/``str`` of at least 16 bytes: payloads are HMAC-signed and checked before unpickling; the
-  recommended form) or ``"allow_pickle": True`` (plain pickle, for stores only trusted code writes to).
+* ``codec``: by default, any picklable value is stored (as with Django's own backends: ``cache_page``
+  caches ``HttpResponse`` objects, sessions and model instances need it), **signed**: each payload carries
+  ``HMAC-SHA256(key, namespace/store key || pickle)`` with a key derived from ``SECRET_KEY`` (values signed
+  with a key from ``SECRET_KEY_FALLBACKS`` are still read, so rotation works), checked before anything is
+  unpickled; a payload copied under another key is refused. No ``SECRET_KEY``: a ConfigurationError, never
+  unsigned pickle. ``"json"`` or ``"msgpack"`` store only what those carry, and reading never runs code even
+  for a holder of the secret; ``"pickle"`` with ``"pickle_key"`` signs with that key instead, with
+  ``"allow_pickle": True`` pickles unsigned (only for stores nobody untrusted can write to); or a
+  :class:`~sskv_mapping.Codec` instance.
 * ``local_cache_size`` (0): keep up to this many values in process, kept current by the store's change
   notifications (a hit costs microseconds; another process's write is seen milliseconds later).
 * ``timeout`` (10.0): seconds to wait for each request to the store (``None``: forever).
@@ -51,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import inspect
 import os
 import threading
@@ -118,15 +120,42 @@ _IGNORED_OPTIONS: Final = frozenset({"MAX_ENTRIES", "CULL_FREQUENCY"})  # BaseCa
 DEFAULT_NAMESPACE: Final = "django"
 
 
+def _derived_key(secret: str | bytes) -> bytes:
+    """The pickle-signing secret derived from one of Django's ``SECRET_KEY`` values (never the key itself)."""
+    raw = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
+    return hmac.new(raw, b"sskv_mapping.integrations.django signed cache values", hashlib.sha256).digest()
+
+
+def _default_codec() -> tuple[Codec[Any], tuple[Any, ...]]:
+    """Django's own backends pickle anything: so do we, signed with a key derived from ``SECRET_KEY`` (older
+    ``SECRET_KEY_FALLBACKS`` accepted for reading), the signature covering the store key."""
+    from django.conf import settings  # type: ignore[import-untyped]
+
+    secret = getattr(settings, "SECRET_KEY", None)
+    if not secret:
+        raise ConfigurationError(
+            "the state store cache backend signs the values it pickles with a key derived from SECRET_KEY, and "
+            'SECRET_KEY is empty: set it, or choose OPTIONS "codec": "json" (values JSON can carry only)'
+        )
+    fallbacks = [_derived_key(s) for s in getattr(settings, "SECRET_KEY_FALLBACKS", ()) or () if s]
+    primary = _derived_key(secret)
+    codec = PickleCodec(key=primary, fallback_keys=fallbacks, bind_key=True)
+    ident = hashlib.sha256(primary + b"".join(fallbacks)).hexdigest()  # the registry key holds no secret
+    return codec, ("pickle", "secret-key", ident)
+
+
 def _codec_from_options(options: Mapping[str, Any]) -> tuple[Codec[Any], tuple[Any, ...]]:
     """The codec, and what identifies it among shared caches (an instance by identity, a name by name)."""
-    spec = options.get("codec", "json")
+    spec = options.get("codec")
+    if spec is None:
+        return _default_codec()
     if isinstance(spec, str) and spec.strip().lower() == "pickle":
         key = options.get("pickle_key")
         if key is not None:
             raw = key.encode("utf-8") if isinstance(key, str) else key
             # the digest, not the secret, goes into the registry key
-            return PickleCodec(key=raw), ("pickle", "signed", hashlib.sha256(bytes(raw)).hexdigest())
+            signed = PickleCodec(key=raw, bind_key=True)
+            return signed, ("pickle", "signed", hashlib.sha256(bytes(raw)).hexdigest())
         if options.get("allow_pickle") is True:
             return PickleCodec(allow_unsafe=True), ("pickle", "unsafe")
         raise ConfigurationError(

@@ -22,10 +22,12 @@ Config keys read by :meth:`StateStoreCache.factory`:
   connection options ``client_id``, ``username``, ``password``, ``tls``, ``sat_token_file``, ``keepalive``,
   ``connect_timeout``.
 
-Values go through a codec, JSON by default: views returning ``str``/``dict``/``list`` and memoized functions
-returning JSON data round-trip exactly. To cache ``Response`` objects, tuples or arbitrary objects, pass
-``CACHE_OPTIONS={"codec": PickleCodec(key=<secret>)}`` (signed pickle; see :class:`~sskv_mapping.PickleCodec`
-for why an unsigned pickle is dangerous on a store others can write to).
+Values go through a codec. By default, in an app with a ``SECRET_KEY``, any picklable value is stored (as
+cachelib's own backends do), **signed**: ``HMAC-SHA256(key, namespace/store key || pickle)`` with a key derived
+from ``SECRET_KEY``, checked before anything is unpickled (a payload copied under another key is refused).
+Without a ``SECRET_KEY`` the default is msgpack, which keeps ``bytes``, ``str``, numbers and nested
+lists/dicts with int keys exactly and never runs code when reading; unsigned pickle is never the default.
+``CACHE_OPTIONS={"codec": "json"}`` (or any codec) chooses otherwise.
 
 All backends of the process that name the same broker and identity share one MQTT connection
 (:func:`~sskv_mapping.integrations._common.shared_client`); the I/O runs on the library's background event-loop
@@ -38,6 +40,8 @@ Must not import any other framework; imported without Flask-Caching it raises an
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import hmac
 import math
 from collections.abc import Iterable
 from typing import Any, cast
@@ -53,7 +57,7 @@ from flask_caching.backends.base import BaseCache  # noqa: E402
 from .._protocol.errors import StateStoreError  # noqa: E402
 from ..cache import SyncStateStoreCache, translate_ttl  # noqa: E402
 from ..client import UNSET, StateStoreClient  # noqa: E402
-from ..codecs import Codec  # noqa: E402
+from ..codecs import Codec, MsgpackCodec, PickleCodec  # noqa: E402
 
 __all__ = ["DEFAULT_URL", "StateStoreCache"]
 
@@ -68,6 +72,18 @@ def _whole_seconds(timeout: int | float | dt.timedelta | None) -> int:
         return 0
     seconds = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else timeout
     return math.ceil(seconds) if isinstance(seconds, float) and math.isfinite(seconds) else int(seconds)
+
+
+def _derived_key(secret: str | bytes) -> bytes:
+    raw = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
+    return hmac.new(raw, b"sskv_mapping.integrations.flask_caching signed cache values", hashlib.sha256).digest()
+
+
+def default_codec(secret_key: str | bytes | None) -> Codec[Any]:
+    """The codec an app gets by default: key-bound signed pickle from its ``SECRET_KEY``, else msgpack."""
+    if secret_key:
+        return PickleCodec(key=_derived_key(secret_key), bind_key=True)
+    return MsgpackCodec()
 
 
 class StateStoreCache(BaseCache):
@@ -130,6 +146,8 @@ class StateStoreCache(BaseCache):
         """Flask-Caching's backend factory: ``kwargs`` holds ``default_timeout``, ``ignore_delete_many_errors``
         and ``CACHE_OPTIONS``; the URL and the namespace come from ``config``."""
         options = dict(kwargs)
+        if "codec" not in options:
+            options["codec"] = default_codec(app.config.get("SECRET_KEY"))
         options.setdefault("namespace", config.get("CACHE_KEY_PREFIX") or "flask_cache_")
         options.setdefault("ignore_delete_many_errors", bool(config.get("CACHE_IGNORE_ERRORS", False)))
         if not args:  # CACHE_ARGS, if any, start with the URL

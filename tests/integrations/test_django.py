@@ -92,6 +92,7 @@ def django_caches(cache_settings: Callable[..., dict[str, Any]], namespace: str)
     """The aliases Django's own cache tests use, all on the state store (backends are built on first use)."""
     aliases = {
         "default": cache_settings(),
+        "json": cache_settings(OPTIONS={"codec": "json"}),
         "prefix": cache_settings(KEY_PREFIX="cacheprefix"),
         "v2": cache_settings(VERSION=2),
         "custom_key": cache_settings(KEY_FUNCTION=custom_key_func),
@@ -221,6 +222,7 @@ def test_incr_decr() -> None:
 
 
 def test_json_values_unicode_keys_and_values() -> None:
+    cache = caches["json"]  # the codec by name: values JSON can carry
     stuff = {
         "ascii": "ascii_value",
         "unicode_ascii": "Iñtërnâtiônàlizætiøn1",
@@ -245,6 +247,7 @@ def test_json_values_unicode_keys_and_values() -> None:
 
 
 def test_values_json_cannot_carry_are_refused_and_nothing_is_stored() -> None:
+    cache = caches["json"]
     with pytest.raises(EncodeError):
         cache.set("bytes", b"\x00\x01")
     with pytest.raises(EncodeError):
@@ -289,6 +292,46 @@ def test_pickle_is_opt_in(cache_settings: Callable[..., dict[str, Any]]) -> None
         assert caches["default"].state_store_cache.async_cache.codec is codec  # a Codec instance as is
         cache.set("t", (1, 2))
         assert cache.get("t") == (1, 2)
+
+
+def test_the_default_pickles_anything_signed_with_a_key_from_secret_key() -> None:
+    value = {"tuple": (1, 2), "set": {1, 2}, "bytes": b"\x00\x01", "class": C}
+    cache.set("v", value)
+    assert cache.get("v") == value
+    codec = caches["default"].state_store_cache.async_cache.codec
+    assert isinstance(codec, PickleCodec) and codec.signed and codec.bind_key
+
+
+def test_a_rotated_secret_key_still_reads_and_a_replay_under_another_key_is_refused(
+    cache_settings: Callable[..., dict[str, Any]],
+) -> None:
+    with override_settings(SECRET_KEY="the-old-secret-key-of-this-project", CACHES={"default": cache_settings()}):
+        caches["default"].set("session", {"user": 1})
+        caches["default"].set("other", {"user": 2})
+    rotated = {"SECRET_KEY": "the-new-secret-key-of-this-project"}
+    with override_settings(
+        **rotated, SECRET_KEY_FALLBACKS=["the-old-secret-key-of-this-project"], CACHES={"default": cache_settings()}
+    ):
+        assert caches["default"].get("session") == {"user": 1}  # signed with the old key: still read
+    with override_settings(**rotated, CACHES={"default": cache_settings()}):
+        with pytest.raises(ValueError, match="verification"):  # the old key is no longer trusted
+            caches["default"].get("session")
+        backend = caches["default"]
+        stolen = backend.client.get(backend.state_store_cache.data_key(backend.make_key("session")))
+        caches["default"].set("victim", "x")
+        backend.client.set(backend.state_store_cache.data_key(backend.make_key("victim")), stolen.value)
+        with pytest.raises(ValueError, match="verification"):  # a signed payload copied under another key
+            caches["default"].get("victim")
+
+
+def test_no_secret_key_is_a_configuration_error_never_unsigned_pickle(
+    cache_settings: Callable[..., dict[str, Any]],
+) -> None:
+    with (
+        override_settings(SECRET_KEY="", CACHES={"default": cache_settings()}),
+        pytest.raises(ImproperlyConfigured, match="SECRET_KEY"),
+    ):
+        caches["default"]
 
 
 def test_signed_pickle_refuses_unsigned_payloads() -> None:

@@ -21,6 +21,7 @@ from flask import Flask, Response, make_response
 from flask_caching import Cache
 
 from sskv_mapping import KeyOperation, PickleCodec
+from sskv_mapping.codecs import MsgpackCodec
 from sskv_mapping.integrations._common import close_shared_clients
 from sskv_mapping.integrations.flask_caching import StateStoreCache
 
@@ -313,3 +314,25 @@ def test_the_backend_on_its_own_without_flask(broker_url: str, namespace: str) -
     finally:
         backend.clear()
         backend.close()
+
+
+def test_the_default_pickles_anything_signed_with_the_apps_secret_key(make_app: AppFactory) -> None:
+    app, cache = make_app(SECRET_KEY="a flask app secret")
+    codec = _backend(cache).sskv_cache.async_cache.codec
+    assert isinstance(codec, PickleCodec) and codec.signed and codec.bind_key
+    with app.app_context():
+        value = {"t": (1, 2), "b": b"\x00", 3: {4, 5}}
+        cache.set("v", value)
+        assert cache.get("v") == value
+
+
+def test_without_a_secret_key_the_default_keeps_bytes_and_int_keys_and_never_unpickles(
+    make_app: AppFactory,
+) -> None:
+    app, cache = make_app()
+    codec = _backend(cache).sskv_cache.async_cache.codec
+    assert isinstance(codec, MsgpackCodec)
+    with app.app_context():
+        value = {"b": b"\x00\xff", 1: [1, {2: "two"}], "n": None}
+        cache.set("v", value)
+        assert cache.get("v") == value
