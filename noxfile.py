@@ -33,6 +33,8 @@ nox.options.sessions = [
     "aiocache",
     "fastapi",
     "faults",
+    "peer-django",
+    "peer-cachelib",
 ]
 
 TEST_DEPS = ["pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.2", "hypothesis>=6.90"]
@@ -147,3 +149,64 @@ def faults(session: nox.Session) -> None:
     _install(session, "dev")
     session.run(*PYTEST, "-m", "faults", "tests/faults", "-s", *session.posargs)
     session.run(*PYTEST, "tests/fuzz", *session.posargs)  # hostile input: fuzzed parsers, a request flood
+
+
+# -- the frameworks' own test suites against our backends ------------------------------------------------------
+
+
+def _sdist_tests(session: nox.Session, package: str, subdir: str) -> str:
+    """Download the sdist of the installed ``package`` from PyPI and extract its ``subdir``; the folder that
+    holds it. The maintainers' tests are loaded from there at test time, never copied into this repository."""
+    version = session.run(
+        "python", "-c", f"import importlib.metadata as m; print(m.version({package!r}))", silent=True
+    ).strip()
+    tmp = session.create_tmp()
+    dest = os.path.join(tmp, f"{package}-{version}-sdist")
+    if not os.path.isdir(dest):
+        session.run(
+            "python",
+            "-m",
+            "pip",
+            "download",
+            "--no-binary",
+            ":all:",
+            "--no-deps",
+            "-q",
+            "-d",
+            tmp,
+            f"{package}=={version}",
+        )
+        archive = next(f for f in os.listdir(tmp) if f.lower().startswith(package.lower()) and f.endswith(".tar.gz"))
+        os.makedirs(dest)
+        session.run(
+            "tar",
+            "xzf",
+            os.path.join(tmp, archive),
+            "-C",
+            dest,
+            "--strip-components=1",
+            f"{archive[: -len('.tar.gz')]}/{subdir}",
+            external=True,
+        )
+    return os.path.join(dest, subdir)
+
+
+@nox.session(name="peer-django", python=PYTHONS)
+@nox.parametrize("django", ["4.2", "5.2"])
+def peer_django(session: nox.Session, django: str) -> None:
+    """Django's own ``BaseCacheTests`` (from its sdist) against our backend in its default configuration;
+    exclusions with their reasons in ``tests/peer/django_exclusions.json``."""
+    _install(session, "django", deps=(f"django=={django}.*",))
+    tests_dir = _sdist_tests(session, "django", "tests/cache")
+    session.run("python", "tests/peer/run_django_suite.py", os.path.dirname(tests_dir))
+
+
+@nox.session(name="peer-cachelib", python=PYTHONS)
+@nox.parametrize("cachelib", ["0.9.0", "latest"])
+def peer_cachelib(session: nox.Session, cachelib: str) -> None:
+    """cachelib's own backend mixins (from its sdist) against the Flask-Caching backend, default configuration
+    (what Flask-Caching's backends are tested with); no exclusions."""
+    pin = () if cachelib == "latest" else (f"cachelib=={cachelib}",)
+    _install(session, "flask", deps=(*pin, "pytest-xprocess"))
+    tests_dir = _sdist_tests(session, "cachelib", "tests")
+    session.run("python", "tests/peer/run_cachelib_suite.py", tests_dir)

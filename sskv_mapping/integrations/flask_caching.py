@@ -99,7 +99,8 @@ class StateStoreCache(BaseCache):
         namespace: the state store namespace holding the entries.
         default_timeout: seconds (or a timedelta) used when a call passes no timeout; ``0``/``None``: never.
         ignore_delete_many_errors: report keys that could not be deleted instead of raising (cachelib).
-        codec: a codec or its name (``"json"`` by default).
+        codec: a codec or its name; by default msgpack (built by Flask-Caching from an app with a
+            ``SECRET_KEY``: signed pickle, see the module docstring).
         local_cache_size: keep up to this many hot entries in process, kept current by notifications.
         client: a connected :class:`StateStoreClient` to use instead of the process-wide shared one.
         request_timeout: seconds to wait for each request to the store (``None``: forever).
@@ -138,7 +139,11 @@ class StateStoreCache(BaseCache):
                 settings_from_options(url or DEFAULT_URL, connection), timeout=_request_timeout(request_timeout)
             )
         self._cache: SyncStateStoreCache[Any] = SyncStateStoreCache(
-            client, namespace=namespace, codec=codec, default_ttl=default_ttl, local_cache_size=local_cache_size
+            client,
+            namespace=namespace,
+            codec=default_codec(None) if codec is None else codec,
+            default_ttl=default_ttl,
+            local_cache_size=local_cache_size,
         )
 
     @classmethod
