@@ -35,6 +35,7 @@ nox.options.sessions = [
     "faults",
     "peer-django",
     "peer-cachelib",
+    "peer-flask",
 ]
 
 TEST_DEPS = ["pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.2", "hypothesis>=6.90"]
@@ -209,4 +210,14 @@ def peer_cachelib(session: nox.Session, cachelib: str) -> None:
     pin = () if cachelib == "latest" else (f"cachelib=={cachelib}",)
     _install(session, "flask", deps=(*pin, "pytest-xprocess"))
     tests_dir = _sdist_tests(session, "cachelib", "tests")
-    session.run("python", "tests/peer/run_cachelib_suite.py", tests_dir)
+    session.run("python", "tests/peer/run_pytest_suite.py", tests_dir, "cachelib_backend_tests.py")
+
+
+@nox.session(name="peer-flask", python=PYTHONS)
+@nox.parametrize("flask_caching", ["2.0.2", "latest"])
+def peer_flask(session: nox.Session, flask_caching: str) -> None:
+    """Flask-Caching's own ``GenericCacheTests`` (from its sdist) against our backend, default configuration."""
+    pin = () if flask_caching == "latest" else (f"flask-caching=={flask_caching}", "cachelib==0.9.0")
+    _install(session, "flask", deps=(*pin, "pytest-xprocess"))
+    tests_dir = _sdist_tests(session, "flask_caching", "tests")
+    session.run("python", "tests/peer/run_pytest_suite.py", tests_dir, "flask_caching_backend_tests.py")

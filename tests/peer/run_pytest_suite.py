@@ -1,0 +1,53 @@
+"""Run a framework's own pytest suite (from its sdist) against our backend: ``nox -s peer-cachelib``,
+``peer-flask``.
+
+    python tests/peer/run_pytest_suite.py EXTRACTED_TESTS_DIR OUR_MODULE
+
+Starts a private mosquitto and the emulator (loopback), copies ``OUR_MODULE`` (ours: it subclasses their test
+classes with our backend) into the extracted tests folder, runs pytest there on it, and exits with pytest's
+status. The last line is pytest's ``N passed ...``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+
+def main(tests_dir: str, module: str) -> int:
+    from _support.procs import start_emulator
+
+    from sskv_mapping.emulator.broker import MosquittoBroker
+
+    target = Path(tests_dir) / "test_sskv_statestore_cache.py"
+    shutil.copy(HERE / module, target)
+    with MosquittoBroker() as broker:
+        emulator = start_emulator(broker.host, broker.port)
+        try:
+            env = {**os.environ, "SSKV_PEER_URL": f"mqtt://{broker.host}:{broker.port}"}
+            # their suites are synchronous; the asyncio plugin (ours) only warns under their filterwarnings=error
+            argv = [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:asyncio",
+                "-rs",
+                target.name,
+            ]
+            return subprocess.run(argv, cwd=tests_dir, env=env, check=False).returncode
+        finally:
+            emulator.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
