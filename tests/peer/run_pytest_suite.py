@@ -1,7 +1,7 @@
 """Run a framework's own pytest suite (from its sdist) against our backend: ``nox -s peer-cachelib``,
 ``peer-flask``.
 
-    python tests/peer/run_pytest_suite.py EXTRACTED_TESTS_DIR OUR_MODULE
+    python tests/peer/run_pytest_suite.py EXTRACTED_TESTS_DIR OUR_MODULE [PYTEST_ARG ...]
 
 Starts a private mosquitto and the emulator (loopback), copies ``OUR_MODULE`` (ours: it subclasses their test
 classes with our backend) into the extracted tests folder, runs pytest there on it, and exits with pytest's
@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 
-def main(tests_dir: str, module: str) -> int:
+def main(tests_dir: str, module: str, *extra: str) -> int:
     from _support.procs import start_emulator
 
     from sskv_mapping.emulator.broker import MosquittoBroker
@@ -50,4 +50,4 @@ def main(tests_dir: str, module: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(*sys.argv[1:]))
