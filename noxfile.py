@@ -199,7 +199,9 @@ def peer_django(session: nox.Session, django: str) -> None:
     exclusions with their reasons in ``tests/peer/django_exclusions.json``."""
     _install(session, "django", deps=(f"django=={django}.*",))
     tests_dir = _sdist_tests(session, "django", "tests/cache")
-    session.run("python", "tests/peer/run_django_suite.py", os.path.dirname(tests_dir))
+    session.run("python", "tests/peer/run_django_suite.py", os.path.dirname(tests_dir), "sync")
+    # the same contract through our native a* methods (Django ships no async tests for real backends)
+    session.run("python", "tests/peer/run_django_suite.py", os.path.dirname(tests_dir), "async")
 
 
 @nox.session(name="peer-cachelib", python=PYTHONS)

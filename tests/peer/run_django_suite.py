@@ -4,7 +4,10 @@ state store backend, in its default configuration (no OPTIONS: signed pickle fro
 Run by ``nox -s peer-django``, which downloads the sdist of the installed Django and passes the directory that
 holds its ``tests/cache`` package:
 
-    python tests/peer/run_django_suite.py DJANGO_TESTS_DIR
+    python tests/peer/run_django_suite.py DJANGO_TESTS_DIR [sync|async]
+
+``async`` runs the same contract through our native ``a*`` methods: the module's ``cache``/``caches`` are
+replaced by a mirror whose blocking methods ``asyncio.run`` the ``a*`` twins.
 
 A private mosquitto and the emulator process are started here (loopback only). Django's test runner sets up an
 in-memory SQLite database (some tests cache model instances). The aliases are Django's own
@@ -15,33 +18,95 @@ line is ``N passed, N failed, N skipped``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import unittest
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests/: _support
 
 
-def main(tests_dir: str) -> int:
+def main(tests_dir: str, mode: str = "sync") -> int:
     from _support.procs import start_emulator
 
     from sskv_mapping.emulator.broker import MosquittoBroker
 
     sys.path.insert(0, tests_dir)  # Django's tests/: the ``cache`` test package
-    exclusions: dict[str, str] = {
-        k: v for k, v in json.loads((HERE / "django_exclusions.json").read_text()).items() if not k.startswith("_")
-    }
+    listed = json.loads((HERE / "django_exclusions.json").read_text())
+    exclusions: dict[str, str] = {k: v for k, v in listed.items() if not k.startswith("_")}
+    if mode == "async":
+        exclusions.update(listed["_async"])
     with MosquittoBroker() as broker:
         emulator = start_emulator(broker.host, broker.port)
         try:
-            return run(f"mqtt://{broker.host}:{broker.port}", exclusions)
+            return run(f"mqtt://{broker.host}:{broker.port}", exclusions, mirror=mode == "async")
         finally:
             emulator.stop()
 
 
-def run(url: str, exclusions: dict[str, str]) -> int:
+class AsyncMirror:
+    """A cache whose blocking methods call our backend's native ``a*`` twins (``asyncio.run`` per call): Django's
+    sync contract, run through the async API (Django ships no async tests for real backends)."""
+
+    MIRRORED = frozenset(
+        [
+            "get",
+            "set",
+            "add",
+            "delete",
+            "get_many",
+            "set_many",
+            "delete_many",
+            "clear",
+            "has_key",
+            "incr",
+            "decr",
+            "touch",
+            "get_or_set",
+            "incr_version",
+            "decr_version",
+            "close",
+        ]
+    )
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.MIRRORED:
+            method = getattr(self._real, f"a{name}")
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return asyncio.run(method(*args, **kwargs))
+
+            return call
+        return getattr(self._real, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "_real":
+            object.__setattr__(self, name, value)
+        else:  # the tests swap key_func etc. on the cache object
+            setattr(self._real, name, value)
+
+    def __contains__(self, key: Any) -> bool:
+        return bool(asyncio.run(self._real.ahas_key(key)))
+
+
+class MirrorCaches:
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getitem__(self, alias: str) -> AsyncMirror:
+        return AsyncMirror(self._real[alias])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def run(url: str, exclusions: dict[str, str], mirror: bool = False) -> int:
     import django
     from django.conf import settings
 
@@ -72,6 +137,13 @@ def run(url: str, exclusions: dict[str, str]) -> int:
                 StateStoreCacheTests, name, unittest.skip(f"excluded: {reason}")(getattr(StateStoreCacheTests, name))
             )
 
+    if mirror:
+        import cache.tests as their_module  # type: ignore[import-not-found]
+        from django.core.cache import cache as default_cache
+        from django.core.cache import caches as all_caches
+
+        their_module.cache = AsyncMirror(default_cache)
+        their_module.caches = MirrorCaches(all_caches)
     suite = unittest.TestLoader().loadTestsFromTestCase(StateStoreCacheTests)
     runner = DiscoverRunner(verbosity=1, interactive=False)
     runner.setup_test_environment()
@@ -89,10 +161,11 @@ def run(url: str, exclusions: dict[str, str]) -> int:
     passed = result.testsRun - failed - skipped
     for test, reason in result.skipped:
         print(f"skipped {test.id().rsplit('.', 1)[-1]}: {reason}")
-    print(f"django {django.get_version()}: {result.testsRun} collected")
+    how = "through the async a* methods (AsyncMirror)" if mirror else "sync API"
+    print(f"django {django.get_version()}, {how}: {result.testsRun} collected")
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
     return 0 if failed == 0 else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(*sys.argv[1:]))
