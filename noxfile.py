@@ -177,7 +177,10 @@ def _sdist_tests(session: nox.Session, package: str, subdir: str) -> str:
             tmp,
             f"{package}=={version}",
         )
-        archive = next(f for f in os.listdir(tmp) if f.lower().startswith(package.lower()) and f.endswith(".tar.gz"))
+        wanted = package.lower().replace("-", "_")  # sdists are named Flask-Caching-2.0.2 or flask_caching-2.5.1
+        archive = next(
+            f for f in os.listdir(tmp) if f.lower().replace("-", "_").startswith(wanted) and f.endswith(".tar.gz")
+        )
         os.makedirs(dest)
         session.run(
             "tar",
