@@ -36,6 +36,7 @@ nox.options.sessions = [
     "peer-django",
     "peer-cachelib",
     "peer-flask",
+    "peer-aiocache",
 ]
 
 TEST_DEPS = ["pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.2", "hypothesis>=6.90"]
@@ -228,4 +229,26 @@ def peer_flask(session: nox.Session, flask_caching: str) -> None:
     tests_dir = _sdist_tests(session, "flask_caching", "tests")
     session.run(
         "python", "tests/peer/run_pytest_suite.py", tests_dir, "flask_caching_backend_tests.py", "-p", "no:asyncio"
+    )
+
+
+@nox.session(name="peer-aiocache", python=PYTHONS)
+@nox.parametrize("aiocache", ["0.12.0", "latest"])
+def peer_aiocache(session: nox.Session, aiocache: str) -> None:
+    """aiocache's own acceptance tests (from its sdist: the generic cache, decorator and lock classes) against our
+    backend, default configuration, with the pytest / pytest-asyncio / pytest-mock versions aiocache pins for them
+    (``--assert=plain``: pytest 7.2's assertion rewriting fails on Python 3.11.7)."""
+    pin = "aiocache" if aiocache == "latest" else f"aiocache=={aiocache}"
+    session.install(".[aiocache]", pin, "pytest==7.2.0", "pytest-asyncio==0.20.3", "pytest-mock==3.10.0")
+    tests_dir = _sdist_tests(session, "aiocache", "tests")
+    session.run(
+        "python",
+        "tests/peer/run_pytest_suite.py",
+        os.path.join(tests_dir, "acceptance"),
+        "aiocache_backend_tests.py",
+        "-o",
+        "asyncio_mode=auto",
+        "--rootdir",
+        os.path.dirname(tests_dir),
+        "--assert=plain",
     )

@@ -158,34 +158,41 @@ def _pct(samples: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def table(results: list[dict[str, Any]]) -> str:
+Row = tuple[str, str, str, "str | None"]  # name, format of a cell, the result's key, the key of its baseline
+
+
+def growth_table(title: str, results: list[dict[str, Any]], rows: list[Row]) -> str:
+    """A markdown table: one column per namespace size, each cell with its ratio to the baseline measured in the
+    same run where one is named, and the growth from the smallest size to the largest."""
     base = results[0]
     lines = [
-        "| cache, keys in the namespace | "
+        f"| {title} | "
         + " | ".join(f"{r['n']:,}" for r in results)
         + f" | growth {results[0]['n']:,} -> {results[-1]['n']:,} |",
         "|---|" + "---|" * (len(results) + 1),
     ]
-
-    def row(name: str, fmt: str, key: str, ratio_of: str | None = None) -> None:
-        cells = []
-        for r in results:
-            cell = fmt.format(r[key])
-            if ratio_of:
-                cell += f" ({r[key] / r[ratio_of]:.2f}x)"
-            cells.append(cell)
+    for name, fmt, key, ratio_of in rows:
+        cells = [fmt.format(r[key]) + (f" ({r[key] / r[ratio_of]:.2f}x)" if ratio_of else "") for r in results]
         growth = results[-1][key] / base[key] if base[key] else float("nan")
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {growth:.2f}x |")
-
-    row("new key, `cache.set` (ratio to `client.set`)", "{:.3f} ms", "new_key_ms", "floor_ms")
-    row("new key, `client.set` of the same bytes (floor)", "{:.3f} ms", "floor_ms")
-    row("new keys/s, 64 in flight, `set_many` (ratio to `client.set`)", "{:,.0f}", "cache_rate", "raw_rate")
-    row("new keys/s, 64 in flight, `client.set`", "{:,.0f}", "raw_rate")
-    row("`clear()` median", "{:.2f} ms", "clear_ms")
-    row("`clear()` max", "{:.2f} ms", "clear_max_ms")
-    row("another process misses a cleared key, p50 after `clear()` returns", "{:.2f} ms", "miss_p50_ms")
-    row("... p99", "{:.2f} ms", "miss_p99_ms")
     return "\n".join(lines)
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    return growth_table(
+        "cache, keys in the namespace",
+        results,
+        [
+            ("new key, `cache.set` (ratio to `client.set`)", "{:.3f} ms", "new_key_ms", "floor_ms"),
+            ("new key, `client.set` of the same bytes (floor)", "{:.3f} ms", "floor_ms", None),
+            ("new keys/s, 64 in flight, `set_many` (ratio to `client.set`)", "{:,.0f}", "cache_rate", "raw_rate"),
+            ("new keys/s, 64 in flight, `client.set`", "{:,.0f}", "raw_rate", None),
+            ("`clear()` median", "{:.2f} ms", "clear_ms", None),
+            ("`clear()` max", "{:.2f} ms", "clear_max_ms", None),
+            ("another process misses a cleared key, p50 after `clear()` returns", "{:.2f} ms", "miss_p50_ms", None),
+            ("... p99", "{:.2f} ms", "miss_p99_ms", None),
+        ],
+    )
 
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "reader":

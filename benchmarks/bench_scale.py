@@ -108,25 +108,18 @@ async def measure_dict(host: str, port: int, n: int, samples: int) -> dict[str, 
 
 
 def dict_table(results: list[dict[str, Any]]) -> str:
-    base = results[0]
-    lines = [
-        "| dict, keys in the namespace | "
-        + " | ".join(f"{r['n']:,}" for r in results)
-        + f" | growth {results[0]['n']:,} -> {results[-1]['n']:,} |",
-        "|---|" + "---|" * (len(results) + 1),
-    ]
-
-    def row(name: str, fmt: str, key: str, ratio_of: str | None = None) -> None:
-        cells = [fmt.format(r[key]) + (f" ({r[key] / r[ratio_of]:.2f}x)" if ratio_of else "") for r in results]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {results[-1][key] / base[key]:.2f}x |")
-
-    row("new key, `d[key] = v` (ratio to `client.set`)", "{:.3f} ms", "new_key_ms", "floor_ms")
-    row("new key, `client.set` of the same bytes (floor)", "{:.3f} ms", "floor_ms")
-    row("bytes to each watcher per insert (the shard), median", "{:.1f} KB", "shard_kb")
-    row("... largest shard seen", "{:.1f} KB", "shard_max_kb")
-    row("fresh process: `len()` alone", "{:.3f} s", "fresh_len_s")
-    row("fresh process: connect + open + `len()`", "{:.3f} s", "fresh_total_s")
-    return "\n".join(lines)
+    return _scale_cache.growth_table(
+        "dict, keys in the namespace",
+        results,
+        [
+            ("new key, `d[key] = v` (ratio to `client.set`)", "{:.3f} ms", "new_key_ms", "floor_ms"),
+            ("new key, `client.set` of the same bytes (floor)", "{:.3f} ms", "floor_ms", None),
+            ("bytes to each watcher per insert (the shard), median", "{:.1f} KB", "shard_kb", None),
+            ("... largest shard seen", "{:.1f} KB", "shard_max_kb", None),
+            ("fresh process: `len()` alone", "{:.3f} s", "fresh_len_s", None),
+            ("fresh process: connect + open + `len()`", "{:.3f} s", "fresh_total_s", None),
+        ],
+    )
 
 
 def main() -> int:

@@ -68,9 +68,18 @@ log = logging.getLogger("sskv_mapping.client")
 R = TypeVar("R")
 
 
-_CONNECTION_KEYS = frozenset(
-    {"client_id", "username", "password", "tls", "sat_token_file", "keepalive", "connect_timeout"}
+#: The connection options (the fields of :class:`ConnectionSettings` besides host and port) that the URL
+#: constructors and every framework adapter accept.
+CONNECTION_OPTIONS: tuple[str, ...] = (
+    "client_id",
+    "username",
+    "password",
+    "tls",
+    "sat_token_file",
+    "keepalive",
+    "connect_timeout",
 )
+_CONNECTION_KEYS = frozenset(CONNECTION_OPTIONS)
 
 
 def _settings_from_url(url: str, kwargs: dict[str, Any]) -> ConnectionSettings:
@@ -419,17 +428,7 @@ class AsyncStateStoreClient:
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> AsyncStateStoreClient:
         """``AsyncStateStoreClient.from_url("mqtt://127.0.0.1:1883")`` (``mqtts://`` for TLS)."""
-        conn_keys = {
-            "client_id",
-            "username",
-            "password",
-            "tls",
-            "sat_token_file",
-            "keepalive",
-            "connect_timeout",
-        }
-        conn_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in conn_keys and kwargs[k] is not None}
-        return cls(settings=ConnectionSettings.from_url(url, **conn_kwargs), **kwargs)
+        return cls(settings=_settings_from_url(url, kwargs), **kwargs)
 
     @property
     def client_id(self) -> str:

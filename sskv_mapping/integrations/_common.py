@@ -13,9 +13,9 @@ from typing import Any
 
 from .._protocol.errors import ConfigurationError
 from .._transport.settings import ConnectionSettings, TlsSettings
-from ..client import StateStoreClient
+from ..client import CONNECTION_OPTIONS, StateStoreClient
 
-__all__ = ["import_extra", "settings_from_options", "shared_client"]
+__all__ = ["CONNECTION_OPTIONS", "import_extra", "request_timeout", "settings_from_options", "shared_client"]
 
 
 def import_extra(module: str, extra: str, integration: str) -> ModuleType:
@@ -26,18 +26,6 @@ def import_extra(module: str, extra: str, integration: str) -> ModuleType:
         raise ImportError(
             f"sskv_mapping.integrations.{integration} needs {module.split('.')[0]}: pip install 'sskv-mapping[{extra}]'"
         ) from exc
-
-
-#: The connection options every adapter accepts (their meaning: :class:`ConnectionSettings`).
-CONNECTION_OPTIONS: tuple[str, ...] = (
-    "client_id",
-    "username",
-    "password",
-    "tls",
-    "sat_token_file",
-    "keepalive",
-    "connect_timeout",
-)
 
 
 def request_timeout(value: object, what: str = "request_timeout") -> float | None:

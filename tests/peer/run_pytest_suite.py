@@ -31,7 +31,6 @@ def main(tests_dir: str, module: str, *extra: str) -> int:
         emulator = start_emulator(broker.host, broker.port)
         try:
             env = {**os.environ, "SSKV_PEER_URL": f"mqtt://{broker.host}:{broker.port}"}
-            # their suites are synchronous; the asyncio plugin (ours) only warns under their filterwarnings=error
             argv = [
                 sys.executable,
                 "-m",
@@ -39,9 +38,8 @@ def main(tests_dir: str, module: str, *extra: str) -> int:
                 "-q",
                 "-p",
                 "no:cacheprovider",
-                "-p",
-                "no:asyncio",
                 "-rs",
+                *extra,
                 target.name,
             ]
             return subprocess.run(argv, cwd=tests_dir, env=env, check=False).returncode
