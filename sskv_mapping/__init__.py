@@ -22,6 +22,7 @@ from .client import (
     StateStoreClient,
 )
 from .codecs import Codec, JsonCodec, MsgpackCodec, PickleCodec, RawCodec, StrCodec
+from .election import AsyncLeaderElection, LeaderElection, LeadershipChange
 from .lock import AsyncLeasedLock, LeasedLock
 from .mapping import AsyncStateStoreDict, StateStoreDict
 
@@ -30,6 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "UNSET",
     "AsyncKeyWatch",
+    "AsyncLeaderElection",
     "AsyncLeasedLock",
     "AsyncStateStoreClient",
     "AsyncStateStoreDict",
@@ -42,6 +44,8 @@ __all__ = [
     "KeyEvent",
     "KeyOperation",
     "KeyWatch",
+    "LeaderElection",
+    "LeadershipChange",
     "LeasedLock",
     "MsgpackCodec",
     "PickleCodec",

@@ -118,6 +118,11 @@ class AsyncLeasedLock:
             raise LockError(f"the lease on {self.name!r} ran out before it was renewed")
         return self._token
 
+    @property
+    def lease_deadline(self) -> float:
+        """When (by this lock's clock) the current lease surely ends unless renewed; ``-inf`` if not held."""
+        return self._lease_deadline if self._token is not None else float("-inf")
+
     # -- acquire / renew / release ------------------------------------------------------------------------
 
     async def _set_nex(self) -> SetResult:
@@ -211,6 +216,33 @@ class AsyncLeasedLock:
     async def delete(self, key: KeyLike) -> bool:
         """Delete a protected key with the current fencing token."""
         return await self.client.delete(key, fencing_token=self.fencing_token)
+
+    async def update(
+        self,
+        key: KeyLike,
+        change: Callable[[bytes | None], bytes | None],
+        *,
+        ttl: TtlLike = None,
+        timeout: float | None = None,
+    ) -> bytes | None:
+        """Read ``key``, write ``change(old)`` fenced with this lock's token (``None``: delete the key); returns
+        what was written. Acquires the lock first (waiting up to ``timeout``) and releases it after, unless it is
+        held already (the Rust SDK's ``acquire_lock_and_update_value``)."""
+        acquired_here = not self.held
+        if acquired_here:
+            await self.acquire(timeout=timeout)
+        try:
+            entry = await self.client.get(key)
+            new = change(None if entry is None else entry.value)
+            if new is None:
+                if entry is not None:
+                    await self.delete(key)
+            else:
+                await self.set(key, new, ttl=ttl)
+            return new
+        finally:
+            if acquired_here:
+                await self.release()
 
     # -- auto renew ---------------------------------------------------------------------------------------
 
@@ -320,6 +352,18 @@ class LeasedLock:
         self, key: KeyLike, value: bytes, *, ttl: TtlLike = None, condition: SetCondition | None = None
     ) -> SetResult:
         result: SetResult = self._run(self._async.set(key, value, ttl=ttl, condition=condition))
+        return result
+
+    def update(
+        self,
+        key: KeyLike,
+        change: Callable[[bytes | None], bytes | None],
+        *,
+        ttl: TtlLike = None,
+        timeout: float | None = None,
+    ) -> bytes | None:
+        """Like the async twin; ``change`` runs on the library's loop thread and must not block."""
+        result: bytes | None = self._run(self._async.update(key, change, ttl=ttl, timeout=timeout))
         return result
 
     def delete(self, key: KeyLike) -> bool:

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("transport-io", {"_transport.mqtt", "_sync"}),
     ("client", {"client"}),
     ("primitives", {"codecs", "local_cache", "_ttl", "_fanout", "_cache_stats", "lock"}),
-    ("namespace parts", {"_key_locks", "_index", "_generation"}),
+    ("namespace parts", {"_key_locks", "_index", "_generation", "election"}),
     ("namespace", {"_store"}),
     ("cache algorithms", {"_renewal", "_counter", "_single_flight"}),
     ("mapping and cache", {"mapping", "cache"}),
