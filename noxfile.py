@@ -193,7 +193,7 @@ def _sdist_tests(session: nox.Session, package: str, subdir: str) -> str:
             f"{archive[: -len('.tar.gz')]}/{subdir}",
             external=True,
         )
-    return os.path.join(dest, subdir)
+    return os.path.abspath(os.path.join(dest, subdir))
 
 
 @nox.session(name="peer-django", python=PYTHONS)

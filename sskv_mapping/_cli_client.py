@@ -1,4 +1,4 @@
-"""The ``sskv get|set|del|vdel|watch|lock`` commands (registered by ``cli.py``).
+"""The ``sskv get|set|del|vdel|watch|lock|leader`` commands (registered by ``cli.py``).
 
 Human output by default, one JSON object per line with ``--json``. Exit codes by error class:
 
@@ -301,7 +301,60 @@ async def _cmd_lock(args: argparse.Namespace, client: AsyncStateStoreClient) -> 
     return rc
 
 
+async def _cmd_leader(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
+    from .election import AsyncLeaderElection
+
+    election = AsyncLeaderElection(client, _key(args.name), term=args.term, candidate=args.candidate)
+    if args.status or not args.command:
+        leader = await election.leader()
+        record = {**_show_key(args.name, "position"), "leader": leader}
+        _emit(args, record, f"led by {leader}" if leader is not None else "no leader")
+        return EXIT_OK if leader is not None else EXIT_MISS
+    while True:
+        token = await election.campaign()
+        # on stderr in both modes (stdout stays for --json records and COMMAND's own output)
+        print(f"leading {args.name} as {election.candidate} (fencing token {token})", file=sys.stderr, flush=True)
+        if args.json:
+            record = {**_show_key(args.name, "position"), "elected": election.candidate, "fencing_token": str(token)}
+            print(json.dumps(record), flush=True)
+        env = {**os.environ, "SSKV_LEADER": args.name, "SSKV_FENCING_TOKEN": str(token)}
+        try:
+            proc = await asyncio.create_subprocess_exec(*args.command, env=env)
+        except OSError as exc:
+            await election.resign()
+            print(f"sskv: cannot run {args.command[0]}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+            return EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_CANNOT_RUN
+        exited = asyncio.ensure_future(proc.wait())
+        lost = asyncio.ensure_future(election.lost.wait())
+        try:
+            await asyncio.wait({exited, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+        if exited.done():  # the command ended by itself: give the position up and end with its code
+            await election.resign()
+            rc = exited.result()
+            _emit(args, {**_show_key(args.name, "position"), "exit_code": rc}, f"resigned {args.name}")
+            return rc
+        # leadership lost: stop the command at once (SIGTERM, then SIGKILL after the grace period)
+        print(f"lost {args.name}: {election.lost_reason}; stopping the command", file=sys.stderr, flush=True)
+        proc.terminate()
+        try:
+            await asyncio.wait_for(asyncio.shield(exited), args.grace)
+        except TimeoutError:
+            proc.kill()
+            await exited
+        _emit(args, {**_show_key(args.name, "position"), "lost": election.lost_reason}, "campaigning again")
+
+
+def _split_leader_command(args: argparse.Namespace) -> None:
+    _split_command(args, "leader", _leader_options)
+
+
 def _split_lock_command(args: argparse.Namespace) -> None:
+    _split_command(args, "lock", _lock_options)
+
+
+def _split_command(args: argparse.Namespace, verb: str, options_of: Callable[[argparse.ArgumentParser], None]) -> None:
     """``lock NAME [OPTIONS] -- COMMAND...``: argparse's REMAINDER also swallows the options after NAME
     (``--json``, ``--wait 0``), so parse those here; only the first ``--`` separates, later ones are
     COMMAND's own. Without ``--`` the rest is COMMAND (``lock NAME cmd args``) unless it starts with an
@@ -315,9 +368,9 @@ def _split_lock_command(args: argparse.Namespace) -> None:
     else:
         options, args.command = rest, []
     parser = argparse.ArgumentParser(
-        prog="sskv lock", usage="sskv lock [OPTIONS] NAME [OPTIONS] [-- COMMAND [ARGS...]]", add_help=False
+        prog=f"sskv {verb}", usage=f"sskv {verb} [OPTIONS] NAME [OPTIONS] [-- COMMAND [ARGS...]]", add_help=False
     )
-    _lock_options(parser)
+    options_of(parser)
     _connection_args(parser)
     parser.parse_args(options, namespace=args)  # only options are accepted here; an error exits 2
 
@@ -349,7 +402,7 @@ def _runner(
 
 
 def add_client_parsers(sub: Any) -> None:
-    """Register get/set/del/vdel/watch/lock on an argparse subparsers object."""
+    """Register get/set/del/vdel/watch/lock/leader on an argparse subparsers object."""
     p = sub.add_parser("get", help="print a key's value", description="Print a key's value (exit 1 if missing).")
     p.add_argument("key")
     p.add_argument("-v", "--verbose", action="store_true", help="also print the version")
@@ -401,6 +454,29 @@ def add_client_parsers(sub: Any) -> None:
     _lock_options(p)
     _connection_args(p)
     p.set_defaults(func=_runner(_cmd_lock), prepare=_split_lock_command)
+
+    p = sub.add_parser(
+        "leader",
+        help="run a command only while this process leads",
+        description="Campaign for the leadership position NAME; while leading, run COMMAND with SSKV_LEADER and "
+        "SSKV_FENCING_TOKEN set (the term is renewed meanwhile). If the leadership is lost, COMMAND is stopped "
+        "(SIGTERM, then SIGKILL after --grace) and the campaign starts again; when COMMAND ends by itself, the "
+        "position is resigned and its exit code returned. --status (or no COMMAND): print the current leader.",
+    )
+    p.add_argument("name")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    _leader_options(p)
+    _connection_args(p)
+    p.set_defaults(func=_runner(_cmd_leader), prepare=_split_leader_command)
+
+
+def _leader_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--term", type=float, default=10.0, help="term length in seconds, renewed while leading (default 10)"
+    )
+    p.add_argument("--candidate", help="this candidate's name (default: the MQTT client id)")
+    p.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL (default 5)")
+    p.add_argument("--status", action="store_true", help="print the current leader and exit (1: none)")
 
 
 def _lock_options(p: argparse.ArgumentParser) -> None:
