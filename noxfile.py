@@ -239,7 +239,16 @@ def peer_aiocache(session: nox.Session, aiocache: str) -> None:
     backend, default configuration, with the pytest / pytest-asyncio / pytest-mock versions aiocache pins for them
     (``--assert=plain``: pytest 7.2's assertion rewriting fails on Python 3.11.7)."""
     pin = "aiocache" if aiocache == "latest" else f"aiocache=={aiocache}"
-    session.install(".[aiocache]", pin, "pytest==7.2.0", "pytest-asyncio==0.20.3", "pytest-mock==3.10.0")
+    # their test modules import the memcached and redis clients at module level (0.12.0), as their dev pins
+    session.install(
+        ".[aiocache]",
+        pin,
+        "pytest==7.2.0",
+        "pytest-asyncio==0.20.3",
+        "pytest-mock==3.10.0",
+        "aiomcache==0.8.0",
+        "redis==4.4.2",
+    )
     tests_dir = _sdist_tests(session, "aiocache", "tests")
     session.run(
         "python",
