@@ -198,3 +198,22 @@ async def test_a_broker_restart_during_a_term(
     fresh_mosquitto.restart()
     await watcher.next_leader(after=restarted, other_than=None, timeout=30)  # someone leads and acts again
     watcher.tokens_never_go_back()
+
+
+async def test_sskv_leader_status(mosquitto: MosquittoBroker, emulator: Any) -> None:
+    from sskv_mapping import AsyncLeaderElection
+
+    url = f"mqtt://{mosquitto.host}:{mosquitto.port}"
+    name = f"status-{uuid.uuid4().hex[:8]}"
+
+    def status() -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "sskv_mapping.cli", "leader", name, "--status", "--json", "--url", url]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+
+    nobody = await asyncio.to_thread(status)
+    assert nobody.returncode == 1 and '"leader": null' in nobody.stdout
+    async with AsyncStateStoreClient(mosquitto.host, mosquitto.port) as client:
+        election = AsyncLeaderElection(client, name, term=30, candidate="the-leader")
+        async with election:
+            led = await asyncio.to_thread(status)
+    assert led.returncode == 0 and '"leader": "the-leader"' in led.stdout, led.stdout + led.stderr
