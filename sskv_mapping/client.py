@@ -1022,17 +1022,7 @@ class StateStoreClient:
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> StateStoreClient:
         """``StateStoreClient.from_url("mqtt://127.0.0.1:1883")``."""
-        conn_keys = {
-            "client_id",
-            "username",
-            "password",
-            "tls",
-            "sat_token_file",
-            "keepalive",
-            "connect_timeout",
-        }
-        conn_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in conn_keys and kwargs[k] is not None}
-        return cls(settings=ConnectionSettings.from_url(url, **conn_kwargs), **kwargs)
+        return cls(settings=_settings_from_url(url, kwargs), **kwargs)
 
     def _run(self, coro: Any) -> Any:
         return self._portal.run(coro)

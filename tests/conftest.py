@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -37,7 +37,9 @@ from _support.procs import (  # noqa: E402
 )
 
 from sskv_mapping._protocol.errors import ConfigurationError  # noqa: E402
+from sskv_mapping.client import AsyncStateStoreClient  # noqa: E402
 from sskv_mapping.emulator.broker import MosquittoBroker, MosquittoStartError, live_brokers  # noqa: E402
+from sskv_mapping.emulator.inprocess import InProcessStateStore  # noqa: E402
 
 BROKER_FIXTURES = frozenset({"mosquitto", "fresh_mosquitto", "emulator", "fresh_emulator"})
 
@@ -137,3 +139,35 @@ def _no_leaked_child_processes() -> Iterator[None]:
         leaks.append(f"{comm} pid={pid}")
         kill_child(pid)
     assert not leaks, f"child processes left running after the test session (now killed): {leaks}"
+
+
+# -- an async client factory on either implementation (election and index tests) -----------------------------
+
+AsyncClientFactory = Callable[[], Awaitable[AsyncStateStoreClient]]
+
+
+@pytest.fixture(params=["loopback", "broker"])
+async def new_client(request: pytest.FixtureRequest) -> AsyncIterator[AsyncClientFactory]:
+    made: list[AsyncStateStoreClient] = []
+    store = None
+    if request.param == "broker":
+        broker = request.getfixturevalue("mosquitto")
+        request.getfixturevalue("emulator")
+        request.applymarker(pytest.mark.broker)
+        kwargs: dict[str, Any] = {"host": broker.host, "port": broker.port}
+    else:
+        store = InProcessStateStore()
+        await store.start()
+        kwargs = {"connection_factory": store.broker.connection}
+
+    async def make() -> AsyncStateStoreClient:
+        client = AsyncStateStoreClient(timeout=10, **kwargs)
+        await client.connect()
+        made.append(client)
+        return client
+
+    yield make
+    for c in made:
+        await c.close()
+    if store is not None:
+        await store.stop()

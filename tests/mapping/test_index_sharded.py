@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,36 +21,8 @@ from sskv_mapping._index import DEFAULT_SHARDS
 from sskv_mapping._protocol.errors import ConfigurationError
 from sskv_mapping._protocol.notifications import KeyEvent, KeyOperation
 from sskv_mapping.client import AsyncStateStoreClient
-from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.lock import AsyncLeasedLock
 from sskv_mapping.mapping import AsyncStateStoreDict
-
-
-@pytest.fixture(params=["loopback", "broker"])
-async def new_client(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    made: list[AsyncStateStoreClient] = []
-    if request.param == "broker":
-        broker = request.getfixturevalue("mosquitto")
-        request.getfixturevalue("emulator")
-        request.applymarker(pytest.mark.broker)
-        kwargs: dict[str, Any] = {"host": broker.host, "port": broker.port}
-        store = None
-    else:
-        store = InProcessStateStore()
-        await store.start()
-        kwargs = {"connection_factory": store.broker.connection}
-
-    async def make() -> AsyncStateStoreClient:
-        client = AsyncStateStoreClient(timeout=10, **kwargs)
-        await client.connect()
-        made.append(client)
-        return client
-
-    yield make
-    for c in made:
-        await c.close()
-    if store is not None:
-        await store.stop()
 
 
 @pytest.fixture
