@@ -5,8 +5,6 @@ and import their framework only when imported themselves).
 """
 
 from ._protocol.commands import SetCondition, VDeleteResult
-from ._protocol.errors import *  # noqa: F403
-from ._protocol.errors import __all__ as _errors_all
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
 from ._transport.settings import ConnectionSettings, TlsSettings
@@ -23,6 +21,8 @@ from .client import (
 )
 from .codecs import Codec, JsonCodec, MsgpackCodec, PickleCodec, RawCodec, StrCodec
 from .election import AsyncLeaderElection, LeaderElection, LeadershipChange
+from .errors import *  # noqa: F403
+from .errors import __all__ as _errors_all
 from .lock import AsyncLeasedLock, LeasedLock
 from .mapping import AsyncStateStoreDict, StateStoreDict
 

@@ -31,7 +31,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ._protocol.commands import SetCondition, VDeleteResult
-from ._protocol.errors import (
+from ._protocol.hlc import HybridLogicalClock
+from ._protocol.notifications import KeyEvent
+from ._transport.settings import ConnectionSettings, TlsSettings
+from .client import AsyncStateStoreClient, normalize_key, ttl_to_ms
+from .errors import (
     ConfigurationError,
     LockError,
     ProtocolError,
@@ -39,10 +43,6 @@ from ._protocol.errors import (
     StateStoreError,
     TransportError,
 )
-from ._protocol.hlc import HybridLogicalClock
-from ._protocol.notifications import KeyEvent
-from ._transport.settings import ConnectionSettings, TlsSettings
-from .client import AsyncStateStoreClient, normalize_key, ttl_to_ms
 
 __all__ = ["EXIT_CODES", "add_client_parsers", "exit_code_for"]
 

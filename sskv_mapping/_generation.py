@@ -41,10 +41,10 @@ from typing import Any
 
 from ._fanout import gather_bounded
 from ._key_locks import release_quietly
-from ._protocol.errors import ProtocolError, StateStoreError
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
 from .client import AsyncStateStoreClient, KeySubscription
+from .errors import ProtocolError, StateStoreError
 from .lock import AsyncLeasedLock
 
 __all__ = ["LEDGER_SHARDS", "GenerationState", "NamespaceGeneration", "PersistentLedger"]

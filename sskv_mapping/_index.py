@@ -54,10 +54,10 @@ from typing import Protocol
 from ._fanout import gather_bounded
 from ._key_locks import release_quietly
 from ._protocol.commands import SetCondition
-from ._protocol.errors import ConfigurationError, ProtocolError
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
 from .client import AsyncStateStoreClient, KeySubscription
+from .errors import ConfigurationError, ProtocolError
 from .lock import AsyncLeasedLock
 
 __all__ = ["DEFAULT_SHARDS", "IndexEntry", "KeyIndex", "StoredKeyIndex"]

@@ -19,9 +19,9 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
-from ._protocol.errors import FencingTokenRequiredError, StateStoreError
 from ._protocol.hlc import HybridLogicalClock
 from .client import AsyncStateStoreClient
+from .errors import FencingTokenRequiredError, StateStoreError
 from .lock import AsyncLeasedLock
 
 __all__ = ["KeyLocks", "release_quietly"]

@@ -28,11 +28,11 @@ from typing import Any, Generic, TypeVar
 
 from ._index import StoredKeyIndex
 from ._protocol.commands import SetCondition, VDeleteResult
-from ._protocol.errors import ConfigurationError, StateStoreError
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent
 from .client import AsyncStateStoreClient, ConnectionState, KeySubscription, SetResult, ttl_to_ms
 from .codecs import Codec, decode_value, encode_value
+from .errors import ConfigurationError, StateStoreError
 from .local_cache import ABSENT, CachedEntry, LocalCache
 
 log = logging.getLogger(__name__)

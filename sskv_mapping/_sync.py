@@ -17,7 +17,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from ._protocol.errors import ClientStateError
+from .errors import ClientStateError
 
 __all__ = ["LoopThread", "get_loop_thread"]
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final, Literal
 
-from ._protocol.errors import ConfigurationError
 from .client import UNSET, _Unset, ttl_to_ms
+from .errors import ConfigurationError
 
 __all__ = ["TtlArg", "TtlConvention", "check_ttl", "expire_now", "translate_ttl"]
 

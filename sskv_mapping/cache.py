@@ -43,7 +43,6 @@ from ._fanout import gather_bounded
 from ._generation import NamespaceGeneration, PersistentLedger, sweep_retired
 from ._key_locks import KeyLocks
 from ._protocol.commands import SetCondition, VDeleteResult
-from ._protocol.errors import ClientStateError, ConfigurationError, FencingTokenRequiredError, StateStoreError
 from ._protocol.hlc import HybridLogicalClock
 from ._renewal import renew_expiry
 from ._single_flight import Found, Lead, SingleFlight
@@ -52,6 +51,7 @@ from ._sync import get_loop_thread
 from ._ttl import TtlArg, TtlConvention, check_ttl, expire_now, translate_ttl
 from .client import UNSET, AsyncStateStoreClient, SetResult, StateStoreClient, TlsSettings
 from .codecs import Codec, JsonCodec, get_codec
+from .errors import ClientStateError, ConfigurationError, FencingTokenRequiredError, StateStoreError
 from .local_cache import ABSENT, CachedEntry, LocalCache
 
 __all__ = [

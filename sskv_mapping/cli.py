@@ -124,8 +124,8 @@ def _run_emulator(args: argparse.Namespace) -> int:
             return 2
         return run(args, args.host, args.port or DEFAULT_BROKER_PORT)
 
-    from ._protocol.errors import ConfigurationError
     from .emulator.broker import MosquittoBroker, MosquittoStartError
+    from .errors import ConfigurationError
 
     if args.port is not None and args.broker_port is not None and args.port != args.broker_port:
         print("sskv emulator: give --port or --broker-port, not two different ports", file=sys.stderr)

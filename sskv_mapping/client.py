@@ -30,7 +30,13 @@ from typing import Any, Final, TypeVar
 
 from ._protocol import headers, topics
 from ._protocol.commands import Delete, Get, KeyNotify, Set, SetCondition, VDelete, VDeleteResult, _Base
-from ._protocol.errors import (
+from ._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
+from ._protocol.notifications import KeyEvent, KeyOperation, parse_notification
+from ._sync import get_loop_thread
+from ._transport.base import Connection, ConnectionFactory, InboundMessage
+from ._transport.rpc import PendingCalls
+from ._transport.settings import ConnectionSettings, TlsSettings
+from .errors import (
     ClientStateError,
     ClockDriftError,
     ConfigurationError,
@@ -41,12 +47,6 @@ from ._protocol.errors import (
     StateStoreError,
     TransportError,
 )
-from ._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
-from ._protocol.notifications import KeyEvent, KeyOperation, parse_notification
-from ._sync import get_loop_thread
-from ._transport.base import Connection, ConnectionFactory, InboundMessage
-from ._transport.rpc import PendingCalls
-from ._transport.settings import ConnectionSettings, TlsSettings
 
 __all__ = [
     "UNSET",

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any, Final, Protocol, TypeVar, overload, runtime_checkable
 
-from ._protocol.errors import ConfigurationError, DecodeError, EncodeError, PickleEncodeError
+from .errors import ConfigurationError, DecodeError, EncodeError, PickleEncodeError
 
 __all__ = [
     "Codec",
@@ -477,7 +477,7 @@ def encode_value(codec: Codec[V], key: object, value: V, *, binding: bytes | Non
         >>> encode_value(JsonCodec(), b"k", float("nan"))  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        sskv_mapping._protocol.errors.EncodeError: cannot encode the value for key b'k' with codec 'json': ...
+        sskv_mapping.errors.EncodeError: cannot encode the value for key b'k' with codec 'json': ...
     """
     bound = getattr(codec, "dumps_bound", None) if binding is not None else None
     try:
@@ -510,7 +510,7 @@ def decode_value(codec: Codec[V], key: object, data: bytes, *, binding: bytes | 
         >>> decode_value(JsonCodec(), b"user:1", b"{oops")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        sskv_mapping._protocol.errors.DecodeError: cannot decode ... key b'user:1' with codec 'json' ...
+        sskv_mapping.errors.DecodeError: cannot decode ... key b'user:1' with codec 'json' ...
     """
     bound = getattr(codec, "loads_bound", None) if binding is not None else None
     try:

@@ -30,11 +30,11 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
-from ._protocol.errors import LockError, StateStoreError
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
 from ._sync import get_loop_thread
 from .client import AsyncStateStoreClient, KeyLike, StateStoreClient, normalize_key
+from .errors import LockError, StateStoreError
 from .lock import AsyncLeasedLock
 
 __all__ = ["AsyncLeaderElection", "LeaderElection", "LeadershipChange"]

@@ -1,4 +1,263 @@
-"""The public home of sskv_mapping's exception tree (defined in the pure protocol layer)."""
+"""Layer 0 (a leaf): the one exception tree of sskv_mapping, imported by every layer.
 
-from ._protocol.errors import *  # noqa: F403
-from ._protocol.errors import __all__  # noqa: F401
+The table from the service's ``-ERR`` texts to these classes is the protocol's business and lives in
+:mod:`sskv_mapping._protocol.errors`; each :class:`ServiceError` subclass keeps its canonical text in ``TEXT``.
+
+Must not import anything outside the standard library (nor any other module of sskv_mapping).
+
+::
+
+    StateStoreError
+    ├── ConfigurationError (ValueError)      bad arguments, bad settings; raised before anything is sent
+    ├── ClientStateError (RuntimeError)      closed client, call from the wrong thread, ...
+    ├── TransportError
+    │   ├── BrokerConnectError               could not connect (refused, TLS, auth)
+    │   ├── ConnectionLostError              the connection dropped while the call was in flight
+    │   ├── PublishRefusedError              the broker refused the request's PUBLISH (an ACL)
+    │   ├── ServiceUnavailableError          nothing serves the state store on that broker (now)
+    │   └── RequestTimeoutError (TimeoutError)
+    ├── ProtocolError                        a reply, notification or header that does not parse
+    │   └── UnsupportedVersionError          protocol major version other than 1
+    ├── ServiceError                         the service said ``-ERR <text>``; ``.text`` is kept verbatim
+    │   ├── TimestampSkewError
+    │   ├── FencingTokenRequiredError
+    │   ├── FencingTokenSkewError
+    │   ├── FencingTokenLowerVersionError
+    │   ├── QuotaExceededError
+    │   ├── RequestSyntaxError
+    │   ├── NotAuthorizedError
+    │   ├── UnknownCommandError
+    │   ├── WrongNumberOfArgumentsError
+    │   ├── MissingTimestampError
+    │   ├── MalformedTimestampError
+    │   ├── KeyLengthZeroError
+    │   └── RpcStatusError                   ``__stat`` other than 200/204 (``.status``)
+    ├── ClockDriftError                      our HLC would run more than 60 s ahead of the wall clock
+    ├── LockError                            a lock could not be acquired/confirmed (never fails open)
+    └── CodecError (ValueError)
+        ├── EncodeError
+        │   └── PickleEncodeError (pickle.PicklingError)   what Django and cachelib promise to let through
+        └── DecodeError
+
+No ``StateStoreError`` is a ``LookupError``: a dict miss raises the builtin ``KeyError`` and a network
+failure must never look like "key absent" to ``dict.get``. Expected outcomes (a SET skipped by NX, a VDEL
+whose value differed) are return values, not exceptions.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+__all__ = [
+    "BrokerConnectError",
+    "ClientStateError",
+    "ClockDriftError",
+    "CodecError",
+    "ConfigurationError",
+    "ConnectionLostError",
+    "DecodeError",
+    "EncodeError",
+    "FencingTokenLowerVersionError",
+    "FencingTokenRequiredError",
+    "FencingTokenSkewError",
+    "KeyLengthZeroError",
+    "LockError",
+    "MalformedTimestampError",
+    "MissingTimestampError",
+    "NotAuthorizedError",
+    "PickleEncodeError",
+    "ProtocolError",
+    "PublishRefusedError",
+    "QuotaExceededError",
+    "RequestSyntaxError",
+    "RequestTimeoutError",
+    "RpcStatusError",
+    "ServiceError",
+    "ServiceUnavailableError",
+    "StateStoreError",
+    "TimestampSkewError",
+    "TransportError",
+    "UnknownCommandError",
+    "UnsupportedVersionError",
+    "WrongNumberOfArgumentsError",
+]
+
+
+class StateStoreError(Exception):
+    """Base class of every error sskv_mapping raises on purpose."""
+
+
+class ConfigurationError(StateStoreError, ValueError):
+    """Bad arguments or settings; raised before anything is sent."""
+
+
+class ClientStateError(StateStoreError, RuntimeError):
+    """The client cannot do this now (closed, wrong thread, not connected yet...)."""
+
+
+class TransportError(StateStoreError):
+    """The broker connection failed; the outcome of an in-flight write is unknown."""
+
+
+class BrokerConnectError(TransportError):
+    """Could not connect to the broker (refused, TLS failure, bad credentials...)."""
+
+
+class ConnectionLostError(TransportError):
+    """The connection dropped while the request was in flight."""
+
+
+class RequestTimeoutError(TransportError, TimeoutError):
+    """No response arrived within the request timeout."""
+
+
+class PublishRefusedError(TransportError):
+    """The broker refused the request's PUBLISH (a PUBACK reason code >= 0x80, e.g. "Not authorized" from an
+    ACL): it never reached the state store."""
+
+
+class ServiceUnavailableError(TransportError):
+    """The broker acknowledged the request with "no matching subscribers" (PUBACK 0x10) until the call's
+    deadline: the state store was not serving on that broker, the request reached nobody and nothing was
+    written. Raised after about a second when the service never answered this client (a bare broker), else when
+    the call's own timeout ran out while the service was restarting."""
+
+
+class ProtocolError(StateStoreError):
+    """A reply, notification, header or timestamp that does not follow the protocol."""
+
+
+class UnsupportedVersionError(ProtocolError):
+    """The peer speaks a protocol major version other than 1."""
+
+
+class ClockDriftError(StateStoreError):
+    """The hybrid logical clock would run more than the allowed drift ahead of the wall clock."""
+
+
+class LockError(StateStoreError):
+    """A lock could not be acquired, renewed or confirmed."""
+
+
+class CodecError(StateStoreError, ValueError):
+    """A value could not be encoded or decoded."""
+
+
+class EncodeError(CodecError):
+    """A value could not be encoded by its codec."""
+
+
+class PickleEncodeError(EncodeError, pickle.PicklingError):
+    """A value pickle cannot handle. Also a :class:`pickle.PickleError`, as Django's and cachelib's cache
+    contracts promise (``except pickle.PickleError`` keeps working with this backend)."""
+
+
+class DecodeError(CodecError):
+    """Stored bytes could not be decoded by the codec."""
+
+
+class ServiceError(StateStoreError):
+    """The state store answered ``-ERR <text>``.
+
+    ``text`` is the service's text, verbatim. Known texts map to subclasses; an unknown text (a future
+    service version) gives this base class with the text kept.
+    """
+
+    #: The canonical service text for this class (empty on the base class).
+    TEXT: str = ""
+
+    def __init__(self, text: str | None = None) -> None:
+        self.text = self.TEXT if text is None else text
+        super().__init__(self.text)
+
+
+class TimestampSkewError(ServiceError):
+    """The request ``__ts`` is more than 60 s ahead of the service clock."""
+
+    TEXT = (
+        "the request timestamp is too far in the future; "
+        "ensure that the client and broker system clocks are synchronized"
+    )
+
+
+class FencingTokenRequiredError(ServiceError):
+    """The key is protected by a fencing token and the request carried none."""
+
+    TEXT = "a fencing token is required for this request"
+
+
+class FencingTokenSkewError(ServiceError):
+    """The request fencing token is more than 60 s ahead of the service clock."""
+
+    TEXT = (
+        "the request fencing token timestamp is too far in the future; "
+        "ensure that the client and broker system clocks are synchronized"
+    )
+
+
+class FencingTokenLowerVersionError(ServiceError):
+    """The request fencing token is older than the one protecting the key."""
+
+    TEXT = "the request fencing token is a lower version than the fencing token protecting the resource"
+
+
+class QuotaExceededError(ServiceError):
+    """The store's key quota is full."""
+
+    TEXT = "the quota has been exceeded"
+
+
+class RequestSyntaxError(ServiceError):
+    """The payload is not a valid request."""
+
+    TEXT = "syntax error"
+
+
+class NotAuthorizedError(ServiceError):
+    """The caller is not authorized."""
+
+    TEXT = "not authorized"
+
+
+class UnknownCommandError(ServiceError):
+    """The verb is not recognised."""
+
+    TEXT = "unknown command"
+
+
+class WrongNumberOfArgumentsError(ServiceError):
+    """The command had the wrong number of arguments."""
+
+    TEXT = "wrong number of arguments"
+
+
+class MissingTimestampError(ServiceError):
+    """A SET arrived without ``__ts``."""
+
+    TEXT = "missing timestamp"
+
+
+class MalformedTimestampError(ServiceError):
+    """``__ts`` or ``__ft`` is not a valid HLC."""
+
+    TEXT = "malformed timestamp"
+
+
+class KeyLengthZeroError(ServiceError):
+    """The key is empty."""
+
+    TEXT = "the key length is zero"
+
+
+class RpcStatusError(ServiceError):
+    """The response carried ``__stat`` other than 200/204 (an RPC-level failure).
+
+    ``status`` is the code (400, 408, 500, 503, 505...); ``text`` the ``__stMsg`` message.
+    """
+
+    def __init__(self, status: int, text: str = "") -> None:
+        self.status = status
+        super().__init__(text)
+
+    def __str__(self) -> str:
+        return f"RPC status {self.status}: {self.text}" if self.text else f"RPC status {self.status}"

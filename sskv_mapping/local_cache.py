@@ -37,9 +37,9 @@ from typing import Any, Final, Generic, Literal, TypeVar
 
 from cachetools import Cache, LRUCache, TTLCache
 
-from ._protocol.errors import ConfigurationError
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
+from .errors import ConfigurationError
 
 __all__ = ["ABSENT", "Absent", "CacheStats", "CachedEntry", "LocalCache", "ReadTicket"]
 

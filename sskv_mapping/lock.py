@@ -26,7 +26,6 @@ from types import TracebackType
 from typing import Any
 
 from ._protocol.commands import SetCondition, VDeleteResult
-from ._protocol.errors import ConfigurationError, LockError, StateStoreError
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
 from ._sync import get_loop_thread
@@ -40,6 +39,7 @@ from .client import (
     normalize_key,
     ttl_to_ms,
 )
+from .errors import ConfigurationError, LockError, StateStoreError
 
 __all__ = ["AsyncLeasedLock", "LeasedLock"]
 

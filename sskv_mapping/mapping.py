@@ -21,12 +21,12 @@ from functools import partial
 from typing import Any, Generic, TypeVar, cast, overload
 
 from ._protocol.commands import SetCondition, VDeleteResult
-from ._protocol.errors import ConfigurationError, StateStoreError
 from ._protocol.hlc import HybridLogicalClock
 from ._store import Encoded, NamespaceStore, StoreEntry
 from ._sync import get_loop_thread
 from .client import AsyncStateStoreClient, StateStoreClient, TlsSettings
 from .codecs import Codec, JsonCodec, get_codec
+from .errors import ConfigurationError, StateStoreError
 from .local_cache import ABSENT, LocalCache
 from .lock import AsyncLeasedLock, LeasedLock
 

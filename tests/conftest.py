@@ -36,10 +36,10 @@ from _support.procs import (  # noqa: E402
     start_emulator,
 )
 
-from sskv_mapping._protocol.errors import ConfigurationError  # noqa: E402
 from sskv_mapping.client import AsyncStateStoreClient  # noqa: E402
 from sskv_mapping.emulator.broker import MosquittoBroker, MosquittoStartError, live_brokers  # noqa: E402
 from sskv_mapping.emulator.inprocess import InProcessStateStore  # noqa: E402
+from sskv_mapping.errors import ConfigurationError  # noqa: E402
 
 BROKER_FIXTURES = frozenset({"mosquitto", "fresh_mosquitto", "emulator", "fresh_emulator"})
 

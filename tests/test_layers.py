@@ -15,10 +15,17 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "sskv_mapping"
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("errors", {"_protocol.errors"}),
+    ("errors", {"errors"}),
     (
         "protocol",
-        {"_protocol", "_protocol.commands", "_protocol.headers", "_protocol.hlc", "_protocol.notifications"}
+        {
+            "_protocol",
+            "_protocol.commands",
+            "_protocol.errors",
+            "_protocol.headers",
+            "_protocol.hlc",
+            "_protocol.notifications",
+        }
         | {"_protocol.resp3", "_protocol.topics"},
     ),
     ("transport", {"_transport", "_transport.base", "_transport.settings", "_transport.rpc", "_transport.loopback"}),
@@ -30,7 +37,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("cache algorithms", {"_renewal", "_counter", "_single_flight"}),
     ("mapping and cache", {"mapping", "cache"}),
     ("emulator", {"emulator", "emulator.core", "emulator.broker", "emulator.server", "emulator.inprocess"}),
-    ("entry points", {"emulator.__main__", "_cli_client", "cli", "demo", "errors", "__init__"}),
+    ("entry points", {"emulator.__main__", "_cli_client", "cli", "demo", "__init__"}),
     (
         "integrations",
         {"integrations", "integrations._common"}
@@ -40,7 +47,7 @@ LAYERS: list[tuple[str, set[str]]] = [
 RANK = {module: rank for rank, (_, modules) in enumerate(LAYERS) for module in modules}
 
 #: modules that must do no I/O at all (sans-IO), beyond the layer rule
-PURE = {name for name in RANK if name.startswith("_protocol")} | {"emulator.core", "local_cache"}
+PURE = {name for name in RANK if name.startswith("_protocol")} | {"errors", "emulator.core", "local_cache"}
 IO_MODULES = {"asyncio", "socket", "selectors", "subprocess", "ssl", "aiomqtt", "paho"}  # a threading.Lock is fine
 
 

@@ -1,6 +1,7 @@
 """Layer 1: the pure protocol core of the state store (no sockets, no asyncio, no clock it was not handed).
 
-The emulator and the client share it. See ``docs`` in the README and protocol.md.
+The emulator and the client share it. The exception tree is the leaf module
+:mod:`sskv_mapping.errors`. See ``docs`` in the README and protocol.md.
 """
 
 from .commands import (
@@ -14,8 +15,6 @@ from .commands import (
     VDeleteResult,
     parse_command,
 )
-from .errors import *  # noqa: F403  (the exception tree is re-exported whole)
-from .errors import __all__ as _errors_all
 from .hlc import MAX_DRIFT_MS, HlcClock, HybridLogicalClock
 from .notifications import KeyEvent, KeyOperation
 
@@ -34,5 +33,4 @@ __all__ = [
     "VDelete",
     "VDeleteResult",
     "parse_command",
-    *_errors_all,
 ]

@@ -14,15 +14,15 @@ import enum
 from dataclasses import dataclass
 from typing import ClassVar, Generic, TypeVar
 
-from . import resp3
-from .errors import (
+from ..errors import (
     KeyLengthZeroError,
     ProtocolError,
     RequestSyntaxError,
     UnknownCommandError,
     WrongNumberOfArgumentsError,
-    service_error,
 )
+from . import resp3
+from .errors import service_error
 
 __all__ = [
     "Command",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from .errors import ProtocolError, RpcStatusError, UnsupportedVersionError
+from ..errors import ProtocolError, RpcStatusError, UnsupportedVersionError
 from .hlc import HybridLogicalClock
 
 __all__ = [

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import ClockDriftError, ProtocolError
+from ..errors import ClockDriftError, ProtocolError
 
 __all__ = ["MAX_DRIFT_MS", "Clock", "HlcClock", "HybridLogicalClock", "system_clock_ms"]
 

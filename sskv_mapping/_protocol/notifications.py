@@ -8,8 +8,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ..errors import ProtocolError
 from . import resp3
-from .errors import ProtocolError
 from .hlc import HybridLogicalClock
 from .topics import parse_notification_topic
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ProtocolError
+from ..errors import ProtocolError
 
 __all__ = [
     "ErrorReply",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import binascii
 
-from .errors import ProtocolError
+from ..errors import ProtocolError
 
 __all__ = [
     "NOTIFY_PREFIX",

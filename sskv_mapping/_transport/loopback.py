@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections.abc import Iterable, Sequence
 
-from .._protocol.errors import BrokerConnectError, ClientStateError, ConnectionLostError
+from ..errors import BrokerConnectError, ClientStateError, ConnectionLostError
 from .base import InboundMessage, MessageHandler
 from .settings import ConnectionSettings
 

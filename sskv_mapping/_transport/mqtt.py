@@ -37,7 +37,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from .._protocol.errors import (
+from ..errors import (
     BrokerConnectError,
     ClientStateError,
     ConfigurationError,

@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
-from .._protocol.errors import ConfigurationError
+from ..errors import ConfigurationError
 
 __all__ = ["ConnectionSettings", "TlsSettings", "generate_client_id"]
 

@@ -19,8 +19,8 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from .._protocol.errors import StateStoreError
 from .._protocol.topics import REQUEST_TOPIC
+from ..errors import StateStoreError
 
 __all__ = ["add_emulator_arguments", "build_parser", "main", "run"]
 

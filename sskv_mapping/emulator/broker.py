@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Final, Literal, Self
 
-from .._protocol.errors import ConfigurationError
+from ..errors import ConfigurationError
 
 __all__ = [
     "CONNECTION_LOG_FORMATS",

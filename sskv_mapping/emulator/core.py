@@ -42,7 +42,11 @@ from .._protocol.commands import (
     VDelete,
     parse_command,
 )
-from .._protocol.errors import (
+from .._protocol.headers import FENCING_TOKEN, PERSISTENCE, TIMESTAMP
+from .._protocol.hlc import MAX_DRIFT_MS, HybridLogicalClock, system_clock_ms
+from .._protocol.notifications import KeyOperation, encode_notification
+from .._protocol.topics import notification_topic
+from ..errors import (
     ClockDriftError,
     FencingTokenLowerVersionError,
     FencingTokenRequiredError,
@@ -55,10 +59,6 @@ from .._protocol.errors import (
     ServiceError,
     TimestampSkewError,
 )
-from .._protocol.headers import FENCING_TOKEN, PERSISTENCE, TIMESTAMP
-from .._protocol.hlc import MAX_DRIFT_MS, HybridLogicalClock, system_clock_ms
-from .._protocol.notifications import KeyOperation, encode_notification
-from .._protocol.topics import notification_topic
 
 __all__ = ["SERVICE_NODE_ID", "CoreResult", "EmulatorCore", "Notification", "StoredEntry"]
 

@@ -42,12 +42,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .._protocol import headers
-from .._protocol.errors import StateStoreError, TransportError
 from .._protocol.hlc import system_clock_ms
 from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic
 from .._transport.base import Connection, ConnectionFactory, InboundMessage
 from .._transport.mqtt import MqttConnection
 from .._transport.settings import ConnectionSettings
+from ..errors import StateStoreError, TransportError
 from .broker import LOG_TOPIC_FILTER, parse_connection_log
 from .core import EmulatorCore, Notification
 

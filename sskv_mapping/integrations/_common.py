@@ -11,9 +11,9 @@ import threading
 from types import ModuleType
 from typing import Any
 
-from .._protocol.errors import ConfigurationError
 from .._transport.settings import ConnectionSettings, TlsSettings
 from ..client import CONNECTION_OPTIONS, StateStoreClient
+from ..errors import ConfigurationError
 
 __all__ = ["CONNECTION_OPTIONS", "import_extra", "request_timeout", "settings_from_options", "shared_client"]
 

@@ -63,13 +63,13 @@ from aiocache.base import BaseCache  # type: ignore[import-untyped]  # noqa: E40
 from aiocache.serializers import JsonSerializer  # type: ignore[import-untyped]  # noqa: E402
 
 from .._protocol.commands import VDeleteResult  # noqa: E402
-from .._protocol.errors import ConfigurationError, StateStoreError  # noqa: E402
 from .._store import _check_namespace  # noqa: E402
 from .._sync import get_loop_thread  # noqa: E402
 from .._transport.settings import ConnectionSettings  # noqa: E402
 from ..cache import StateStoreCache as _CoreCache  # noqa: E402
 from ..cache import translate_ttl  # noqa: E402
 from ..client import UNSET, StateStoreClient  # noqa: E402
+from ..errors import ConfigurationError, StateStoreError  # noqa: E402
 from ..mapping import AsyncStateStoreDict  # noqa: E402
 
 __all__ = ["DEFAULT_URL", "StateStoreCache"]

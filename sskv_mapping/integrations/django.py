@@ -60,13 +60,13 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from .._protocol.errors import ConfigurationError, StateStoreError
 from .._sync import get_loop_thread
 from .._transport.settings import ConnectionSettings
 from ..cache import StateStoreCache as AsyncStateStoreCache
 from ..cache import SyncStateStoreCache, translate_ttl
 from ..client import UNSET, ConnectionState, StateStoreClient
 from ..codecs import Codec, PickleCodec, get_codec
+from ..errors import ConfigurationError, StateStoreError
 from ..mapping import StateStoreDict
 from ._common import CONNECTION_OPTIONS, import_extra, settings_from_options, shared_client
 

@@ -39,9 +39,9 @@ import_extra("fastapi", "fastapi", "fastapi")
 
 from starlette.requests import HTTPConnection  # noqa: E402
 
-from .._protocol.errors import ClientStateError  # noqa: E402
 from ..cache import StateStoreCache  # noqa: E402
 from ..client import AsyncStateStoreClient  # noqa: E402
+from ..errors import ClientStateError  # noqa: E402
 from ..mapping import AsyncStateStoreDict  # noqa: E402
 
 __all__ = [

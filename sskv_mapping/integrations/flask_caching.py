@@ -54,10 +54,10 @@ import_extra("flask_caching", "flask", "flask_caching")
 from flask import Flask  # noqa: E402
 from flask_caching.backends.base import BaseCache  # noqa: E402
 
-from .._protocol.errors import StateStoreError  # noqa: E402
 from ..cache import SyncStateStoreCache, translate_ttl  # noqa: E402
 from ..client import UNSET, StateStoreClient  # noqa: E402
 from ..codecs import Codec, MsgpackCodec, PickleCodec  # noqa: E402
+from ..errors import StateStoreError  # noqa: E402
 
 __all__ = ["DEFAULT_URL", "StateStoreCache"]
 

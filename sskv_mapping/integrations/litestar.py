@@ -52,10 +52,10 @@ import_extra("litestar", "litestar", "litestar")
 
 from litestar.stores.base import NamespacedStore  # noqa: E402
 
-from .._protocol.errors import ClientStateError, ConfigurationError, DecodeError  # noqa: E402
 from .._transport.settings import ConnectionSettings  # noqa: E402
 from ..cache import StateStoreCache, translate_ttl  # noqa: E402
 from ..client import AsyncStateStoreClient  # noqa: E402
+from ..errors import ClientStateError, ConfigurationError, DecodeError  # noqa: E402
 from ..mapping import AsyncStateStoreDict  # noqa: E402
 
 __all__ = ["DEFAULT_URL", "StateStoreStore"]

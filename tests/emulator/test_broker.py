@@ -20,7 +20,6 @@ from _support.procs import EmulatorProcess, EmulatorStartError, child_processes
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sskv_mapping._protocol.errors import ConfigurationError
 from sskv_mapping.emulator import broker as broker_module
 from sskv_mapping.emulator.broker import (
     LOG_TOPIC_FILTER,
@@ -31,6 +30,7 @@ from sskv_mapping.emulator.broker import (
     free_port,
     parse_connection_log,
 )
+from sskv_mapping.errors import ConfigurationError
 
 V5 = aiomqtt.ProtocolVersion.V5
 WAIT = 10.0  # generous upper bound for any one broker event; tests finish as soon as it happens

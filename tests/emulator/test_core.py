@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from sskv_mapping._protocol import errors
+from sskv_mapping import errors
 from sskv_mapping._protocol.hlc import HlcClock, HybridLogicalClock
 from sskv_mapping._protocol.resp3 import encode_request
 from sskv_mapping._protocol.topics import NOTIFY_PREFIX

@@ -24,7 +24,6 @@ from _support.miniclient import MiniClient, Response
 from _support.procs import EmulatorProcess, start_emulator
 
 from sskv_mapping._protocol import errors
-from sskv_mapping._protocol.errors import TransportError
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.resp3 import encode_request
 from sskv_mapping._protocol.topics import REQUEST_TOPIC, SERVICE_ID
@@ -32,6 +31,7 @@ from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.emulator.broker import MosquittoBroker, free_port
 from sskv_mapping.emulator.core import CoreResult, EmulatorCore
 from sskv_mapping.emulator.server import EmulatorServer, client_id_from_response_topic
+from sskv_mapping.errors import TransportError
 
 SET_NOTE = b"*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n$5\r\nVALUE\r\n"
 DELETE_NOTE = b"*2\r\n$6\r\nNOTIFY\r\n$6\r\nDELETE\r\n"

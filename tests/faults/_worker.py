@@ -37,10 +37,10 @@ import threading
 import time
 from typing import Any
 
-from sskv_mapping._protocol.errors import StateStoreError, TransportError
 from sskv_mapping._sync import get_loop_thread
 from sskv_mapping.cache import SyncStateStoreCache
 from sskv_mapping.client import ConnectionState, StateStoreClient
+from sskv_mapping.errors import StateStoreError, TransportError
 from sskv_mapping.mapping import StateStoreDict
 
 _out_lock = threading.Lock()

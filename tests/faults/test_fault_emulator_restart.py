@@ -30,9 +30,9 @@ import pytest
 from _support.procs import start_emulator
 from _support.waiting import eventually
 
-from sskv_mapping._protocol.errors import ServiceUnavailableError
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 from sskv_mapping.emulator.broker import MosquittoBroker
+from sskv_mapping.errors import ServiceUnavailableError
 from sskv_mapping.mapping import AsyncStateStoreDict
 
 from .conftest import FaultRow

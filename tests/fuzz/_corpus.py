@@ -28,15 +28,11 @@ from sskv_mapping._protocol.commands import (
     VDeleteResult,
     parse_command,
 )
-from sskv_mapping._protocol.errors import (
-    ERROR_TEXTS,
-    ProtocolError,
-    RequestSyntaxError,
-    ServiceError,
-)
+from sskv_mapping._protocol.errors import ERROR_TEXTS
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.notifications import KeyOperation, encode_notification, parse_notification
 from sskv_mapping._protocol.topics import NOTIFY_PREFIX, notification_topic
+from sskv_mapping.errors import ProtocolError, RequestSyntaxError, ServiceError
 
 __all__ = [
     "HLC_SEEDS",

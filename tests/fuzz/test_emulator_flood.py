@@ -33,7 +33,6 @@ import pytest
 from _support.procs import EmulatorProcess
 
 from sskv_mapping._protocol import headers, resp3
-from sskv_mapping._protocol.errors import UnsupportedVersionError
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.topics import REQUEST_TOPIC, SERVICE_ID
 from sskv_mapping._transport.base import InboundMessage
@@ -41,6 +40,7 @@ from sskv_mapping._transport.mqtt import MqttConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, Entry
 from sskv_mapping.emulator.broker import MosquittoBroker
+from sskv_mapping.errors import UnsupportedVersionError
 
 N_REQUESTS = int(os.environ.get("SSKV_FLOOD_REQUESTS", "10000"))
 SEED = int(os.environ.get("SSKV_FLOOD_SEED", str(random.SystemRandom().randrange(2**32))))

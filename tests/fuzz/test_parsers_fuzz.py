@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sskv_mapping._protocol import resp3
-from sskv_mapping._protocol.errors import ProtocolError
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.notifications import KeyOperation, encode_notification
 from sskv_mapping._protocol.topics import NOTIFY_PREFIX, notification_topic
+from sskv_mapping.errors import ProtocolError
 
 from ._corpus import (
     HLC_SEEDS,

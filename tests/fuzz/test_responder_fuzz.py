@@ -41,15 +41,7 @@ import pytest
 
 from sskv_mapping._protocol import resp3
 from sskv_mapping._protocol.commands import Delete, Get, Set, VDelete, parse_command
-from sskv_mapping._protocol.errors import (
-    ERROR_TEXTS,
-    ProtocolError,
-    RequestTimeoutError,
-    RpcStatusError,
-    ServiceError,
-    StateStoreError,
-    UnsupportedVersionError,
-)
+from sskv_mapping._protocol.errors import ERROR_TEXTS
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.topics import REQUEST_TOPIC
 from sskv_mapping._transport.base import InboundMessage
@@ -58,6 +50,14 @@ from sskv_mapping._transport.mqtt import MqttConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, Entry, SetResult, StateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
+from sskv_mapping.errors import (
+    ProtocolError,
+    RequestTimeoutError,
+    RpcStatusError,
+    ServiceError,
+    StateStoreError,
+    UnsupportedVersionError,
+)
 
 from ._corpus import MUST_FAIL, REPLY_SEEDS, Reject, expected_decode, ref_reply
 

@@ -14,13 +14,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sskv_mapping._protocol.errors import (
-    CodecError,
-    ConfigurationError,
-    DecodeError,
-    EncodeError,
-    StateStoreError,
-)
 from sskv_mapping.codecs import (
     Codec,
     JsonCodec,
@@ -32,6 +25,7 @@ from sskv_mapping.codecs import (
     encode_value,
     get_codec,
 )
+from sskv_mapping.errors import CodecError, ConfigurationError, DecodeError, EncodeError, StateStoreError
 
 SECRET = b"a-test-secret-of-more-than-16-bytes"
 

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sskv_mapping._protocol.errors import ConfigurationError
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.notifications import KeyEvent, KeyOperation
+from sskv_mapping.errors import ConfigurationError
 from sskv_mapping.local_cache import ABSENT, CachedEntry, LocalCache, ReadTicket
 
 SET, DELETE = KeyOperation.SET, KeyOperation.DELETE

@@ -18,8 +18,9 @@ from sskv_mapping._protocol.commands import (
     VDeleteResult,
     parse_command,
 )
-from sskv_mapping._protocol.errors import (
-    ERROR_TEXTS,
+from sskv_mapping._protocol.errors import ERROR_TEXTS
+from sskv_mapping._protocol.resp3 import encode_request as req
+from sskv_mapping.errors import (
     KeyLengthZeroError,
     ProtocolError,
     RequestSyntaxError,
@@ -27,7 +28,6 @@ from sskv_mapping._protocol.errors import (
     UnknownCommandError,
     WrongNumberOfArgumentsError,
 )
-from sskv_mapping._protocol.resp3 import encode_request as req
 
 from ._strategies import FAST, FUZZ, encode_reply, garbage, keys_or_nasty, mutated, replies, values_or_nasty
 

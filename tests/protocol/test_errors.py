@@ -10,10 +10,11 @@ from hypothesis import given
 
 import sskv_mapping
 import sskv_mapping.errors as public_errors
-from sskv_mapping._protocol import errors
+from sskv_mapping import errors
 from sskv_mapping._protocol.commands import Get
-from sskv_mapping._protocol.errors import (
-    ERROR_TEXTS,
+from sskv_mapping._protocol.errors import ERROR_TEXTS, service_error
+from sskv_mapping._protocol.resp3 import encode_error
+from sskv_mapping.errors import (
     ClockDriftError,
     ConfigurationError,
     FencingTokenLowerVersionError,
@@ -33,9 +34,7 @@ from sskv_mapping._protocol.errors import (
     UnknownCommandError,
     UnsupportedVersionError,
     WrongNumberOfArgumentsError,
-    service_error,
 )
-from sskv_mapping._protocol.resp3 import encode_error
 
 from ._strategies import FAST, line_text
 

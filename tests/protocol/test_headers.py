@@ -8,7 +8,6 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from sskv_mapping._protocol.errors import ProtocolError, RpcStatusError, ServiceError, UnsupportedVersionError
 from sskv_mapping._protocol.headers import (
     CONTENT_TYPE,
     check_response,
@@ -17,6 +16,7 @@ from sskv_mapping._protocol.headers import (
     response_properties,
 )
 from sskv_mapping._protocol.hlc import HybridLogicalClock
+from sskv_mapping.errors import ProtocolError, RpcStatusError, ServiceError, UnsupportedVersionError
 
 from ._strategies import FAST, FUZZ, hlcs
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from sskv_mapping._protocol.errors import ClockDriftError, ProtocolError
 from sskv_mapping._protocol.hlc import MAX_DRIFT_MS, HlcClock, HybridLogicalClock
+from sskv_mapping.errors import ClockDriftError, ProtocolError
 
 from ._strategies import FAST, FUZZ, U64_MAX, garbage, hlcs, node_ids
 

@@ -6,7 +6,6 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from sskv_mapping._protocol.errors import ProtocolError
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.notifications import (
     KeyEvent,
@@ -16,6 +15,7 @@ from sskv_mapping._protocol.notifications import (
 )
 from sskv_mapping._protocol.resp3 import encode_request
 from sskv_mapping._protocol.topics import NOTIFY_PREFIX, notification_topic
+from sskv_mapping.errors import ProtocolError
 
 from ._strategies import FAST, FUZZ, garbage, hlcs, keys_or_nasty, mutated, values_or_nasty
 

@@ -9,7 +9,6 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from sskv_mapping._protocol import resp3
-from sskv_mapping._protocol.errors import ProtocolError
 from sskv_mapping._protocol.resp3 import (
     MAX_DEPTH,
     ErrorReply,
@@ -23,6 +22,7 @@ from sskv_mapping._protocol.resp3 import (
     parse_reply,
     parse_request,
 )
+from sskv_mapping.errors import ProtocolError
 
 from ._strategies import (
     FAST,

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from sskv_mapping._protocol.errors import ProtocolError
 from sskv_mapping._protocol.topics import (
     NOTIFY_PREFIX,
     REQUEST_TOPIC,
@@ -19,6 +18,7 @@ from sskv_mapping._protocol.topics import (
     parse_notification_topic,
     response_topic,
 )
+from sskv_mapping.errors import ProtocolError
 
 from ._strategies import FAST, FUZZ, keys_or_nasty
 

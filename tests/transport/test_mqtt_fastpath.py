@@ -29,12 +29,12 @@ from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from sskv_mapping._protocol.errors import ConfigurationError, ConnectionLostError
 from sskv_mapping._transport import mqtt as mqtt_module
 from sskv_mapping._transport.base import InboundMessage
 from sskv_mapping._transport.mqtt import MqttConnection, _decode_publish, _publish_properties
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.emulator.broker import MosquittoBroker
+from sskv_mapping.errors import ConfigurationError, ConnectionLostError
 
 WAIT = 10.0
 
