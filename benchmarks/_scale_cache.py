@@ -2,7 +2,7 @@
 
 For each size N, a fresh namespace is filled with N entries (TTL 600 s), then, in the same run:
 
-(a) a new key alone: ``StateStoreCache.set`` of a key never written vs ``client.set`` of the same bytes under
+(a) a new key alone: ``AsyncStateStoreCache.set`` of a key never written vs ``client.set`` of the same bytes under
     another new key (the floor), interleaved one for one, median of ``--samples`` each;
 (b) new keys with 64 in flight: ``set_many`` of ``--batch`` new keys (``max_in_flight=64``) vs the same
     number of ``client.set`` calls gathered 64 at a time; keys per second, median of ``--rounds``;
@@ -25,13 +25,13 @@ import time
 import uuid
 from typing import Any
 
-from sskv_mapping.cache import StateStoreCache, SyncStateStoreCache
+from sskv_mapping.cache import AsyncStateStoreCache, StateStoreCache
 from sskv_mapping.client import AsyncStateStoreClient, StateStoreClient
 
 VALUE = {"user": 12345, "name": "a typical cached value", "tags": ["a", "b", "c"]}
 
 
-async def _fill(cache: StateStoreCache[Any], n: int) -> None:
+async def _fill(cache: AsyncStateStoreCache[Any], n: int) -> None:
     chunk = 5_000
     for start in range(0, n, chunk):
         failed = await cache.set_many({f"fill:{i:07d}": VALUE for i in range(start, min(n, start + chunk))}, ttl=600)
@@ -52,7 +52,7 @@ def reader_main(host: str, port: int, namespace: str) -> int:
     """The other process of (c): for each line ``KEY``, cache it, say ``P``, read until it is gone."""
     clock = time.perf_counter
     with StateStoreClient(host, port, timeout=10) as client:
-        cache: SyncStateStoreCache[Any] = SyncStateStoreCache(client, namespace=namespace, local_cache_size=16)
+        cache: StateStoreCache[Any] = StateStoreCache(client, namespace=namespace, local_cache_size=16)
         print("READY", flush=True)
         for line in sys.stdin:
             key = line.strip()
@@ -72,7 +72,7 @@ def reader_main(host: str, port: int, namespace: str) -> int:
 async def measure(host: str, port: int, n: int, samples: int, batch: int, rounds: int, clears: int) -> dict[str, Any]:
     namespace = f"scale-cache-{n}-{uuid.uuid4().hex[:6]}"
     async with AsyncStateStoreClient(host, port, timeout=30) as client:
-        cache: StateStoreCache[Any] = StateStoreCache(client, namespace=namespace, max_in_flight=64)
+        cache: AsyncStateStoreCache[Any] = AsyncStateStoreCache(client, namespace=namespace, max_in_flight=64)
         async with cache:
             started = time.perf_counter()
             await _fill(cache, n)

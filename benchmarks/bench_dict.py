@@ -298,7 +298,7 @@ def real_read_bytes(host: str, port: int, n: int) -> tuple[int, int, tracemalloc
         portal.run(fill())
     finally:
         writer.close()
-    with StateStoreDict.connect(host, port, namespace=namespace, cache_size=n) as d:
+    with StateStoreDict.connect(host, port, namespace=namespace, local_cache_size=n) as d:
         ad = d.async_dict
 
         async def read_all() -> int:
@@ -368,7 +368,7 @@ def main() -> int:
                 latency[mode] = measure_invalidation(broker.host, broker.port, args.changes, mode)
             print("(iii) memory...", flush=True)
             with StateStoreDict.connect(
-                broker.host, broker.port, namespace="bench-cache", cache_size=args.entries
+                broker.host, broker.port, namespace="bench-cache", local_cache_size=args.entries
             ) as d:
                 cache_bytes = cache_only_bytes(d, args.entries)
             real, real_cache_part, snapshot = real_read_bytes(broker.host, broker.port, args.watched)

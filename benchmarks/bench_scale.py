@@ -58,7 +58,7 @@ async def measure_dict(host: str, port: int, n: int, samples: int) -> dict[str, 
     raw = json.dumps(VALUE, separators=(",", ":")).encode()
     async with AsyncStateStoreClient(host, port, timeout=60) as client:
         # filled through a dict without a local cache (one SET per key, no watch), measured through a default one
-        filler: AsyncStateStoreDict[Any] = AsyncStateStoreDict(client, namespace=namespace, cache_size=0)
+        filler: AsyncStateStoreDict[Any] = AsyncStateStoreDict(client, namespace=namespace, local_cache_size=0)
         async with filler:
             started = time.perf_counter()
             chunk = 5_000

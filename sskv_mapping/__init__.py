@@ -4,31 +4,38 @@
 and import their framework only when imported themselves).
 """
 
+from ._cache_stats import OpLatency, StateStoreCacheStats
 from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
+from ._store import StoreEntry
+from ._transport.base import Connection, ConnectionFactory, InboundMessage
 from ._transport.settings import ConnectionSettings, TlsSettings
-from .cache import StateStoreCache, SyncStateStoreCache, translate_ttl
+from .cache import AsyncStateStoreCache, StateStoreCache, translate_ttl
 from .client import (
     UNSET,
     AsyncKeyWatch,
     AsyncStateStoreClient,
     ConnectionState,
     Entry,
+    KeySubscription,
     KeyWatch,
     SetResult,
     StateStoreClient,
+    UnsetType,
 )
 from .codecs import Codec, JsonCodec, MsgpackCodec, PickleCodec, RawCodec, StrCodec
 from .election import AsyncLeaderElection, LeaderElection, LeadershipChange
 from .errors import *  # noqa: F403
 from .errors import __all__ as _errors_all
+from .local_cache import ABSENT, CachedEntry, CacheStats, LocalCache, ReadTicket
 from .lock import AsyncLeasedLock, LeasedLock
 from .mapping import AsyncStateStoreDict, StateStoreDict
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ABSENT",
     "UNSET",
     "AsyncKeyWatch",
     "AsyncLeaderElection",
@@ -54,11 +61,23 @@ __all__ = [
     "SetResult",
     "StateStoreClient",
     "StateStoreDict",
-    "StateStoreCache",
+    "AsyncStateStoreCache",
     "StrCodec",
-    "SyncStateStoreCache",
+    "StateStoreCache",
     "TlsSettings",
     "VDeleteResult",
+    "CacheStats",
+    "CachedEntry",
+    "Connection",
+    "ConnectionFactory",
+    "InboundMessage",
+    "KeySubscription",
+    "LocalCache",
+    "OpLatency",
+    "StateStoreCacheStats",
+    "StoreEntry",
+    "UnsetType",
+    "ReadTicket",
     "__version__",
     "translate_ttl",
     *_errors_all,

@@ -37,7 +37,7 @@ class OpLatency:
 
 @dataclass(frozen=True, slots=True)
 class StateStoreCacheStats:
-    """A snapshot of a cache's counters (see :meth:`StateStoreCache.stats`).
+    """A snapshot of a cache's counters (see :meth:`AsyncStateStoreCache.stats`).
 
     ``hits``/``misses`` count looked-up keys (``get``, ``get_many`` per key, ``get_or_set``); ``sets`` the
     values written (``set``, ``add`` when it added, ``set_many`` per key, ``get_or_set`` when it stored,

@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from ._index import StoredKeyIndex
 from ._protocol.commands import SetCondition, VDeleteResult
@@ -37,12 +37,9 @@ from .local_cache import ABSENT, CachedEntry, LocalCache
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MISSING", "Encoded", "NamespaceStore", "StoreEntry"]
+__all__ = ["Encoded", "NamespaceStore", "StoreEntry"]
 
 V = TypeVar("V")
-
-#: What :meth:`NamespaceStore.read` returns for a missing key (distinct from a stored ``None``).
-MISSING: Any = ABSENT
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +251,7 @@ class NamespaceStore(Generic[V]):
         return cache.get(data_key) if cache is not None else None
 
     async def read(self, key: str, *, fresh: bool = False) -> CachedEntry[V]:
-        """The entry for ``key`` (``value`` is ``MISSING`` when absent), from the cache or the store.
+        """The entry for ``key`` (``value`` is ``ABSENT`` when absent), from the cache or the store.
 
         ``fresh=True`` skips the cache: read-modify-write operations (``pop``, ``setdefault``...) decide on
         the store's current value, not on a cached one that a notification may be about to replace.

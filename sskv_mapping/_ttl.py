@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final, Literal
 
-from .client import UNSET, _Unset, ttl_to_ms
+from .client import UNSET, UnsetType, ttl_to_ms
 from .errors import ConfigurationError
 
 __all__ = ["TtlArg", "TtlConvention", "check_ttl", "expire_now", "translate_ttl"]
 
 #: What callers may pass as a ``ttl``: seconds, a timedelta, ``None`` (never expires) or ``UNSET`` (default).
-TtlArg = float | int | timedelta | None | _Unset
+TtlArg = float | int | timedelta | None | UnsetType
 
 # -- TTLs ---------------------------------------------------------------------------------------------------
 
@@ -81,7 +81,7 @@ _CONVENTIONS: Final[dict[str, _Convention]] = {
 
 
 def translate_ttl(value: object, convention: str, default: object = UNSET) -> float | None:
-    """Turn a framework's "timeout" argument into a ``ttl`` for :class:`StateStoreCache`.
+    """Turn a framework's "timeout" argument into a ``ttl`` for :class:`AsyncStateStoreCache`.
 
     Returns ``None`` (never expires), ``0.0`` (expire now: ``set`` deletes the key) or positive seconds.
     ``value`` is :data:`~sskv_mapping.UNSET` when the framework's argument was not given (an adapter maps

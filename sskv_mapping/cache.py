@@ -1,5 +1,5 @@
-"""Layer 4: :class:`StateStoreCache`, the async cache backend over one namespace of the state store, and its
-blocking twin :class:`SyncStateStoreCache` (for Django, Flask and other WSGI code).
+"""Layer 4: :class:`AsyncStateStoreCache`, the async cache backend over one namespace of the state store, and its
+blocking twin :class:`StateStoreCache` (for Django, Flask and other WSGI code).
 
 This is the layer the framework adapters (``sskv_mapping.integrations``) sit on. Its verbs are the union of
 what those frameworks ask of a cache: ``get/set/add/delete/exists/touch/expire``, the ``*_many`` forms,
@@ -57,10 +57,10 @@ from .local_cache import ABSENT, CachedEntry, LocalCache
 __all__ = [
     "DEFAULT_TTL",
     "LATENCY_BUCKETS",
+    "AsyncStateStoreCache",
     "OpLatency",
     "StateStoreCache",
     "StateStoreCacheStats",
-    "SyncStateStoreCache",
     "TtlConvention",
     "translate_ttl",
 ]
@@ -96,12 +96,12 @@ def _check_keys(keys: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(_check_key(k) for k in keys))
 
 
-class StateStoreCache(Generic[V]):
+class AsyncStateStoreCache(Generic[V]):
     """An async cache backend over one namespace of the state store, shared by every process that opens it.
 
     Example:
         >>> async def main(client: AsyncStateStoreClient) -> None:  # doctest: +SKIP
-        ...     async with StateStoreCache(client, namespace="web", default_ttl=60) as cache:
+        ...     async with AsyncStateStoreCache(client, namespace="web", default_ttl=60) as cache:
         ...         await cache.set("page:/", "<html>…", ttl=30)
         ...         await cache.add("visits", 0, ttl=None)          # only if absent (SET NX)
         ...         await cache.incr("visits")                      # exact under concurrency
@@ -191,7 +191,7 @@ class StateStoreCache(Generic[V]):
         tls: TlsSettings | None = None,
         timeout: float | None = 10.0,
         local_cache_size: int = 0,
-    ) -> StateStoreCache[Any]:
+    ) -> AsyncStateStoreCache[Any]:
         """Connect a client of its own (closed with the cache) and open the cache; ``timeout``: seconds per
         request (``None``: forever)."""
         client = AsyncStateStoreClient(
@@ -199,7 +199,7 @@ class StateStoreCache(Generic[V]):
         )
         await client.connect()
         try:
-            cache: StateStoreCache[Any] = cls(
+            cache: AsyncStateStoreCache[Any] = cls(
                 client,
                 namespace=namespace,
                 codec=codec,
@@ -242,7 +242,9 @@ class StateStoreCache(Generic[V]):
         return self._generation.current
 
     def __repr__(self) -> str:
-        return f"<StateStoreCache namespace={self.namespace!r} codec={self.codec!r} default_ttl={self._default_ttl}>"
+        return (
+            f"<AsyncStateStoreCache namespace={self.namespace!r} codec={self.codec!r} default_ttl={self._default_ttl}>"
+        )
 
     def stats(self) -> StateStoreCacheStats:
         """A consistent snapshot of the counters and latencies."""
@@ -263,7 +265,7 @@ class StateStoreCache(Generic[V]):
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
-    async def open(self) -> StateStoreCache[V]:
+    async def open(self) -> AsyncStateStoreCache[V]:
         """Start watching the namespace's generation and the connection (done by ``async with``,
         :meth:`connect` and, lazily, by the first operation). Resumes a sweep an earlier clear left unfinished."""
         await self._ready()
@@ -304,7 +306,7 @@ class StateStoreCache(Generic[V]):
         if self._owns_client:
             await self._store.client.close()
 
-    async def __aenter__(self) -> StateStoreCache[V]:
+    async def __aenter__(self) -> AsyncStateStoreCache[V]:
         return await self.open()
 
     async def __aexit__(self, *exc: object) -> None:
@@ -670,11 +672,11 @@ async def _awaited(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
 
-class SyncStateStoreCache(Generic[V]):
-    """The blocking twin of :class:`StateStoreCache`, for Django, Flask and other threaded code.
+class StateStoreCache(Generic[V]):
+    """The blocking twin of :class:`AsyncStateStoreCache`, for Django, Flask and other threaded code.
 
     Example:
-        >>> with SyncStateStoreCache.connect("127.0.0.1", 1883, namespace="web") as cache:  # doctest: +SKIP
+        >>> with StateStoreCache.connect("127.0.0.1", 1883, namespace="web") as cache:  # doctest: +SKIP
         ...     cache.set("greeting", "hello", ttl=60)
         ...     cache.get_or_set("report", build_report)   # build_report runs in this thread, once
         ...     cache.add("hits", 0, ttl=None)                 # create the counter once
@@ -683,7 +685,7 @@ class SyncStateStoreCache(Generic[V]):
     The async cache runs on the background event-loop thread (``_sync.get_loop_thread()``). With a local
     cache, a ``get`` that hits is answered in the calling thread without touching that loop. The callable of
     :meth:`get_or_set` runs in the calling thread (where a Django request's database connection lives), not
-    on the loop. Takes the arguments of :class:`StateStoreCache`, with a :class:`StateStoreClient`.
+    on the loop. Takes the arguments of :class:`AsyncStateStoreCache`, with a :class:`StateStoreClient`.
     """
 
     def __init__(
@@ -702,7 +704,7 @@ class SyncStateStoreCache(Generic[V]):
     ) -> None:
         self._client = client
         self._portal = get_loop_thread()
-        self._async: StateStoreCache[V] = StateStoreCache(
+        self._async: AsyncStateStoreCache[V] = AsyncStateStoreCache(
             client.async_client,
             namespace=namespace,
             codec=codec,
@@ -732,7 +734,7 @@ class SyncStateStoreCache(Generic[V]):
         tls: TlsSettings | None = None,
         timeout: float | None = 10.0,
         local_cache_size: int = 0,
-    ) -> SyncStateStoreCache[Any]:
+    ) -> StateStoreCache[Any]:
         """Connect a client of its own (closed with the cache) and open the cache; ``timeout``: seconds per
         request (``None``: forever)."""
         client = StateStoreClient(
@@ -756,7 +758,7 @@ class SyncStateStoreCache(Generic[V]):
         return self._portal.run(coro)
 
     @property
-    def async_cache(self) -> StateStoreCache[V]:
+    def async_cache(self) -> AsyncStateStoreCache[V]:
         """The async cache this facade drives (it lives on the background loop thread)."""
         return self._async
 
@@ -777,7 +779,7 @@ class SyncStateStoreCache(Generic[V]):
         return self._async.local_cache
 
     def __repr__(self) -> str:
-        return repr(self._async).replace("StateStoreCache", "SyncStateStoreCache", 1)
+        return repr(self._async).replace("AsyncStateStoreCache", "StateStoreCache", 1)
 
     def stats(self) -> StateStoreCacheStats:
         return self._async.stats()
@@ -788,7 +790,7 @@ class SyncStateStoreCache(Generic[V]):
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
-    def open(self) -> SyncStateStoreCache[V]:
+    def open(self) -> StateStoreCache[V]:
         """Open the cache (the constructor already did; safe to call again)."""
         self._run(self._async.open())
         return self
@@ -798,7 +800,7 @@ class SyncStateStoreCache(Generic[V]):
         if self._owns_client:
             self._client.close()
 
-    def __enter__(self) -> SyncStateStoreCache[V]:
+    def __enter__(self) -> StateStoreCache[V]:
         return self
 
     def __exit__(self, *exc: object) -> None:

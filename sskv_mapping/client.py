@@ -59,6 +59,7 @@ __all__ = [
     "SetResult",
     "StateStoreClient",
     "TlsSettings",
+    "UnsetType",
     "normalize_key",
     "ttl_to_ms",
 ]
@@ -88,7 +89,9 @@ def _settings_from_url(url: str, kwargs: dict[str, Any]) -> ConnectionSettings:
     return ConnectionSettings.from_url(url, **{k: v for k, v in conn.items() if v is not None})
 
 
-class _Unset(enum.Enum):
+class UnsetType(enum.Enum):
+    """The type of :data:`UNSET` (for annotations: ``timeout: float | UnsetType | None = UNSET``)."""
+
     UNSET = "UNSET"
 
     def __repr__(self) -> str:
@@ -96,7 +99,7 @@ class _Unset(enum.Enum):
 
 
 #: "Use the client default" (distinct from ``None``, which means "no limit" / "never expires").
-UNSET: Final = _Unset.UNSET
+UNSET: Final = UnsetType.UNSET
 
 KeyLike = str | bytes | bytearray | memoryview
 TtlLike = float | int | timedelta | None
@@ -656,7 +659,7 @@ class AsyncStateStoreClient:
         except TimeoutError:
             raise ConnectionLostError(f"not connected to {self.settings.url} (reconnecting)") from None
 
-    def _timeout(self, timeout: float | _Unset | None) -> float | None:
+    def _timeout(self, timeout: float | UnsetType | None) -> float | None:
         if timeout is UNSET:
             return self.timeout
         return _check_timeout(timeout)
@@ -772,7 +775,7 @@ class AsyncStateStoreClient:
                 "this machine's clock is behind the state store's (%d time(s)): %s", self.clock_drift_warnings, exc
             )
 
-    async def get(self, key: KeyLike, *, timeout: float | _Unset | None = UNSET) -> Entry | None:
+    async def get(self, key: KeyLike, *, timeout: float | UnsetType | None = UNSET) -> Entry | None:
         """The key's value and version, or ``None`` if it does not exist."""
         cmd = Get(normalize_key(key))
         payload, version = await self._request(cmd, timeout=self._timeout(timeout))
@@ -788,7 +791,7 @@ class AsyncStateStoreClient:
         ttl: TtlLike = None,
         fencing_token: HybridLogicalClock | None = None,
         persist: bool = False,
-        timeout: float | _Unset | None = UNSET,
+        timeout: float | UnsetType | None = UNSET,
     ) -> SetResult:
         """Store ``value``. ``condition=SetCondition.NX`` only if absent, ``NEX`` only if absent or equal;
         ``ttl`` in seconds (``None``: never expires); ``fencing_token`` for keys protected by a lock."""
@@ -807,7 +810,7 @@ class AsyncStateStoreClient:
         key: KeyLike,
         *,
         fencing_token: HybridLogicalClock | None = None,
-        timeout: float | _Unset | None = UNSET,
+        timeout: float | UnsetType | None = UNSET,
     ) -> bool:
         """Delete the key; ``True`` if it existed."""
         cmd = Delete(normalize_key(key))
@@ -820,7 +823,7 @@ class AsyncStateStoreClient:
         value: bytes,
         *,
         fencing_token: HybridLogicalClock | None = None,
-        timeout: float | _Unset | None = UNSET,
+        timeout: float | UnsetType | None = UNSET,
     ) -> VDeleteResult:
         """Delete the key only if its value equals ``value``: DELETED, NOT_FOUND or VALUE_MISMATCH."""
         cmd = VDelete(normalize_key(key), _value_bytes(value))
@@ -834,7 +837,7 @@ class AsyncStateStoreClient:
         return AsyncKeyWatch(self, normalize_key(key))
 
     async def subscribe_key(
-        self, key: KeyLike, callback: EventSink, *, timeout: float | _Unset | None = UNSET
+        self, key: KeyLike, callback: EventSink, *, timeout: float | UnsetType | None = UNSET
     ) -> KeySubscription:
         """Call ``callback(event)`` on the loop thread for every change of ``key`` until closed.
 
@@ -1063,7 +1066,7 @@ class StateStoreClient:
     def wait_connected(self, timeout: float | None = None) -> None:
         self._run(self._async.wait_connected(timeout))
 
-    def get(self, key: KeyLike, *, timeout: float | _Unset | None = UNSET) -> Entry | None:
+    def get(self, key: KeyLike, *, timeout: float | UnsetType | None = UNSET) -> Entry | None:
         result: Entry | None = self._run(self._async.get(key, timeout=timeout))
         return result
 
@@ -1076,7 +1079,7 @@ class StateStoreClient:
         ttl: TtlLike = None,
         fencing_token: HybridLogicalClock | None = None,
         persist: bool = False,
-        timeout: float | _Unset | None = UNSET,
+        timeout: float | UnsetType | None = UNSET,
     ) -> SetResult:
         result: SetResult = self._run(
             self._async.set(
@@ -1096,7 +1099,7 @@ class StateStoreClient:
         key: KeyLike,
         *,
         fencing_token: HybridLogicalClock | None = None,
-        timeout: float | _Unset | None = UNSET,
+        timeout: float | UnsetType | None = UNSET,
     ) -> bool:
         result: bool = self._run(self._async.delete(key, fencing_token=fencing_token, timeout=timeout))
         return result
@@ -1107,7 +1110,7 @@ class StateStoreClient:
         value: bytes,
         *,
         fencing_token: HybridLogicalClock | None = None,
-        timeout: float | _Unset | None = UNSET,
+        timeout: float | UnsetType | None = UNSET,
     ) -> VDeleteResult:
         result: VDeleteResult = self._run(self._async.vdelete(key, value, fencing_token=fencing_token, timeout=timeout))
         return result
@@ -1116,7 +1119,7 @@ class StateStoreClient:
         return KeyWatch(self, normalize_key(key))
 
     def subscribe_key(
-        self, key: KeyLike, callback: EventSink, *, timeout: float | _Unset | None = UNSET
+        self, key: KeyLike, callback: EventSink, *, timeout: float | UnsetType | None = UNSET
     ) -> KeySubscription:
         """Like the async twin; ``callback`` runs on the background loop thread and must not block."""
         result: KeySubscription = self._run(self._async.subscribe_key(key, callback, timeout=timeout))

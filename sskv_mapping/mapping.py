@@ -92,7 +92,7 @@ class AsyncStateStoreDict(Generic[V]):
         *,
         namespace: str = "default",
         codec: Codec[V] | str | None = None,
-        cache_size: int = 10_000,
+        local_cache_size: int = 10_000,
         cache_ttl: float | None = None,
         stale_while_disconnected: bool = False,
         clock: Callable[[], float] = time.monotonic,
@@ -100,9 +100,9 @@ class AsyncStateStoreDict(Generic[V]):
     ) -> None:
         resolved: Codec[Any] = JsonCodec() if codec is None else get_codec(codec)
         cache: LocalCache[V] | None = None
-        if cache_size > 0:
+        if local_cache_size > 0:
             cache = LocalCache(
-                maxsize=cache_size,
+                maxsize=local_cache_size,
                 ttl=cache_ttl,
                 clock=clock,
                 stale_while_disconnected=stale_while_disconnected,
@@ -124,7 +124,7 @@ class AsyncStateStoreDict(Generic[V]):
         password: str | None = None,
         tls: TlsSettings | None = None,
         timeout: float | None = 10.0,
-        cache_size: int = 10_000,
+        local_cache_size: int = 10_000,
         stale_while_disconnected: bool = False,
     ) -> AsyncStateStoreDict[Any]:
         """Connect a client of its own and open the namespace (closed with the dict); ``timeout``: seconds per
@@ -137,7 +137,7 @@ class AsyncStateStoreDict(Generic[V]):
             client,
             namespace=namespace,
             codec=codec,
-            cache_size=cache_size,
+            local_cache_size=local_cache_size,
             stale_while_disconnected=stale_while_disconnected,
             _owns_client=True,
         )
@@ -392,7 +392,7 @@ class StateStoreDict(MutableMapping[str, V]):
         *,
         namespace: str = "default",
         codec: Codec[V] | str | None = None,
-        cache_size: int = 10_000,
+        local_cache_size: int = 10_000,
         cache_ttl: float | None = None,
         stale_while_disconnected: bool = False,
         clock: Callable[[], float] = time.monotonic,
@@ -404,7 +404,7 @@ class StateStoreDict(MutableMapping[str, V]):
             client.async_client,
             namespace=namespace,
             codec=codec,
-            cache_size=cache_size,
+            local_cache_size=local_cache_size,
             cache_ttl=cache_ttl,
             stale_while_disconnected=stale_while_disconnected,
             clock=clock,
@@ -425,7 +425,7 @@ class StateStoreDict(MutableMapping[str, V]):
         password: str | None = None,
         tls: TlsSettings | None = None,
         timeout: float | None = 10.0,
-        cache_size: int = 10_000,
+        local_cache_size: int = 10_000,
         stale_while_disconnected: bool = False,
     ) -> StateStoreDict[Any]:
         """Connect a client of its own and open the namespace (closed with the dict); ``timeout``: seconds per
@@ -439,7 +439,7 @@ class StateStoreDict(MutableMapping[str, V]):
                 client,
                 namespace=namespace,
                 codec=codec,
-                cache_size=cache_size,
+                local_cache_size=local_cache_size,
                 stale_while_disconnected=stale_while_disconnected,
                 _owns_client=True,
             )

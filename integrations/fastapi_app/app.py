@@ -1,7 +1,7 @@
 """A small FastAPI app whose page cache, settings and counter live in the Azure IoT Operations state store, so
 that every instance of the app (every process, every machine) shares them.
 
-* ``GET /``: a page cached for 30 s (``StateStoreCache.get_or_set``: one render across instances);
+* ``GET /``: a page cached for 30 s (``AsyncStateStoreCache.get_or_set``: one render across instances);
 * ``GET /settings``, ``PUT /settings`` (a JSON object to merge in): settings shared through an
   ``AsyncStateStoreDict``; a write empties the page cache;
 * ``POST /visits``: a counter exact across instances.
@@ -21,7 +21,7 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import HTMLResponse
 
 from sskv_mapping import AsyncStateStoreDict
-from sskv_mapping.cache import StateStoreCache
+from sskv_mapping.cache import AsyncStateStoreCache
 from sskv_mapping.integrations.fastapi import get_statestore_cache, get_statestore_dict, statestore_lifespan
 
 
@@ -32,8 +32,8 @@ def create_app(url: str | None = None, *, name: str = "fastapi-example", instanc
         lifespan=statestore_lifespan(url=url or os.environ.get("SSKV_URL", "mqtt://127.0.0.1:1883"), namespace=name)
     )
     Settings = Annotated[AsyncStateStoreDict[Any], Depends(get_statestore_dict(f"{name}-settings"))]
-    Pages = Annotated[StateStoreCache[Any], Depends(get_statestore_cache(f"{name}-pages"))]
-    Counters = Annotated[StateStoreCache[Any], Depends(get_statestore_cache(f"{name}-counters"))]
+    Pages = Annotated[AsyncStateStoreCache[Any], Depends(get_statestore_cache(f"{name}-pages"))]
+    Counters = Annotated[AsyncStateStoreCache[Any], Depends(get_statestore_cache(f"{name}-counters"))]
     renders = itertools.count(1)
 
     @app.get("/", response_class=HTMLResponse)

@@ -10,7 +10,7 @@ Example:
 or by dotted path: ``caches.set_config({"default": {"cache": "sskv_mapping.integrations.aiocache.StateStoreCache",
 "url": "mqtt://127.0.0.1:1883"}})``.
 
-How aiocache's primitives map onto :class:`sskv_mapping.cache.StateStoreCache`, all in one state store
+How aiocache's primitives map onto :class:`sskv_mapping.cache.AsyncStateStoreCache`, all in one state store
 namespace (``sskv_namespace``, default ``"aiocache"``; aiocache's own ``namespace`` is a key prefix ``ns:key``,
 as with aiocache's Redis backend):
 
@@ -66,8 +66,7 @@ from .._protocol.commands import VDeleteResult  # noqa: E402
 from .._store import _check_namespace  # noqa: E402
 from .._sync import get_loop_thread  # noqa: E402
 from .._transport.settings import ConnectionSettings  # noqa: E402
-from ..cache import StateStoreCache as _CoreCache  # noqa: E402
-from ..cache import translate_ttl  # noqa: E402
+from ..cache import AsyncStateStoreCache, translate_ttl  # noqa: E402
 from ..client import UNSET, StateStoreClient  # noqa: E402
 from ..errors import ConfigurationError, StateStoreError  # noqa: E402
 from ..mapping import AsyncStateStoreDict  # noqa: E402
@@ -187,7 +186,7 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         self._default_ttl = translate_ttl(UNSET, "aiocache", self.ttl)
         self._codec = _ValueCodec()
         _check_namespace(sskv_namespace)  # refused now rather than on the first call
-        self._cores: dict[str, _CoreCache[Any]] = {}  # aiocache namespace ("" for none) -> its cache
+        self._cores: dict[str, AsyncStateStoreCache[Any]] = {}  # aiocache namespace ("" for none) -> its cache
         self._open_lock = threading.Lock()
         self._portal = get_loop_thread()
 
@@ -217,7 +216,7 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
     def _namespace_of(self, scope: str) -> str:
         return f"{self._sskv_namespace}~{scope.encode('utf-8').hex()}" if scope else self._sskv_namespace
 
-    def _open_blocking(self, scope: str) -> _CoreCache[Any]:
+    def _open_blocking(self, scope: str) -> AsyncStateStoreCache[Any]:
         with self._open_lock:
             core = self._cores.get(scope)
             if core is None:
@@ -225,7 +224,7 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
                 if client is None:
                     assert self._settings is not None
                     client = shared_client(self._settings, timeout=self._request_timeout)
-                core = _CoreCache(
+                core = AsyncStateStoreCache(
                     client.async_client,
                     namespace=self._namespace_of(scope),
                     codec=self._codec,
@@ -238,21 +237,21 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
                 self._cores[scope] = core
             return core
 
-    async def _register(self, core: _CoreCache[Any], scope: str) -> None:
+    async def _register(self, core: AsyncStateStoreCache[Any], scope: str) -> None:
         """List ``scope`` in the namespace's registry of aiocache namespaces, which ``clear()`` goes through."""
         registry: AsyncStateStoreDict[bool] = AsyncStateStoreDict(
-            core.client, namespace=f"{self._sskv_namespace}!scopes", cache_size=0
+            core.client, namespace=f"{self._sskv_namespace}!scopes", local_cache_size=0
         )
         async with registry:
             await registry.setdefault(scope, True)
 
-    async def _cache(self, scope: str = "") -> _CoreCache[Any]:
+    async def _cache(self, scope: str = "") -> AsyncStateStoreCache[Any]:
         core = self._cores.get(scope)
         if core is None:  # connecting blocks: do it in a worker thread, not on the caller's loop
             core = await asyncio.to_thread(self._open_blocking, scope)
         return core
 
-    async def _for(self, key: Any) -> tuple[_CoreCache[Any], Any]:
+    async def _for(self, key: Any) -> tuple[AsyncStateStoreCache[Any], Any]:
         scope, inner = _split(key)
         return await self._cache(scope), inner
 
@@ -260,8 +259,8 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         return await self._portal.run_async(coro)
 
     @property
-    def sskv_cache(self) -> _CoreCache[Any] | None:
-        """The :class:`sskv_mapping.cache.StateStoreCache` of keys without an aiocache namespace, once opened."""
+    def sskv_cache(self) -> AsyncStateStoreCache[Any] | None:
+        """The :class:`sskv_mapping.cache.AsyncStateStoreCache` of keys without an aiocache namespace, once opened."""
         return self._cores.get("")
 
     async def store_key(self, key: Any, namespace: str | None = None) -> str:
@@ -303,7 +302,9 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         await self._run(core.set(inner, value, seconds))
         return True
 
-    async def _cas(self, core: _CoreCache[Any], key: str, value: Any, token: Any, seconds: float | None) -> bool:
+    async def _cas(
+        self, core: AsyncStateStoreCache[Any], key: str, value: Any, token: Any, seconds: float | None
+    ) -> bool:
         expected = self._codec.dumps(token)
         outcome = await core.client.vdelete(await core.data_key(key), expected)
         if outcome is not VDeleteResult.DELETED:
@@ -339,7 +340,7 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         return await self._run(self._incr(core, inner, delta))
 
     @staticmethod
-    async def _incr(core: _CoreCache[Any], key: str, delta: int) -> int | float:
+    async def _incr(core: AsyncStateStoreCache[Any], key: str, delta: int) -> int | float:
         while True:
             try:
                 return await core.incr(key, delta)
@@ -367,15 +368,15 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         await self._run(self._clear_all(core))
         return True
 
-    async def _clear_all(self, core: _CoreCache[Any]) -> None:
+    async def _clear_all(self, core: AsyncStateStoreCache[Any]) -> None:
         registry: AsyncStateStoreDict[bool] = AsyncStateStoreDict(
-            core.client, namespace=f"{self._sskv_namespace}!scopes", cache_size=0
+            core.client, namespace=f"{self._sskv_namespace}!scopes", local_cache_size=0
         )
         async with registry:
             scopes = await registry.keys()
         await core.clear()
         for scope in scopes:
-            scoped = _CoreCache(core.client, namespace=self._namespace_of(scope), codec=self._codec)
+            scoped = AsyncStateStoreCache(core.client, namespace=self._namespace_of(scope), codec=self._codec)
             async with scoped:
                 await scoped.clear()
 
@@ -396,7 +397,7 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         return 1 if outcome is VDeleteResult.DELETED else 0
 
     @staticmethod
-    async def _vdel(core: _CoreCache[Any], key: str, raw: bytes) -> VDeleteResult:
+    async def _vdel(core: AsyncStateStoreCache[Any], key: str, raw: bytes) -> VDeleteResult:
         return await core.client.vdelete(await core.data_key(key), raw)
 
     async def _close(self, *args: Any, _conn: Any = None, **kwargs: Any) -> None:

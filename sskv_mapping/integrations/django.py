@@ -29,7 +29,7 @@ Settings::
 * ``local_cache_size`` (0): keep up to this many values in process, kept current by the store's change
   notifications (a hit costs microseconds; another process's write is seen milliseconds later).
 * ``timeout`` (10.0): seconds to wait for each request to the store (``None``: forever).
-* ``lock_lease``, ``lock_timeout``, ``max_in_flight``: as for :class:`sskv_mapping.cache.StateStoreCache`.
+* ``lock_lease``, ``lock_timeout``, ``max_in_flight``: as for :class:`sskv_mapping.cache.AsyncStateStoreCache`.
 * connection: ``username``, ``password``, ``client_id``, ``tls`` (a :class:`~sskv_mapping.TlsSettings` or a
   dict of its fields), ``sat_token_file`` (AIO's K8S-SAT authentication), ``keepalive``,
   ``connect_timeout``.
@@ -37,7 +37,7 @@ Settings::
   store's own key quota applies, and entries leave by their timeout.
 
 One MQTT connection per process (Django creates a backend object per thread and per request context;
-they all share it), and one :class:`sskv_mapping.cache.StateStoreCache` per connection and namespace.
+they all share it), and one :class:`sskv_mapping.cache.AsyncStateStoreCache` per connection and namespace.
 ``close()``, which Django calls after every request, therefore keeps the connection open; use
 :func:`close_all` at process shutdown if you need to.
 
@@ -60,10 +60,10 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from .. import cache as core
 from .._sync import get_loop_thread
 from .._transport.settings import ConnectionSettings
-from ..cache import StateStoreCache as AsyncStateStoreCache
-from ..cache import SyncStateStoreCache, translate_ttl
+from ..cache import translate_ttl
 from ..client import UNSET, ConnectionState, StateStoreClient
 from ..codecs import Codec, PickleCodec, get_codec
 from ..errors import ConfigurationError, StateStoreError
@@ -242,7 +242,7 @@ def _parse(location: str | None, options: Mapping[str, Any], default_timeout: in
 @dataclass(frozen=True)
 class _Shared:
     client: StateStoreClient  # kept referenced: its id is part of the registry key
-    cache: SyncStateStoreCache[Any] | None = None
+    cache: core.StateStoreCache[Any] | None = None
     mapping: StateStoreDict[Any] | None = None
     codec: object = None  # keeps an OPTIONS codec instance alive while its id is a registry key
 
@@ -263,7 +263,7 @@ def _client_for(config: _Config) -> StateStoreClient:
         raise _ImproperlyConfigured(str(exc)) from exc
 
 
-def _shared_cache(config: _Config) -> SyncStateStoreCache[Any]:
+def _shared_cache(config: _Config) -> core.StateStoreCache[Any]:
     client = _client_for(config)
     key = config.cache_id(client)
     with _registry_lock:
@@ -271,7 +271,7 @@ def _shared_cache(config: _Config) -> SyncStateStoreCache[Any]:
             del _caches[stale]
         shared = _caches.get(key)
         if shared is None or shared.cache is None:
-            cache: SyncStateStoreCache[Any] = SyncStateStoreCache(
+            cache: core.StateStoreCache[Any] = core.StateStoreCache(
                 client,
                 namespace=config.namespace,
                 codec=config.codec,
@@ -351,30 +351,30 @@ class StateStoreCache(_BaseCache):
             self._config = _parse(server, options, self.default_timeout)
         except (ConfigurationError, TypeError) as exc:  # TypeError: e.g. an unknown field in OPTIONS["tls"]
             raise _ImproperlyConfigured(f"sskv_mapping StateStoreCache: {exc}") from exc
-        self._resolved: SyncStateStoreCache[Any] | None = None
+        self._resolved: core.StateStoreCache[Any] | None = None
 
     # -- the shared cache behind this backend ---------------------------------------------------------
 
-    def _cache(self) -> SyncStateStoreCache[Any]:
+    def _cache(self) -> core.StateStoreCache[Any]:
         cache = self._resolved
         if cache is None or _closed(cache.client):
             cache = self._resolved = _shared_cache(self._config)
         return cache
 
-    async def _acache(self) -> AsyncStateStoreCache[Any]:
+    async def _acache(self) -> core.AsyncStateStoreCache[Any]:
         cache = self._resolved
         if cache is None or _closed(cache.client):
             # once per process (and after close_all): connecting blocks, so not on the caller's loop
             cache = await asyncio.to_thread(self._cache)
         return cache.async_cache
 
-    async def _arun(self, op: Callable[[AsyncStateStoreCache[Any]], Coroutine[Any, Any, T]]) -> T:
+    async def _arun(self, op: Callable[[core.AsyncStateStoreCache[Any]], Coroutine[Any, Any, T]]) -> T:
         cache = await self._acache()
         return await get_loop_thread().run_async(op(cache))
 
     @property
-    def state_store_cache(self) -> SyncStateStoreCache[Any]:
-        """The process-wide :class:`~sskv_mapping.cache.SyncStateStoreCache` this backend uses (connects on
+    def state_store_cache(self) -> core.StateStoreCache[Any]:
+        """The process-wide :class:`~sskv_mapping.cache.StateStoreCache` this backend uses (connects on
         first use); its ``async_cache`` serves the ``a*`` methods, its ``stats()`` counts for every thread."""
         return self._cache()
 
@@ -564,7 +564,7 @@ class StateStoreCache(_BaseCache):
 
 
 def shared_dict(
-    namespace: str, *, using: str = "default", codec: Codec[Any] | str | None = None, cache_size: int = 10_000
+    namespace: str, *, using: str = "default", codec: Codec[Any] | str | None = None, local_cache_size: int = 10_000
 ) -> StateStoreDict[Any]:
     """The process-wide :class:`~sskv_mapping.StateStoreDict` of ``namespace``, on the connection of the
     ``CACHES[using]`` state-store backend (no second connection, opened once per process).
@@ -580,14 +580,14 @@ def shared_dict(
         raise _ImproperlyConfigured(f"CACHES[{using!r}] is not a sskv_mapping StateStoreCache backend")
     client = _client_for(backend._config)
     codec_id = None if codec is None else (("name", codec) if isinstance(codec, str) else ("instance", id(codec)))
-    key = (id(client), namespace, codec_id, cache_size)
+    key = (id(client), namespace, codec_id, local_cache_size)
     with _registry_lock:
         for stale in [k for k, s in _dicts.items() if _closed(s.client)]:
             del _dicts[stale]
         shared = _dicts.get(key)
         if shared is None or shared.mapping is None:
             mapping: StateStoreDict[Any] = StateStoreDict(
-                client, namespace=namespace, codec=codec, cache_size=cache_size
+                client, namespace=namespace, codec=codec, local_cache_size=local_cache_size
             )
             shared = _dicts[key] = _Shared(client, mapping=mapping, codec=codec)
         assert shared.mapping is not None

@@ -39,7 +39,7 @@ import_extra("fastapi", "fastapi", "fastapi")
 
 from starlette.requests import HTTPConnection  # noqa: E402
 
-from ..cache import StateStoreCache  # noqa: E402
+from ..cache import AsyncStateStoreCache  # noqa: E402
 from ..client import AsyncStateStoreClient  # noqa: E402
 from ..errors import ClientStateError  # noqa: E402
 from ..mapping import AsyncStateStoreDict  # noqa: E402
@@ -70,8 +70,8 @@ class AppStateStore:
         client: the app's connected client.
         namespace: the namespace used when a dependency names none.
         dict_options: keyword arguments for every :class:`~sskv_mapping.AsyncStateStoreDict` (``codec``,
-            ``cache_size``...).
-        cache_options: keyword arguments for every :class:`~sskv_mapping.cache.StateStoreCache` (``codec``,
+            ``local_cache_size``...).
+        cache_options: keyword arguments for every :class:`~sskv_mapping.cache.AsyncStateStoreCache` (``codec``,
             ``default_ttl``, ``local_cache_size``...).
     """
 
@@ -88,7 +88,7 @@ class AppStateStore:
         self._dict_options = dict(dict_options or {})
         self._cache_options = dict(cache_options or {})
         self._dicts: dict[str, AsyncStateStoreDict[Any]] = {}
-        self._caches: dict[str, StateStoreCache[Any]] = {}
+        self._caches: dict[str, AsyncStateStoreCache[Any]] = {}
         self._lock = asyncio.Lock()
         self._closed = False
 
@@ -110,7 +110,7 @@ class AppStateStore:
                 self._dicts[name] = found = made
             return found
 
-    async def cache(self, namespace: str | None = None) -> StateStoreCache[Any]:
+    async def cache(self, namespace: str | None = None) -> AsyncStateStoreCache[Any]:
         """The app's cache over ``namespace`` (default: ``<app namespace>-cache``), opened on first use."""
         name = namespace or f"{self.namespace}-cache"
         found = self._caches.get(name)
@@ -120,7 +120,9 @@ class AppStateStore:
             self._check_open()
             found = self._caches.get(name)
             if found is None:
-                made: StateStoreCache[Any] = StateStoreCache(self.client, namespace=name, **self._cache_options)
+                made: AsyncStateStoreCache[Any] = AsyncStateStoreCache(
+                    self.client, namespace=name, **self._cache_options
+                )
                 await made.open()
                 self._caches[name] = found = made
             return found
@@ -214,10 +216,12 @@ def get_statestore_dict(
     return statestore_dict
 
 
-def get_statestore_cache(namespace: str | None = None) -> Callable[[HTTPConnection], Awaitable[StateStoreCache[Any]]]:
+def get_statestore_cache(
+    namespace: str | None = None,
+) -> Callable[[HTTPConnection], Awaitable[AsyncStateStoreCache[Any]]]:
     """Dependency factory: ``Depends(get_statestore_cache("pages"))`` gives the app's cache over ``pages``."""
 
-    async def statestore_cache(connection: HTTPConnection) -> StateStoreCache[Any]:
+    async def statestore_cache(connection: HTTPConnection) -> AsyncStateStoreCache[Any]:
         return await get_statestore(connection).cache(namespace)
 
     return statestore_cache

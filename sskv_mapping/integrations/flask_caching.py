@@ -54,7 +54,8 @@ import_extra("flask_caching", "flask", "flask_caching")
 from flask import Flask  # noqa: E402
 from flask_caching.backends.base import BaseCache  # noqa: E402
 
-from ..cache import SyncStateStoreCache, translate_ttl  # noqa: E402
+from .. import cache as core  # noqa: E402
+from ..cache import translate_ttl  # noqa: E402
 from ..client import UNSET, StateStoreClient  # noqa: E402
 from ..codecs import Codec, MsgpackCodec, PickleCodec  # noqa: E402
 from ..errors import StateStoreError  # noqa: E402
@@ -138,7 +139,7 @@ class StateStoreCache(BaseCache):
             client = shared_client(
                 settings_from_options(url or DEFAULT_URL, connection), timeout=_request_timeout(request_timeout)
             )
-        self._cache: SyncStateStoreCache[Any] = SyncStateStoreCache(
+        self._cache: core.StateStoreCache[Any] = core.StateStoreCache(
             client,
             namespace=namespace,
             codec=default_codec(None) if codec is None else codec,
@@ -162,8 +163,8 @@ class StateStoreCache(BaseCache):
     # -- plumbing ---------------------------------------------------------------------------------------
 
     @property
-    def sskv_cache(self) -> SyncStateStoreCache[Any]:
-        """The :class:`~sskv_mapping.cache.SyncStateStoreCache` behind this backend (stats, ``get_or_set``)."""
+    def sskv_cache(self) -> core.StateStoreCache[Any]:
+        """The :class:`~sskv_mapping.cache.StateStoreCache` behind this backend (stats, ``get_or_set``)."""
         return self._cache
 
     @property

@@ -16,7 +16,7 @@ The store is async and its client lives on the app's own event loop: it is conne
 that one client.
 
 Layout: a store with namespace ``myapp.sessions`` keeps its entries in the state store namespace of that name
-(``myapp.sessions/<key>``, a :class:`sskv_mapping.cache.StateStoreCache` with the raw codec), and the names of
+(``myapp.sessions/<key>``, a :class:`sskv_mapping.cache.AsyncStateStoreCache` with the raw codec), and the names of
 its child namespaces in the dict ``myapp.sessions!children``, so that :meth:`~StateStoreStore.delete_all` reaches every
 descendant (Litestar's ``NamespacedStore`` rule: bulk actions go down, never up), whichever process created it.
 
@@ -53,7 +53,7 @@ import_extra("litestar", "litestar", "litestar")
 from litestar.stores.base import NamespacedStore  # noqa: E402
 
 from .._transport.settings import ConnectionSettings  # noqa: E402
-from ..cache import StateStoreCache, translate_ttl  # noqa: E402
+from ..cache import AsyncStateStoreCache, translate_ttl  # noqa: E402
 from ..client import AsyncStateStoreClient  # noqa: E402
 from ..errors import ClientStateError, ConfigurationError, DecodeError  # noqa: E402
 from ..mapping import AsyncStateStoreDict  # noqa: E402
@@ -97,7 +97,7 @@ class _Connection:
         self.given = client
         self.client: AsyncStateStoreClient | None = client
         self.generation = 0
-        self.opened: list[StateStoreCache[Any] | AsyncStateStoreDict[Any]] = []
+        self.opened: list[AsyncStateStoreCache[Any] | AsyncStateStoreDict[Any]] = []
         self.users = 0
 
     async def open(self) -> None:
@@ -183,7 +183,7 @@ class StateStoreStore(NamespacedStore):
         self._clock = clock
         self._children: dict[str, StateStoreStore] = {}
         self._generation = -1
-        self._data: StateStoreCache[bytes] | None = None
+        self._data: AsyncStateStoreCache[bytes] | None = None
         self._registry: AsyncStateStoreDict[Any] | None = None
         self._registered = False
 
@@ -228,12 +228,12 @@ class StateStoreStore(NamespacedStore):
             self._children[name] = child
         return cast(Self, child)
 
-    def _caches(self) -> tuple[StateStoreCache[bytes], AsyncStateStoreDict[Any]]:
+    def _caches(self) -> tuple[AsyncStateStoreCache[bytes], AsyncStateStoreDict[Any]]:
         client = self._conn.require()
         if self._data is None or self._registry is None or self._generation != self._conn.generation:
-            self._data = StateStoreCache(client, namespace=self.namespace, codec="raw", default_ttl=None)
+            self._data = AsyncStateStoreCache(client, namespace=self.namespace, codec="raw", default_ttl=None)
             # the children's names: a dict, which keeps a listing (the cache keeps none)
-            self._registry = AsyncStateStoreDict(client, namespace=f"{self.namespace}!children", cache_size=0)
+            self._registry = AsyncStateStoreDict(client, namespace=f"{self.namespace}!children", local_cache_size=0)
             self._conn.opened += [self._data, self._registry]
             self._generation = self._conn.generation
         return self._data, self._registry
@@ -262,7 +262,7 @@ class StateStoreStore(NamespacedStore):
         await self._register()
         await self._write(cache, key, data, seconds)
 
-    async def _write(self, cache: StateStoreCache[bytes], key: str, data: bytes, seconds: float | None) -> None:
+    async def _write(self, cache: AsyncStateStoreCache[bytes], key: str, data: bytes, seconds: float | None) -> None:
         expires_at = None if not seconds else self._now_ms() + math.ceil(seconds * 1000)
         await cache.set(key, _pack(data, expires_at), ttl=seconds)
 

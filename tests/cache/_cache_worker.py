@@ -14,14 +14,14 @@ import json
 import sys
 import time
 
-from sskv_mapping.cache import SyncStateStoreCache
+from sskv_mapping.cache import StateStoreCache
 from sskv_mapping.client import StateStoreClient
 
 
 def main() -> None:
     host, port, namespace = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     with StateStoreClient(host, port, timeout=5) as client:
-        cache: SyncStateStoreCache[object] = SyncStateStoreCache(client, namespace=namespace, local_cache_size=100)
+        cache: StateStoreCache[object] = StateStoreCache(client, namespace=namespace, local_cache_size=100)
         print(json.dumps({"ready": True}), flush=True)
         for line in sys.stdin:
             command = json.loads(line)

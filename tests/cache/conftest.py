@@ -1,9 +1,9 @@
 """One contract, two implementations: every cache test runs on the in-process loopback store (fast) and on
 a real mosquitto + the emulator process (real).
 
-Async tests get ``make_cache`` (a :class:`StateStoreCache` on a new client on the test's own loop; the
+Async tests get ``make_cache`` (a :class:`AsyncStateStoreCache` on a new client on the test's own loop; the
 loopback store is started per test on that loop). Blocking tests get ``make_sync_cache`` (a
-:class:`SyncStateStoreCache` on the background loop thread, where a module-wide loopback store runs).
+:class:`StateStoreCache` on the background loop thread, where a module-wide loopback store runs).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import pytest
 
 from sskv_mapping._protocol.notifications import KeyEvent, KeyOperation
 from sskv_mapping._sync import get_loop_thread
-from sskv_mapping.cache import StateStoreCache, SyncStateStoreCache
+from sskv_mapping.cache import AsyncStateStoreCache, StateStoreCache
 from sskv_mapping.client import AsyncStateStoreClient, StateStoreClient
 from sskv_mapping.emulator.inprocess import InProcessStateStore
 
-CacheFactory = Callable[..., Awaitable[StateStoreCache[Any]]]
-SyncCacheFactory = Callable[..., SyncStateStoreCache[Any]]
+CacheFactory = Callable[..., Awaitable[AsyncStateStoreCache[Any]]]
+SyncCacheFactory = Callable[..., StateStoreCache[Any]]
 
 
 def _broker_kwargs(request: pytest.FixtureRequest) -> dict[str, Any]:
@@ -79,12 +79,12 @@ async def make_client(client_kwargs: dict[str, Any]) -> AsyncIterator[Callable[[
 async def make_cache(
     make_client: Callable[[], Awaitable[AsyncStateStoreClient]], namespace: str
 ) -> AsyncIterator[CacheFactory]:
-    """``await make_cache(**kw)``: a new, opened StateStoreCache on a new client, same namespace unless given."""
-    made: list[StateStoreCache[Any]] = []
+    """``await make_cache(**kw)``: a new, opened AsyncStateStoreCache on a new client, same namespace unless given."""
+    made: list[AsyncStateStoreCache[Any]] = []
 
-    async def make(**kwargs: Any) -> StateStoreCache[Any]:
+    async def make(**kwargs: Any) -> AsyncStateStoreCache[Any]:
         kwargs.setdefault("namespace", namespace)
-        cache: StateStoreCache[Any] = StateStoreCache(await make_client(), **kwargs)
+        cache: AsyncStateStoreCache[Any] = AsyncStateStoreCache(await make_client(), **kwargs)
         await cache.open()
         made.append(cache)
         return cache
@@ -95,7 +95,7 @@ async def make_cache(
 
 
 @pytest.fixture
-async def cache(make_cache: CacheFactory) -> StateStoreCache[Any]:
+async def cache(make_cache: CacheFactory) -> AsyncStateStoreCache[Any]:
     return await make_cache()
 
 
@@ -155,15 +155,15 @@ def sync_backend(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 @pytest.fixture
 def make_sync_cache(sync_backend: dict[str, Any], namespace: str) -> Iterator[SyncCacheFactory]:
-    made: list[SyncStateStoreCache[Any]] = []
+    made: list[StateStoreCache[Any]] = []
     clients: list[StateStoreClient] = []
 
-    def make(**kwargs: Any) -> SyncStateStoreCache[Any]:
+    def make(**kwargs: Any) -> StateStoreCache[Any]:
         kwargs.setdefault("namespace", namespace)
         client = StateStoreClient(**sync_backend)
         client.connect()
         clients.append(client)
-        cache: SyncStateStoreCache[Any] = SyncStateStoreCache(client, **kwargs)
+        cache: StateStoreCache[Any] = StateStoreCache(client, **kwargs)
         made.append(cache)
         return cache
 

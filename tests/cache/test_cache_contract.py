@@ -1,4 +1,4 @@
-"""StateStoreCache behaves like a cache backend — on the loopback store and over a real broker + emulator."""
+"""AsyncStateStoreCache behaves like a cache backend — on the loopback store and over a real broker + emulator."""
 
 from __future__ import annotations
 
@@ -20,22 +20,22 @@ from sskv_mapping import (
     KeyOperation,
 )
 from sskv_mapping._protocol.notifications import KeyEvent
-from sskv_mapping.cache import LATENCY_BUCKETS, StateStoreCache
+from sskv_mapping.cache import LATENCY_BUCKETS, AsyncStateStoreCache
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.local_cache import CachedEntry
 
-CacheFactory = Callable[..., Awaitable[StateStoreCache[Any]]]
+CacheFactory = Callable[..., Awaitable[AsyncStateStoreCache[Any]]]
 Watch = Callable[[AsyncStateStoreClient, str], Awaitable[Any]]
 
 
-async def data_key(cache: StateStoreCache[Any], key: str) -> bytes:
+async def data_key(cache: AsyncStateStoreCache[Any], key: str) -> bytes:
     return await cache.data_key(key)
 
 
 # -- basics -------------------------------------------------------------------------------------------------
 
 
-async def test_set_get_exists_delete(cache: StateStoreCache[Any]) -> None:
+async def test_set_get_exists_delete(cache: AsyncStateStoreCache[Any]) -> None:
     assert await cache.get("a") is None and await cache.get("a", "dflt") == "dflt"
     assert not await cache.exists("a")
     await cache.set("a", {"n": [1, 2, None]})
@@ -47,7 +47,7 @@ async def test_set_get_exists_delete(cache: StateStoreCache[Any]) -> None:
     assert await cache.get("a", 7) == 7 and not await cache.exists("a")
 
 
-async def test_stored_none_is_a_value_not_a_miss(cache: StateStoreCache[Any]) -> None:
+async def test_stored_none_is_a_value_not_a_miss(cache: AsyncStateStoreCache[Any]) -> None:
     await cache.set("n", None)
     assert await cache.get("n", "dflt") is None and await cache.exists("n")
     assert await cache.get("missing", "dflt") == "dflt"
@@ -64,7 +64,7 @@ async def test_a_codec_by_name_and_unicode_keys(make_cache: CacheFactory) -> Non
         await text.set("k", 1)  # the str codec stores str only
 
 
-async def test_bad_arguments_raise_typed_errors_before_anything_is_sent(cache: StateStoreCache[Any]) -> None:
+async def test_bad_arguments_raise_typed_errors_before_anything_is_sent(cache: AsyncStateStoreCache[Any]) -> None:
     sent = cache.client.requests_sent
     for key in (1, b"bytes", "", "\ud800", None):
         with pytest.raises(ConfigurationError):
@@ -106,13 +106,13 @@ async def test_constructor_refuses_bad_settings(make_client: Callable[[], Awaita
         {"codec": "pickle"},  # pickle is never chosen by name: it runs code when loading
     ):
         with pytest.raises(ConfigurationError):
-            StateStoreCache(client, **kwargs)
+            AsyncStateStoreCache(client, **kwargs)
 
 
 # -- add --------------------------------------------------------------------------------------------------
 
 
-async def test_add_stores_only_if_absent(cache: StateStoreCache[Any]) -> None:
+async def test_add_stores_only_if_absent(cache: AsyncStateStoreCache[Any]) -> None:
     assert await cache.add("k", 1) is True
     assert await cache.add("k", 2) is False
     assert await cache.get("k") == 1
@@ -128,7 +128,7 @@ async def test_add_under_contention_across_two_caches_has_one_winner(make_cache:
     assert await a.get("race") == winner and await b.get("race") == winner
 
 
-async def test_add_with_an_expire_now_ttl_reports_absence_and_keeps_nothing(cache: StateStoreCache[Any]) -> None:
+async def test_add_with_an_expire_now_ttl_reports_absence_and_keeps_nothing(cache: AsyncStateStoreCache[Any]) -> None:
     assert await cache.add("k", 1, ttl=0) is True
     assert not await cache.exists("k")
     await cache.set("k", "there")
@@ -139,7 +139,7 @@ async def test_add_with_an_expire_now_ttl_reports_absence_and_keeps_nothing(cach
 # -- TTLs -------------------------------------------------------------------------------------------------
 
 
-async def test_a_ttl_expires_the_key(cache: StateStoreCache[Any], watch: Watch) -> None:
+async def test_a_ttl_expires_the_key(cache: AsyncStateStoreCache[Any], watch: Watch) -> None:
     notified = await watch(cache.client, await data_key(cache, "short"))
     await cache.set("short", "v", ttl=0.2)
     assert await cache.get("short") == "v"
@@ -158,7 +158,7 @@ async def test_default_ttl_applies_and_none_means_never(make_cache: CacheFactory
     assert await cache.get("forever") == "f"
 
 
-async def test_zero_or_negative_ttl_means_expire_now(cache: StateStoreCache[Any]) -> None:
+async def test_zero_or_negative_ttl_means_expire_now(cache: AsyncStateStoreCache[Any]) -> None:
     await cache.set("k", 1)
     await cache.set("k", 2, ttl=0)
     assert not await cache.exists("k")
@@ -171,7 +171,7 @@ async def test_zero_or_negative_ttl_means_expire_now(cache: StateStoreCache[Any]
     assert cache.stats().deletes == 4
 
 
-async def test_touch_removes_the_expiry(cache: StateStoreCache[Any], watch: Watch) -> None:
+async def test_touch_removes_the_expiry(cache: AsyncStateStoreCache[Any], watch: Watch) -> None:
     # 'kept' expires before 'witness' unless touched; the emulator expires keys in deadline order, so
     # once 'witness' is gone, an untouched 'kept' would be gone too.
     await cache.set("kept", "k", ttl=0.5)
@@ -195,7 +195,7 @@ async def test_touch_and_expire_set_a_new_expiry(make_cache: CacheFactory, watch
     assert await cache.get_many(["a", "b"]) == {}
 
 
-async def test_touch_and_expire_on_absent_keys_and_expire_now(cache: StateStoreCache[Any]) -> None:
+async def test_touch_and_expire_on_absent_keys_and_expire_now(cache: AsyncStateStoreCache[Any]) -> None:
     assert await cache.touch("nope") is False
     assert await cache.expire("nope", 10) is False
     assert await cache.expire("nope", 0) is False
@@ -208,7 +208,7 @@ async def test_touch_and_expire_on_absent_keys_and_expire_now(cache: StateStoreC
 
 
 def _after_read(
-    cache: StateStoreCache[Any], monkeypatch: pytest.MonkeyPatch, then: Callable[[], Awaitable[Any]]
+    cache: AsyncStateStoreCache[Any], monkeypatch: pytest.MonkeyPatch, then: Callable[[], Awaitable[Any]]
 ) -> None:
     """Make ``cache``'s next reads run ``then()`` right after the GET: a deterministic race."""
     real_read = cache._store.read
@@ -247,7 +247,7 @@ async def test_touch_does_not_bring_back_a_key_deleted_meanwhile(
 # -- many -------------------------------------------------------------------------------------------------
 
 
-async def test_get_many_set_many_delete_many(cache: StateStoreCache[Any]) -> None:
+async def test_get_many_set_many_delete_many(cache: AsyncStateStoreCache[Any]) -> None:
     assert await cache.set_many({"a": 1, "b": [2], "c": None}) == []
     assert await cache.get_many(["a", "b", "c", "zz", "a"]) == {"a": 1, "b": [2], "c": None}
     assert await cache.get_many([]) == {}
@@ -260,7 +260,7 @@ async def test_get_many_set_many_delete_many(cache: StateStoreCache[Any]) -> Non
 
 
 async def test_set_many_reports_the_keys_the_service_refused(
-    cache: StateStoreCache[Any], make_client: Callable[[], Awaitable[AsyncStateStoreClient]]
+    cache: AsyncStateStoreCache[Any], make_client: Callable[[], Awaitable[AsyncStateStoreClient]]
 ) -> None:
     # someone else's lock protects 'guarded' with a token newer than any we can get for a while
     other = await make_client()
@@ -334,7 +334,7 @@ async def test_clear_leaves_no_ttl_less_entry_behind(make_cache: CacheFactory) -
 # -- get_or_set -------------------------------------------------------------------------------------------
 
 
-async def test_get_or_set_returns_what_is_there_without_computing(cache: StateStoreCache[Any]) -> None:
+async def test_get_or_set_returns_what_is_there_without_computing(cache: AsyncStateStoreCache[Any]) -> None:
     def boom() -> Any:
         raise AssertionError("computed although the key exists")
 
@@ -344,7 +344,9 @@ async def test_get_or_set_returns_what_is_there_without_computing(cache: StateSt
     assert await cache.get_or_set("none", boom) is None
 
 
-async def test_get_or_set_computes_plain_sync_and_async_defaults(cache: StateStoreCache[Any], watch: Watch) -> None:
+async def test_get_or_set_computes_plain_sync_and_async_defaults(
+    cache: AsyncStateStoreCache[Any], watch: Watch
+) -> None:
     async def load() -> dict[str, int]:
         return {"loaded": 1}
 
@@ -386,7 +388,9 @@ async def test_get_or_set_computes_once_across_two_caches_and_twenty_callers(mak
     assert not a._flight._flights and not b._flight._flights
 
 
-async def test_get_or_set_failure_reaches_the_waiters_and_the_next_call_retries(cache: StateStoreCache[Any]) -> None:
+async def test_get_or_set_failure_reaches_the_waiters_and_the_next_call_retries(
+    cache: AsyncStateStoreCache[Any],
+) -> None:
     started = asyncio.Event()
     fail = asyncio.Event()
 
@@ -407,7 +411,7 @@ async def test_get_or_set_failure_reaches_the_waiters_and_the_next_call_retries(
     assert await cache.get_or_set("k", lambda: "second try") == "second try"  # the lock was released
 
 
-async def test_a_cancelled_leader_hands_over_to_a_waiter(cache: StateStoreCache[Any]) -> None:
+async def test_a_cancelled_leader_hands_over_to_a_waiter(cache: AsyncStateStoreCache[Any]) -> None:
     started = asyncio.Event()
 
     async def slow() -> str:
@@ -428,7 +432,7 @@ async def test_a_cancelled_leader_hands_over_to_a_waiter(cache: StateStoreCache[
 # -- incr / decr ------------------------------------------------------------------------------------------
 
 
-async def test_incr_and_decr(cache: StateStoreCache[Any]) -> None:
+async def test_incr_and_decr(cache: AsyncStateStoreCache[Any]) -> None:
     with pytest.raises(ValueError, match="not found"):
         await cache.incr("missing")
     await cache.set("n", 10)
@@ -454,7 +458,7 @@ async def test_incr_is_exact_under_concurrency_across_two_caches(make_cache: Cac
 
 
 async def test_incr_fences_the_key_and_the_cache_keeps_writing_it(
-    cache: StateStoreCache[Any], make_client: Callable[[], Awaitable[AsyncStateStoreClient]]
+    cache: AsyncStateStoreCache[Any], make_client: Callable[[], Awaitable[AsyncStateStoreClient]]
 ) -> None:
     await cache.set("n", 1)
     assert await cache.incr("n") == 2
@@ -473,7 +477,7 @@ async def test_incr_fences_the_key_and_the_cache_keeps_writing_it(
 # -- stats, lifecycle ---------------------------------------------------------------------------------------
 
 
-async def test_stats_count_hits_misses_sets_deletes_and_latency(cache: StateStoreCache[Any]) -> None:
+async def test_stats_count_hits_misses_sets_deletes_and_latency(cache: AsyncStateStoreCache[Any]) -> None:
     await cache.set("a", 1)
     await cache.set_many({"b": 2, "c": 3})
     assert await cache.add("a", 9) is False
@@ -531,11 +535,11 @@ async def test_a_local_cache_serves_hits_without_a_round_trip_and_follows_other_
 
 async def test_context_manager_and_close(make_client: Callable[[], Awaitable[AsyncStateStoreClient]]) -> None:
     client = await make_client()
-    cache: StateStoreCache[int] = StateStoreCache(client, namespace="lifecycle")
+    cache: AsyncStateStoreCache[int] = AsyncStateStoreCache(client, namespace="lifecycle")
     async with cache:
         await cache.set("k", 1)
         assert await cache.get("k") == 1
-        assert repr(cache).startswith("<StateStoreCache namespace='lifecycle'")
+        assert repr(cache).startswith("<AsyncStateStoreCache namespace='lifecycle'")
         stored = await cache.data_key("k")
     with pytest.raises(ClientStateError):
         await cache.get("k")
@@ -544,7 +548,7 @@ async def test_context_manager_and_close(make_client: Callable[[], Awaitable[Asy
 
 
 async def test_connect_makes_and_closes_its_own_client(broker_kwargs: dict[str, Any], namespace: str) -> None:
-    cache = await StateStoreCache.connect(broker_kwargs["host"], broker_kwargs["port"], namespace=namespace)
+    cache = await AsyncStateStoreCache.connect(broker_kwargs["host"], broker_kwargs["port"], namespace=namespace)
     async with cache:
         await cache.set("k", "v")
         assert await cache.get("k") == "v"

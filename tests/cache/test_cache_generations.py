@@ -23,7 +23,7 @@ import pytest
 from sskv_mapping._transport.base import Connection, InboundMessage, MessageHandler
 from sskv_mapping._transport.mqtt import MqttConnection
 from sskv_mapping._transport.settings import ConnectionSettings
-from sskv_mapping.cache import StateStoreCache
+from sskv_mapping.cache import AsyncStateStoreCache
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 from sskv_mapping.emulator.broker import MosquittoBroker
 
@@ -90,16 +90,18 @@ def worker(mosquitto: MosquittoBroker, emulator: object, namespace: str) -> Iter
 
 
 @pytest.fixture
-async def cache(mosquitto: MosquittoBroker, emulator: object, namespace: str) -> AsyncIterator[StateStoreCache[Any]]:
+async def cache(
+    mosquitto: MosquittoBroker, emulator: object, namespace: str
+) -> AsyncIterator[AsyncStateStoreCache[Any]]:
     async with (
         AsyncStateStoreClient(mosquitto.host, mosquitto.port, timeout=5) as client,
-        StateStoreCache(client, namespace=namespace) as cache,
+        AsyncStateStoreCache(client, namespace=namespace) as cache,
     ):
         yield cache
 
 
 async def test_another_process_stops_serving_cleared_values_local_cache_included(
-    cache: StateStoreCache[Any], worker: Worker
+    cache: AsyncStateStoreCache[Any], worker: Worker
 ) -> None:
     await cache.set("ttl-less", "a", ttl=None)
     await cache.set("expiring", "b", ttl=60)
@@ -143,12 +145,12 @@ class DropGeneration:
 
 
 async def test_a_process_away_during_a_clear_follows_it_when_back(
-    mosquitto: MosquittoBroker, emulator: object, namespace: str, cache: StateStoreCache[Any]
+    mosquitto: MosquittoBroker, emulator: object, namespace: str, cache: AsyncStateStoreCache[Any]
 ) -> None:
     switch = DropGeneration()
     async with (
         AsyncStateStoreClient(mosquitto.host, mosquitto.port, timeout=5, connection_factory=switch.factory) as client,
-        StateStoreCache(client, namespace=namespace, local_cache_size=10) as away,
+        AsyncStateStoreCache(client, namespace=namespace, local_cache_size=10) as away,
     ):
         await cache.set("k", "before")
         assert await away.get("k") == "before"
@@ -176,11 +178,11 @@ async def test_a_process_away_during_a_clear_follows_it_when_back(
 
 
 async def test_ttl_less_writes_racing_a_clear_in_another_client_leave_nothing_behind(
-    mosquitto: MosquittoBroker, emulator: object, namespace: str, cache: StateStoreCache[Any]
+    mosquitto: MosquittoBroker, emulator: object, namespace: str, cache: AsyncStateStoreCache[Any]
 ) -> None:
     async with (
         AsyncStateStoreClient(mosquitto.host, mosquitto.port, timeout=5) as client,
-        StateStoreCache(client, namespace=namespace) as writer,
+        AsyncStateStoreCache(client, namespace=namespace) as writer,
     ):
         generations = {cache.generation}
 

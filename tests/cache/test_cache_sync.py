@@ -1,4 +1,4 @@
-"""SyncStateStoreCache: the blocking twin, on the background loop thread — loopback and real broker."""
+"""StateStoreCache: the blocking twin, on the background loop thread — loopback and real broker."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import pytest
 
 from sskv_mapping import ConfigurationError, KeyOperation
 from sskv_mapping._protocol.notifications import KeyEvent
-from sskv_mapping.cache import StateStoreCache, SyncStateStoreCache
+from sskv_mapping.cache import AsyncStateStoreCache, StateStoreCache
 
-SyncCacheFactory = Callable[..., SyncStateStoreCache[Any]]
+SyncCacheFactory = Callable[..., StateStoreCache[Any]]
 
 
 def test_async_and_sync_caches_are_twins() -> None:
     from _support.parity import assert_twins
 
-    checked = assert_twins(StateStoreCache, SyncStateStoreCache)
+    checked = assert_twins(AsyncStateStoreCache, StateStoreCache)
     assert {
         "get",
         "set",

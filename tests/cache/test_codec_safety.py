@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from sskv_mapping.cache import StateStoreCache, SyncStateStoreCache
+from sskv_mapping.cache import AsyncStateStoreCache, StateStoreCache
 from sskv_mapping.codecs import PickleCodec
 from sskv_mapping.errors import DecodeError, EncodeError
 
-CacheFactory = Callable[..., Awaitable[StateStoreCache[Any]]]
-SyncCacheFactory = Callable[..., SyncStateStoreCache[Any]]
+CacheFactory = Callable[..., Awaitable[AsyncStateStoreCache[Any]]]
+SyncCacheFactory = Callable[..., StateStoreCache[Any]]
 
 
 OLD = b"an-old-secret-of-32-bytes-length"
@@ -87,7 +87,7 @@ def test_an_unpicklable_value_is_a_pickle_error_in_the_blocking_cache(make_sync_
 
 
 async def test_a_key_bound_signature_refuses_a_payload_replayed_under_another_key(make_cache: CacheFactory) -> None:
-    cache: StateStoreCache[Any] = await make_cache(codec=PickleCodec(key=NEW, bind_key=True))
+    cache: AsyncStateStoreCache[Any] = await make_cache(codec=PickleCodec(key=NEW, bind_key=True))
     await cache.set("admin-flags", {"is_admin": True})
     await cache.set("guest-flags", {"is_admin": False})
     stolen = await cache.client.get(await cache.data_key("admin-flags"))

@@ -88,7 +88,7 @@ class LeaseWorker:
         self.client = StateStoreClient(args.host, args.port, client_id=args.id, timeout=args.timeout)
         self.client.add_state_listener(lambda state: self.states.append(state.value))
         self.client.connect()
-        self.dict: StateStoreDict[Any] = StateStoreDict(self.client, namespace=args.namespace, cache_size=0)
+        self.dict: StateStoreDict[Any] = StateStoreDict(self.client, namespace=args.namespace, local_cache_size=0)
         self.key = f"{args.namespace}/protected".encode()
         self.clock = StandingClock()
         self.honest: LeasedLock | None = None

@@ -38,7 +38,7 @@ import time
 from typing import Any
 
 from sskv_mapping._sync import get_loop_thread
-from sskv_mapping.cache import SyncStateStoreCache
+from sskv_mapping.cache import StateStoreCache
 from sskv_mapping.client import ConnectionState, StateStoreClient
 from sskv_mapping.errors import StateStoreError, TransportError
 from sskv_mapping.mapping import StateStoreDict
@@ -78,7 +78,7 @@ class CacheAsMap:
     same stale-read rules, through the cache backend (a local cache kept current by notifications)."""
 
     def __init__(self, client: StateStoreClient, namespace: str) -> None:
-        self.cache: SyncStateStoreCache[Any] = SyncStateStoreCache(
+        self.cache: StateStoreCache[Any] = StateStoreCache(
             client, namespace=namespace, local_cache_size=64, default_ttl=600
         )
         self.client = client

@@ -90,7 +90,7 @@ def test_a_blocking_client_two_minutes_fast_is_refused_writes_nothing_and_breaks
         watch = watcher.watch(key).start()
 
         def dict_write() -> None:
-            d: StateStoreDict[Any] = StateStoreDict(fast, namespace=ns, cache_size=0)
+            d: StateStoreDict[Any] = StateStoreDict(fast, namespace=ns, local_cache_size=0)
             try:
                 d["k"] = {"from": "the future"}
             finally:
@@ -246,7 +246,7 @@ def test_a_blocking_client_two_minutes_slow_works(
 
         lock = LeasedLock(slow, lock_name, lease=5)
         token = lock.acquire(timeout=WAIT)
-        d: StateStoreDict[Any] = StateStoreDict(slow, namespace=ns, cache_size=0)
+        d: StateStoreDict[Any] = StateStoreDict(slow, namespace=ns, local_cache_size=0)
         try:
             d.fenced(lock)["protected"] = {"by": "slow"}
             assert d["protected"] == {"by": "slow"}

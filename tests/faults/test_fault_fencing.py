@@ -157,7 +157,7 @@ async def test_sigstopped_holder_process_never_writes_over_the_broker(
     try:
         await asyncio.to_thread(worker.wait_for, lambda e: e["ev"] == "ready", WAIT)
         async with AsyncStateStoreClient(mosquitto.host, mosquitto.port, timeout=5) as b:
-            b_dict: AsyncStateStoreDict[Any] = AsyncStateStoreDict(b, namespace=ns, cache_size=0)
+            b_dict: AsyncStateStoreDict[Any] = AsyncStateStoreDict(b, namespace=ns, local_cache_size=0)
             taker: AsyncLeasedLock | None = None
             for i in range(rounds):
                 mark = worker.mark()
@@ -273,8 +273,8 @@ async def test_stale_holder_through_the_lock_api_in_process(fault_report: FaultR
     ):
         ns = f"fenceinproc{uuid.uuid4().hex[:8]}"
         lock_name, key = f"{ns}-lock", f"{ns}/protected".encode()
-        a_dict: AsyncStateStoreDict[Any] = AsyncStateStoreDict(a, namespace=ns, cache_size=0)
-        b_dict: AsyncStateStoreDict[Any] = AsyncStateStoreDict(b, namespace=ns, cache_size=0)
+        a_dict: AsyncStateStoreDict[Any] = AsyncStateStoreDict(a, namespace=ns, local_cache_size=0)
+        b_dict: AsyncStateStoreDict[Any] = AsyncStateStoreDict(b, namespace=ns, local_cache_size=0)
         for i in range(rounds):
             # the blind lock's clock will not see the pause; the honest one's is the injected clock
             blind = AsyncLeasedLock(a, lock_name, holder="A", lease=lease, clock=standing_clock(fake.monotonic()))

@@ -98,7 +98,7 @@ async def test_paused_lease_holders_never_write_in_process(fault_report: FaultRo
             AsyncStateStoreClient(connection_factory=factory, clock=fake.now_ms, timeout=5) as b,
         ):
             namespace = f"fence{uuid.uuid4().hex[:8]}"
-            a_dict: AsyncStateStoreDict[Any] = AsyncStateStoreDict(a, namespace=namespace, cache_size=0)
+            a_dict: AsyncStateStoreDict[Any] = AsyncStateStoreDict(a, namespace=namespace, local_cache_size=0)
             lock_name, key = f"{namespace}-lock", f"{namespace}-protected"
             for i in range(rounds):
                 holder = AsyncLeasedLock(a, lock_name, lease=lease_ms / 1000, clock=fake.monotonic)

@@ -112,7 +112,7 @@ async def pair(mosquitto: MosquittoBroker, emulator: object) -> AsyncIterator[tu
             mosquitto.host, mosquitto.port, timeout=5, connection_factory=faulty_factory(switch)
         ) as reader_client,
     ):
-        writer: AsyncStateStoreDict[Any] = AsyncStateStoreDict(writer_client, namespace=namespace, cache_size=0)
+        writer: AsyncStateStoreDict[Any] = AsyncStateStoreDict(writer_client, namespace=namespace, local_cache_size=0)
         reader: AsyncStateStoreDict[Any] = AsyncStateStoreDict(reader_client, namespace=namespace)
         yield switch, writer, reader, reader_client
         await reader.close()

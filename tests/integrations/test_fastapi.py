@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from sskv_mapping import AsyncStateStoreClient, AsyncStateStoreDict, ClientStateError, ConnectionSettings
-from sskv_mapping.cache import StateStoreCache
+from sskv_mapping.cache import AsyncStateStoreCache
 from sskv_mapping.integrations.fastapi import (
     AppStateStore,
     get_statestore,
@@ -33,7 +33,7 @@ from sskv_mapping.integrations.fastapi import (
 )
 
 Config = Annotated[AsyncStateStoreDict[Any], Depends(get_statestore_dict())]
-Pages = Annotated[StateStoreCache[Any], Depends(get_statestore_cache())]
+Pages = Annotated[AsyncStateStoreCache[Any], Depends(get_statestore_cache())]
 
 
 @pytest.fixture

@@ -147,7 +147,7 @@ def test_setdefault_is_atomic_across_instances(make_dict: DictFactory) -> None:
 
 
 def test_pop_never_deletes_a_value_another_instance_just_wrote(make_dict: DictFactory) -> None:
-    a, b = make_dict(cache_size=0), make_dict()
+    a, b = make_dict(local_cache_size=0), make_dict()
     a["k"] = "old"
     assert a.pop("k") == "old" and "k" not in b
     a["k"] = "x"

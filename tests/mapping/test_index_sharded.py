@@ -48,7 +48,7 @@ class Sizes:
 
 async def test_an_insert_rewrites_and_broadcasts_one_small_shard(new_client: Any, namespace: str) -> None:
     writer = await new_client()
-    d: AsyncStateStoreDict[int] = AsyncStateStoreDict(writer, namespace=namespace, cache_size=0)
+    d: AsyncStateStoreDict[int] = AsyncStateStoreDict(writer, namespace=namespace, local_cache_size=0)
     async with d:
         await d.update({f"k{i:05d}": i for i in range(2_000)})
         index = d._store.index
@@ -66,7 +66,7 @@ async def test_an_insert_rewrites_and_broadcasts_one_small_shard(new_client: Any
 
 
 async def test_a_fresh_len_reads_the_shards_not_the_data(new_client: Any, namespace: str) -> None:
-    async with AsyncStateStoreDict(await new_client(), namespace=namespace, cache_size=0) as d:
+    async with AsyncStateStoreDict(await new_client(), namespace=namespace, local_cache_size=0) as d:
         await d.update({f"k{i}": i for i in range(300)})
     reader = await new_client()
     asked: list[bytes] = []

@@ -22,7 +22,7 @@ KEYS = 60
 def test_watches_stay_bounded_by_the_cache_size(make_dict: DictFactory, make_client: Any) -> None:
     writer = make_dict()
     writer.update({f"k{i}": i for i in range(KEYS)})
-    reader: StateStoreDict[Any] = make_dict(cache_size=CACHE_SIZE)
+    reader: StateStoreDict[Any] = make_dict(local_cache_size=CACHE_SIZE)
     store = reader._async._store
     client = store.client
     limit = store.watch_limit
@@ -45,7 +45,7 @@ def test_watches_stay_bounded_by_the_cache_size(make_dict: DictFactory, make_cli
 def test_a_key_watched_again_after_its_release_sees_changes(make_dict: DictFactory) -> None:
     writer = make_dict()
     writer.update({f"k{i}": i for i in range(KEYS)})
-    reader: StateStoreDict[Any] = make_dict(cache_size=CACHE_SIZE)
+    reader: StateStoreDict[Any] = make_dict(local_cache_size=CACHE_SIZE)
     assert reader["k0"] == 0
     for i in range(1, KEYS):  # pushes k0 out of the cache and its watch out
         assert reader[f"k{i}"] == i

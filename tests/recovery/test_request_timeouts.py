@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sskv_mapping.cache import StateStoreCache, SyncStateStoreCache
+from sskv_mapping.cache import AsyncStateStoreCache, StateStoreCache
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.errors import ConfigurationError
 from sskv_mapping.mapping import AsyncStateStoreDict, StateStoreDict
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.broker
 def test_the_blocking_constructors(mosquitto: MosquittoBroker, emulator: Any) -> None:
     with StateStoreDict.connect(mosquitto.host, mosquitto.port, namespace="t-timeouts", timeout=2.5) as d:
         assert d.client.timeout == 2.5
-    with SyncStateStoreCache.connect(mosquitto.host, mosquitto.port, namespace="t-timeouts", timeout=None) as c:
+    with StateStoreCache.connect(mosquitto.host, mosquitto.port, namespace="t-timeouts", timeout=None) as c:
         assert c.client.timeout is None
 
 
@@ -28,7 +28,7 @@ async def test_the_async_constructors(mosquitto: MosquittoBroker, emulator: Any)
         assert d.client.timeout == 3.5
     finally:
         await d.close()
-    c = await StateStoreCache.connect(mosquitto.host, mosquitto.port, namespace="t-timeouts", timeout=4.5)
+    c = await AsyncStateStoreCache.connect(mosquitto.host, mosquitto.port, namespace="t-timeouts", timeout=4.5)
     try:
         assert c.client.timeout == 4.5
     finally:
@@ -38,10 +38,10 @@ async def test_the_async_constructors(mosquitto: MosquittoBroker, emulator: Any)
 def test_flask_caching_takes_request_timeout(mosquitto: MosquittoBroker, emulator: Any) -> None:
     flask = pytest.importorskip("sskv_mapping.integrations.flask_caching")
     url = f"mqtt://{mosquitto.host}:{mosquitto.port}"
-    backend = flask.StateStoreCache(url, namespace=f"f{uuid.uuid4().hex[:6]}", request_timeout=1.25)
+    backend = flask.AsyncStateStoreCache(url, namespace=f"f{uuid.uuid4().hex[:6]}", request_timeout=1.25)
     assert backend.client.timeout == 1.25
     with pytest.raises(ConfigurationError):
-        flask.StateStoreCache(url, request_timeout=0)
+        flask.AsyncStateStoreCache(url, request_timeout=0)
 
 
 async def test_litestar_takes_request_timeout(mosquitto: MosquittoBroker, emulator: Any) -> None:
@@ -53,7 +53,7 @@ async def test_litestar_takes_request_timeout(mosquitto: MosquittoBroker, emulat
 
 async def test_aiocache_takes_request_timeout(mosquitto: MosquittoBroker, emulator: Any) -> None:
     aio = pytest.importorskip("sskv_mapping.integrations.aiocache")
-    cache = aio.StateStoreCache(f"mqtt://{mosquitto.host}:{mosquitto.port}", request_timeout=6.0)
+    cache = aio.AsyncStateStoreCache(f"mqtt://{mosquitto.host}:{mosquitto.port}", request_timeout=6.0)
     try:
         await cache.set("k", "v")
         core = cache.sskv_cache

@@ -1,0 +1,167 @@
+"""The public surface, pinned: ``sskv_mapping.__all__`` is exactly this list, every name in it exists, and
+every sskv_mapping type that appears in the signature of something exported is exported too (a user can name
+what the API hands them). A change to the public API has to change this file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from typing import Any
+
+import sskv_mapping
+import sskv_mapping.errors
+
+EXPECTED = {
+    # clients, watches, locks, election
+    "AsyncStateStoreClient",
+    "StateStoreClient",
+    "AsyncKeyWatch",
+    "KeyWatch",
+    "KeySubscription",
+    "KeyEvent",
+    "KeyOperation",
+    "AsyncLeasedLock",
+    "LeasedLock",
+    "AsyncLeaderElection",
+    "LeaderElection",
+    "LeadershipChange",
+    # values the client hands back or takes
+    "Entry",
+    "SetResult",
+    "SetCondition",
+    "VDeleteResult",
+    "HybridLogicalClock",
+    "ConnectionState",
+    "UNSET",
+    "UnsetType",
+    # connections
+    "ConnectionSettings",
+    "TlsSettings",
+    "Connection",
+    "ConnectionFactory",
+    "InboundMessage",
+    # the dict and the cache
+    "AsyncStateStoreDict",
+    "StateStoreDict",
+    "StoreEntry",
+    "AsyncStateStoreCache",
+    "StateStoreCache",
+    "StateStoreCacheStats",
+    "OpLatency",
+    "translate_ttl",
+    "LocalCache",
+    "CachedEntry",
+    "CacheStats",
+    "ReadTicket",
+    "ABSENT",
+    # codecs
+    "Codec",
+    "JsonCodec",
+    "MsgpackCodec",
+    "PickleCodec",
+    "RawCodec",
+    "StrCodec",
+    "__version__",
+    # the exception tree (sskv_mapping.errors), whole
+    "StateStoreError",
+    "ConfigurationError",
+    "ClientStateError",
+    "TransportError",
+    "BrokerConnectError",
+    "ConnectionLostError",
+    "PublishRefusedError",
+    "ServiceUnavailableError",
+    "RequestTimeoutError",
+    "ProtocolError",
+    "UnsupportedVersionError",
+    "ServiceError",
+    "TimestampSkewError",
+    "FencingTokenRequiredError",
+    "FencingTokenSkewError",
+    "FencingTokenLowerVersionError",
+    "QuotaExceededError",
+    "RequestSyntaxError",
+    "NotAuthorizedError",
+    "UnknownCommandError",
+    "WrongNumberOfArgumentsError",
+    "MissingTimestampError",
+    "MalformedTimestampError",
+    "KeyLengthZeroError",
+    "RpcStatusError",
+    "ClockDriftError",
+    "LockError",
+    "CodecError",
+    "EncodeError",
+    "PickleEncodeError",
+    "DecodeError",
+}
+
+
+def test_all_is_pinned() -> None:
+    assert sorted(sskv_mapping.__all__) == sorted(EXPECTED)
+    assert len(sskv_mapping.__all__) == len(set(sskv_mapping.__all__)), "a name is listed twice"
+
+
+def test_every_exported_name_exists() -> None:
+    missing = [name for name in sskv_mapping.__all__ if not hasattr(sskv_mapping, name)]
+    assert missing == []
+
+
+def test_the_whole_exception_tree_is_exported() -> None:
+    assert set(sskv_mapping.errors.__all__) <= set(sskv_mapping.__all__)
+
+
+def _package_types(annotation: Any) -> set[type]:
+    """The sskv_mapping classes named anywhere in a (resolved) annotation."""
+    found: set[type] = set()
+    stack = [annotation]
+    while stack:
+        tp = stack.pop()
+        origin = typing.get_origin(tp)
+        if origin is not None:
+            stack.extend(typing.get_args(tp))
+            stack.append(origin)
+        elif isinstance(tp, type) and tp.__module__.startswith("sskv_mapping"):
+            found.add(tp)
+    return found
+
+
+def _signatures(obj: Any) -> dict[str, dict[str, Any]]:
+    """``{where: resolved annotations}`` for ``obj`` and, for a class, its public methods, properties and fields."""
+    out: dict[str, dict[str, Any]] = {}
+    if inspect.isclass(obj):
+        if dataclasses.is_dataclass(obj):
+            out[f"{obj.__name__} fields"] = typing.get_type_hints(obj)
+        for name, member in vars(obj).items():
+            if name.startswith("_") and name not in {"__init__", "__call__", "__getitem__", "__iter__", "__aiter__"}:
+                continue
+            if isinstance(member, staticmethod | classmethod):
+                member = member.__func__
+            if isinstance(member, property):
+                member = member.fget
+            if inspect.isfunction(member):
+                out[f"{obj.__name__}.{name}"] = typing.get_type_hints(member)
+    elif inspect.isfunction(obj):
+        out[obj.__name__] = typing.get_type_hints(obj)
+    return out
+
+
+def test_every_type_in_a_public_signature_is_exported() -> None:
+    exported = {id(getattr(sskv_mapping, name)) for name in sskv_mapping.__all__}
+    unexported: dict[str, set[str]] = {}
+    for name in sskv_mapping.__all__:
+        for where, hints in _signatures(getattr(sskv_mapping, name)).items():
+            for annotation in hints.values():
+                for tp in _package_types(annotation):
+                    if id(tp) not in exported:
+                        unexported.setdefault(f"{tp.__module__}.{tp.__qualname__}", set()).add(where)
+    assert unexported == {}
+
+
+def test_the_signature_check_can_fail() -> None:
+    # the walker itself: a private type inside a generic is found
+    from sskv_mapping.local_cache import _AbsentType
+
+    assert _package_types(dict[str, list[_AbsentType | None]]) == {_AbsentType}
