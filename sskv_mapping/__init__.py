@@ -4,7 +4,7 @@
 and import their framework only when imported themselves).
 """
 
-from ._cache_stats import OpLatency, StateStoreCacheStats
+from ._cache_stats import CacheCounters, OpLatency, StateStoreCacheStats
 from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
@@ -78,6 +78,7 @@ __all__ = [
     "StoreEntry",
     "UnsetType",
     "ReadTicket",
+    "CacheCounters",
     "__version__",
     "translate_ttl",
     *_errors_all,

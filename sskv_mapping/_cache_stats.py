@@ -6,7 +6,9 @@ Must not import aiomqtt/paho or the emulator.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -59,9 +61,11 @@ class StateStoreCacheStats:
 
 
 class CacheCounters:
-    """Counters shared by the async cache and the blocking facade's fast path (any thread)."""
+    """Counters shared by the async cache and the blocking facade's fast path (any thread); ``clock`` (monotonic
+    seconds) times the operations :meth:`timed` wraps."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -86,6 +90,15 @@ class CacheCounters:
             rec[1] += seconds
             rec[2] = max(rec[2], seconds)
             rec[3][bucket] += 1
+
+    @contextmanager
+    def timed(self, op: str) -> Iterator[None]:
+        """Observe how long the ``with`` block took as one ``op``, also when it raises."""
+        started = self.clock()
+        try:
+            yield
+        finally:
+            self.observe(op, self.clock() - started)
 
     def snapshot(self, local: CacheStats | None) -> StateStoreCacheStats:
         with self._lock:

@@ -30,11 +30,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from ._keys import store_key
 from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent
 from ._transport.settings import ConnectionSettings, TlsSettings
-from .client import AsyncStateStoreClient, normalize_key, ttl_to_ms
+from ._ttl import ttl_to_ms
+from .client import AsyncStateStoreClient
 from .errors import (
     ConfigurationError,
     LockError,
@@ -143,7 +145,7 @@ def _check_args(args: argparse.Namespace) -> None:
     names = [getattr(args, "key", None), getattr(args, "name", None), *(getattr(args, "keys", None) or ())]
     for name in names:
         if name is not None:
-            normalize_key(_key(name))
+            store_key(_key(name))
     for option, seconds in (("--ttl", getattr(args, "ttl", None)), ("--lease", getattr(args, "lease", None))):
         if seconds is None:
             continue

@@ -10,22 +10,22 @@ Must not import aiomqtt/paho or the emulator.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Iterable
+from typing import TypeVar
 
 __all__ = ["gather_bounded"]
 
 T = TypeVar("T")
 
 
-async def gather_bounded(coros: Iterable[Coroutine[Any, Any, T]], limit: int) -> list[T]:
+async def gather_bounded(coros: Iterable[Awaitable[T]], limit: int) -> list[T]:
     """Run ``coros`` concurrently, at most ``limit`` at a time, results in order.
 
     The first failure cancels the rest and is raised as itself (not wrapped in an ExceptionGroup).
     """
     gate = asyncio.Semaphore(limit)
 
-    async def gated(coro: Coroutine[Any, Any, T]) -> T:
+    async def gated(coro: Awaitable[T]) -> T:
         async with gate:
             return await coro
 

@@ -133,8 +133,9 @@ class NamespaceGeneration:
     def current(self) -> str | None:
         return None if self.state is None else self.state.gen
 
-    def _adopt(self, state: GenerationState | None, version: HybridLogicalClock | None) -> None:
-        # versions come from one service clock: an older copy (a late notification) never wins
+    def adopt(self, state: GenerationState | None, version: HybridLogicalClock | None) -> None:
+        """Take ``state`` (read or written at ``version``) as the current one: a peer on this client wrote it, or
+        it was read. Versions come from one service clock: an older copy (a late notification) never wins."""
         if version is not None and self._version is not None and version < self._version:
             return
         old = self.current
@@ -155,7 +156,7 @@ class NamespaceGeneration:
         except ProtocolError as exc:
             log.warning("ignoring a malformed generation notification: %s", exc)
             return
-        self._adopt(state, event.version)
+        self.adopt(state, event.version)
 
     async def start(self) -> GenerationState:
         if self._sub is None:
@@ -173,7 +174,7 @@ class NamespaceGeneration:
         entry = await self.client.get(self.key)
         if entry is not None:
             state = GenerationState.decode(entry.value)
-            self._adopt(state, entry.version)
+            self.adopt(state, entry.version)
             return state
         return await self._change(lambda state: state or GenerationState(new_generation()))
 
@@ -200,11 +201,11 @@ class NamespaceGeneration:
             before = None if entry is None else GenerationState.decode(entry.value)
             after = change(before)
             if after == before:
-                self._adopt(after, entry.version if entry else None)
+                self.adopt(after, entry.version if entry else None)
                 return after
             result = await lock.set(self.key, after.encode())
             for peer in list(_peers.get(self.client, {}).get(self._namespace, ())):
-                peer._adopt(after, result.version)
+                peer.adopt(after, result.version)
             return after
 
     async def bump(self) -> GenerationState:

@@ -15,6 +15,7 @@ Must not import aiomqtt/paho, the emulator or the mapping/cache modules.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,19 +53,22 @@ class SingleFlight:
     """The in-process flights and cross-process locks of one cache's ``get_or_set``.
 
     Args:
-        read: ``read(key, fresh)`` -> the key's entry (``fresh=True`` skips the local cache).
+        read: ``read(key, fresh=...)`` -> the key's entry (``fresh=True`` skips the local cache).
         store_nx: ``store_nx(key, value, seconds)`` -> whether the value was added (``SET NX``).
         locks: the namespace's key locks (kind ``gos-lock``).
         counters: hits/misses/sets are counted here.
+        ready: awaited before each :meth:`begin` (the cache opens itself, or follows a new generation).
     """
 
     def __init__(
         self,
-        read: Callable[[str, bool], Awaitable[CachedEntry[Any]]],
+        read: Callable[..., Awaitable[CachedEntry[Any]]],
         store_nx: Callable[[str, Any, float | None], Awaitable[bool]],
         locks: KeyLocks,
         counters: CacheCounters,
+        ready: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        self._ready = ready
         self._read = read
         self._store_nx = store_nx
         self._locks = locks
@@ -73,11 +77,13 @@ class SingleFlight:
 
     async def begin(self, key: str) -> Found | Lead:
         """Either the value (found, or computed by another caller) or the lead."""
+        if self._ready is not None:
+            await self._ready()
         first = True
         while True:
             flight = self._flights.get(key)
             if flight is None:
-                entry = await self._read(key, False)
+                entry = await self._read(key, fresh=False)
                 if entry.value is not ABSENT:
                     if first:
                         self._counters.count(hits=1)
@@ -103,7 +109,7 @@ class SingleFlight:
             lock = self._locks.lock("gos-lock", key, auto_renew=True)
             await lock.acquire(timeout=self._locks.timeout)
             try:
-                entry = await self._read(key, True)  # another process may have stored it meanwhile
+                entry = await self._read(key, fresh=True)  # another process may have stored it meanwhile
             except BaseException:
                 await release_quietly(lock)
                 raise
@@ -115,6 +121,23 @@ class SingleFlight:
         except BaseException as exc:
             self._settle(key, flight, error=exc)
             raise
+
+    async def run(self, key: str, default_or_callable: Any, seconds: float | None) -> Any:
+        """The whole ``get_or_set`` on the loop: :meth:`begin`, compute if this caller leads (a value, or a sync
+        or async callable), then :meth:`finish` or :meth:`abort`. The blocking twin takes the same steps with
+        its computation in the caller's thread."""
+        outcome = await self.begin(key)
+        if isinstance(outcome, Found):
+            return outcome.value
+        try:
+            value = default_or_callable() if callable(default_or_callable) else default_or_callable
+            if inspect.isawaitable(value):
+                value = await value
+        except BaseException as exc:
+            await self.abort(outcome, exc)
+            raise
+        await self.finish(outcome, value, seconds)
+        return value
 
     async def finish(self, lead: Lead, value: Any, seconds: float | None) -> None:
         # the waiters get the value even if storing it fails; the leader's caller sees that failure (a value the

@@ -24,13 +24,17 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Generic, TypeVar
 
+from ._fanout import gather_bounded
 from ._index import StoredKeyIndex
+from ._keys import check_namespace, text_key, utf8
 from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent
-from .client import AsyncStateStoreClient, ConnectionState, KeySubscription, SetResult, ttl_to_ms
+from ._ttl import ttl_to_ms
+from .client import AsyncStateStoreClient, ConnectionState, KeySubscription, SetResult
 from .codecs import Codec, decode_value, encode_value
 from .errors import ConfigurationError, StateStoreError
 from .local_cache import ABSENT, CachedEntry, LocalCache
@@ -61,22 +65,6 @@ class Encoded(Generic[V]):
     raw: bytes
 
 
-def utf8(text: str, what: str) -> bytes:
-    """``text`` as UTF-8; a lone surrogate (not encodable) is a :class:`ConfigurationError`, not a UnicodeError."""
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ConfigurationError(f"{what} is not valid UTF-8 text: {exc.reason}") from None
-
-
-def _check_namespace(namespace: str) -> bytes:
-    if not isinstance(namespace, str) or not namespace:
-        raise ConfigurationError("namespace must be a non-empty str")
-    if "/" in namespace or "#" in namespace:
-        raise ConfigurationError("namespace may not contain '/' or '#' (they separate its keys)")
-    return utf8(namespace, "namespace")
-
-
 class NamespaceStore(Generic[V]):
     """Keys ``namespace/<key>`` of one client, their codec, local cache, watches and index."""
 
@@ -91,7 +79,7 @@ class NamespaceStore(Generic[V]):
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
-        ns = _check_namespace(namespace)
+        ns = check_namespace(namespace)
         self._ns = ns
         self.client = client
         self.namespace = namespace
@@ -121,11 +109,7 @@ class NamespaceStore(Generic[V]):
 
     def data_key(self, key: str, prefix: bytes | None = None) -> bytes:
         """The store key of ``key`` (under ``prefix`` if given, else the namespace's current prefix)."""
-        if not isinstance(key, str):
-            raise ConfigurationError(f"keys of a namespace are str, not {type(key).__name__}")
-        if not key:
-            raise ConfigurationError("keys may not be empty")
-        return (self._prefix if prefix is None else prefix) + utf8(key, "key")
+        return (self._prefix if prefix is None else prefix) + utf8(text_key(key))
 
     def switch_prefix(self, prefix: bytes) -> None:
         """Put the data keys under ``prefix`` from now on (a cache's new generation): what the local cache
@@ -245,10 +229,19 @@ class NamespaceStore(Generic[V]):
 
     # -- reads --------------------------------------------------------------------------------------------
 
-    def cached(self, data_key: bytes) -> CachedEntry[V] | None:
-        """A fresh local entry, or ``None``. Thread-safe; never touches the network or the loop."""
+    def peek(self, key: str) -> CachedEntry[V] | None:
+        """The local cache's entry for ``key`` if it may be served now (``value`` is ``ABSENT`` for a key known
+        absent), else ``None``: no cache, not cached, or not a valid key (the caller's slow path raises the typed
+        error). Thread-safe and not async (a blocking facade's hit path runs it in the calling thread); never
+        touches the network or the loop."""
         cache = self.cache
-        return cache.get(data_key) if cache is not None else None
+        if cache is None or not isinstance(key, str) or not key:
+            return None
+        try:
+            data_key = self._prefix + key.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate
+            return None
+        return cache.get(data_key)
 
     async def read(self, key: str, *, fresh: bool = False) -> CachedEntry[V]:
         """The entry for ``key`` (``value`` is ``ABSENT`` when absent), from the cache or the store.
@@ -260,10 +253,10 @@ class NamespaceStore(Generic[V]):
         return await self.read_data_key(data_key, fresh=fresh)
 
     async def read_data_key(self, data_key: bytes, *, fresh: bool = False) -> CachedEntry[V]:
-        hit = None if fresh else self.cached(data_key)
+        cache = self.cache
+        hit = None if fresh or cache is None else cache.get(data_key)
         if hit is not None:
             return hit
-        cache = self.cache
         if cache is None:
             return await self._fetch(data_key)
         await self._ensure_watch(data_key)
@@ -292,16 +285,9 @@ class NamespaceStore(Generic[V]):
         return CachedEntry(value, got.value, got.version, None, None)
 
     async def read_many(self, keys: Iterable[str]) -> list[CachedEntry[V]]:
-        # At most 64 reads in flight: a broker holds only so many messages per client (mosquitto: 20 in
-        # flight + 1000 queued) and silently drops the rest, so gathering a few thousand reads at once
-        # (len() of a fresh dict over a big namespace) lost replies and timed out.
-        gate = asyncio.Semaphore(64)
-
-        async def one(key: str) -> CachedEntry[V]:
-            async with gate:
-                return await self.read(key)
-
-        return list(await asyncio.gather(*(one(k) for k in keys)))
+        # At most 64 reads in flight (see _fanout): gathering a few thousand reads at once (len() of a fresh
+        # dict over a big namespace) lost replies and timed out.
+        return await gather_bounded((self.read(k) for k in keys), 64)
 
     # -- writes -------------------------------------------------------------------------------------------
 
@@ -345,7 +331,7 @@ class NamespaceStore(Generic[V]):
             data_key,
             raw,
             condition=condition,
-            ttl=None if ttl_ms is None else ttl_ms / 1000,
+            ttl=None if ttl_ms is None else timedelta(milliseconds=ttl_ms),  # exact: no ms -> s -> ms round trip
             fencing_token=fencing_token,
         )
         if result.applied and self.cache is not None:

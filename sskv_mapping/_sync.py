@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from .errors import ClientStateError
 
-__all__ = ["LoopThread", "get_loop_thread"]
+__all__ = ["BlockingTwin", "LoopThread", "get_loop_thread"]
 
 T = TypeVar("T")
 
@@ -112,3 +112,24 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class BlockingTwin:
+    """Base of every blocking facade (``StateStoreClient``, ``StateStoreDict``, ``StateStoreCache``, ``LeasedLock``,
+    ``LeaderElection``, ``KeyWatch``): :meth:`_run` runs one coroutine of the async twin on the process-wide loop
+    thread and returns its result, typed (``self._run(self.async_x.get(k))`` is an ``Entry | None`` for mypy).
+
+    A facade holds its async twin and calls only its public API; the one thing done in the calling thread (a
+    local-cache hit) goes through the twin's thread-safe, non-async ``peek``.
+    """
+
+    def __init__(self) -> None:
+        self._portal = get_loop_thread()
+
+    @property
+    def portal(self) -> LoopThread:
+        """The loop thread the async twin lives on."""
+        return self._portal
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._portal.run(coro)

@@ -1,10 +1,12 @@
-"""Layer 4: what a ``ttl`` means -- our own convention and every framework's, in one table-tested place.
+"""Layer 1 helper (pure): what a ``ttl`` means -- PX milliseconds for the client, our own convention for the
+cache, and every framework's, in one table-tested place.
 
 Our convention (the cache's ``ttl`` arguments): ``UNSET`` = the cache's default; ``None`` = never expires; a
 positive number of seconds or a ``timedelta``; zero or negative = expire now. :func:`translate_ttl` turns each
 framework's spelling of "timeout" into that.
 
-Pure: no I/O. Must not import the client's I/O parts, the emulator or any framework.
+Pure: no I/O. Must not import anything but the standard library, :mod:`sskv_mapping.errors` and
+:mod:`sskv_mapping._unset`.
 """
 
 from __future__ import annotations
@@ -14,15 +16,60 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final, Literal
 
-from .client import UNSET, UnsetType, ttl_to_ms
+from ._unset import UNSET, UnsetType
 from .errors import ConfigurationError
 
-__all__ = ["TtlArg", "TtlConvention", "check_ttl", "expire_now", "translate_ttl"]
+__all__ = [
+    "MAX_TTL_MS",
+    "TtlArg",
+    "TtlConvention",
+    "TtlLike",
+    "check_ttl",
+    "expire_now",
+    "translate_ttl",
+    "ttl_to_ms",
+]
+
+#: PX is milliseconds as a signed 64-bit integer on the service; refuse what cannot be meant.
+MAX_TTL_MS = 100 * 365 * 24 * 3600 * 1000
+
+_ONE_MS = timedelta(milliseconds=1)
+
+#: What the client takes as a ``ttl``: seconds, a timedelta, or ``None`` (never expires).
+TtlLike = float | int | timedelta | None
 
 #: What callers may pass as a ``ttl``: seconds, a timedelta, ``None`` (never expires) or ``UNSET`` (default).
 TtlArg = float | int | timedelta | None | UnsetType
 
 # -- TTLs ---------------------------------------------------------------------------------------------------
+
+
+def ttl_to_ms(ttl: TtlLike) -> int | None:
+    """Seconds (or a timedelta) -> PX milliseconds, rounded up; ``None`` -> never expires.
+
+    A timedelta is converted exactly (integer arithmetic): the layers above pass ``timedelta(milliseconds=n)``
+    when they already hold milliseconds, and get ``n`` back, never ``n + 1`` from a float round trip.
+    """
+    if ttl is None:
+        return None
+    if isinstance(ttl, timedelta):
+        if ttl <= timedelta(0):
+            raise ConfigurationError(f"ttl must be positive (got {ttl!r}); use None for 'never expires'")
+        ms = -(-ttl // _ONE_MS)  # ceiling division of timedeltas: an exact int
+        if ms > MAX_TTL_MS:
+            raise ConfigurationError(f"ttl {ttl!r} is absurdly large (more than 100 years)")
+        return ms
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float):
+        raise ConfigurationError(f"ttl must be seconds (int/float), a timedelta or None, not {type(ttl).__name__}")
+    try:
+        seconds = float(ttl)
+    except OverflowError:  # an int too large for a float
+        seconds = math.inf
+    if math.isnan(seconds) or seconds <= 0:
+        raise ConfigurationError(f"ttl must be positive (got {ttl!r}); use None for 'never expires'")
+    if seconds * 1000 > MAX_TTL_MS:  # also inf, which math.ceil() cannot take
+        raise ConfigurationError(f"ttl {ttl!r} is absurdly large (more than 100 years)")
+    return math.ceil(seconds * 1000)
 
 
 def _seconds(value: object, what: str) -> float:

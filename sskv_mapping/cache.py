@@ -28,30 +28,28 @@ Must not import aiomqtt/paho, the emulator or the mapping module.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Final, Generic, TypeVar, cast, overload
 
 from ._cache_stats import LATENCY_BUCKETS, CacheCounters, OpLatency, StateStoreCacheStats
+from ._cache_writes import EntryWriter, Sweeper
 from ._counter import increment
 from ._fanout import gather_bounded
-from ._generation import NamespaceGeneration, PersistentLedger, sweep_retired
+from ._generation import NamespaceGeneration, PersistentLedger
 from ._key_locks import KeyLocks
-from ._protocol.commands import SetCondition, VDeleteResult
-from ._protocol.hlc import HybridLogicalClock
-from ._renewal import renew_expiry
-from ._single_flight import Found, Lead, SingleFlight
+from ._keys import text_key, text_keys
+from ._protocol.commands import SetCondition
+from ._single_flight import Found, SingleFlight
 from ._store import Encoded, NamespaceStore
-from ._sync import get_loop_thread
+from ._sync import BlockingTwin
 from ._ttl import TtlArg, TtlConvention, check_ttl, expire_now, translate_ttl
-from .client import UNSET, AsyncStateStoreClient, SetResult, StateStoreClient, TlsSettings
+from .client import UNSET, AsyncStateStoreClient, StateStoreClient, TlsSettings
 from .codecs import Codec, JsonCodec, get_codec
-from .errors import ClientStateError, ConfigurationError, FencingTokenRequiredError, StateStoreError
+from .errors import ClientStateError, ConfigurationError, StateStoreError
 from .local_cache import ABSENT, CachedEntry, LocalCache
 
 __all__ = [
@@ -78,22 +76,20 @@ DEFAULT_TTL: Final = 300.0
 # -- keys -------------------------------------------------------------------------------------------------
 
 
-def _check_key(key: object) -> str:
-    if not isinstance(key, str):
-        raise ConfigurationError(f"cache keys are str, not {type(key).__name__}")
-    if not key:
-        raise ConfigurationError("cache keys may not be empty")
-    try:
-        key.encode("utf-8")
-    except UnicodeEncodeError as exc:  # lone surrogates
-        raise ConfigurationError(f"cache key is not valid UTF-8 text: {exc.reason}") from None
-    return key
-
-
-def _check_keys(keys: Iterable[str]) -> list[str]:
-    if isinstance(keys, str | bytes):  # iterating would give characters, not keys
-        raise ConfigurationError("pass an iterable of keys, not a single str")
-    return list(dict.fromkeys(_check_key(k) for k in keys))
+def _check_options(local_cache_size: object, max_in_flight: object, lock_lease: object, lock_timeout: object) -> float:
+    """The cache's numeric options checked before anything is built; returns the lock lease in seconds."""
+    if isinstance(local_cache_size, bool) or not isinstance(local_cache_size, int) or local_cache_size < 0:
+        raise ConfigurationError(f"local_cache_size must be an int >= 0, not {local_cache_size!r}")
+    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+        raise ConfigurationError(f"max_in_flight must be a positive int, not {max_in_flight!r}")
+    lease = check_ttl(lock_lease, "lock_lease")
+    if lease is None or lease <= 0:
+        raise ConfigurationError(f"lock_lease must be a positive number of seconds, not {lock_lease!r}")
+    if lock_timeout is not None:
+        timeout = check_ttl(lock_timeout, "lock_timeout")
+        if timeout is None or timeout <= 0:
+            raise ConfigurationError(f"lock_timeout must be positive seconds or None, not {lock_timeout!r}")
+    return lease
 
 
 class AsyncStateStoreCache(Generic[V]):
@@ -144,17 +140,7 @@ class AsyncStateStoreCache(Generic[V]):
     ) -> None:
         resolved: Codec[Any] = JsonCodec() if codec is None else get_codec(codec)
         self._default_ttl = check_ttl(default_ttl, "default_ttl")
-        if isinstance(local_cache_size, bool) or not isinstance(local_cache_size, int) or local_cache_size < 0:
-            raise ConfigurationError(f"local_cache_size must be an int >= 0, not {local_cache_size!r}")
-        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
-            raise ConfigurationError(f"max_in_flight must be a positive int, not {max_in_flight!r}")
-        lease = check_ttl(lock_lease, "lock_lease")
-        if lease is None or lease <= 0:
-            raise ConfigurationError(f"lock_lease must be a positive number of seconds, not {lock_lease!r}")
-        if lock_timeout is not None:
-            timeout = check_ttl(lock_timeout, "lock_timeout")
-            if timeout is None or timeout <= 0:
-                raise ConfigurationError(f"lock_timeout must be positive seconds or None, not {lock_timeout!r}")
+        lease = _check_options(local_cache_size, max_in_flight, lock_lease, lock_timeout)
         cache: LocalCache[V] | None = LocalCache(maxsize=local_cache_size, clock=clock) if local_cache_size else None
         self._store: NamespaceStore[V] = NamespaceStore(
             client, namespace, resolved, cache=cache, index=False, clock=clock
@@ -166,12 +152,15 @@ class AsyncStateStoreCache(Generic[V]):
         )
         self._ledger = PersistentLedger(client, ns, self._generation, lease=lease, lock_timeout=lock_timeout)
         self._locks = KeyLocks(client, ns, lease=lease, timeout=lock_timeout)
-        self._stats = CacheCounters()
-        self._flight = SingleFlight(self._read, self._store_nx, self._locks, self._stats)
+        self._stats = CacheCounters(clock)
+        self._writer: EntryWriter[V] = EntryWriter(self._store, self._ledger, self._locks, self._prefix_of)
+        self._sweeper = Sweeper(self._generation, self._ledger, self._writer, namespace)
+        self._flight = SingleFlight(
+            self._store.read, self._writer.store_nx, self._locks, self._stats, ready=self._ready
+        )
         self._max_in_flight = max_in_flight
         self._clock = clock
         self._open_lock = asyncio.Lock()
-        self._sweeping: asyncio.Task[int] | None = None
         self._opened = False
         self._closed = False
         self._owns_client = _owns_client
@@ -251,9 +240,30 @@ class AsyncStateStoreCache(Generic[V]):
         cache = self._store.cache
         return self._stats.snapshot(cache.stats() if cache is not None else None)
 
+    @property
+    def counters(self) -> CacheCounters:
+        """The live counters behind :meth:`stats` (thread-safe; the blocking twin counts its local hits here)."""
+        return self._stats
+
+    @property
+    def single_flight(self) -> SingleFlight:
+        """The in-process flights and cross-process locks of ``get_or_set``: this cache's and its blocking twin's
+        (whose callable runs in the caller's thread between ``begin`` and ``finish``) drive this one object."""
+        return self._flight
+
+    def peek(self, key: str) -> CachedEntry[V] | None:
+        """``get(key)`` from the local cache alone: its entry (``value`` is ``ABSENT`` for a key known absent), or
+        ``None`` when the cache cannot answer. Thread-safe and not async -- how the blocking twin serves a hit in
+        the calling thread; never a round trip, never counted (the caller counts what it serves)."""
+        return self._store.peek(key)
+
+    def resolve_ttl(self, ttl: TtlArg) -> float | None:
+        """``ttl`` as seconds (``UNSET``: ``default_ttl``; ``None``: never; ``<= 0``: expire now)."""
+        return self._default_ttl if ttl is UNSET else check_ttl(ttl)
+
     async def data_key(self, key: str) -> bytes:
         """The store key that holds ``key`` now (in the namespace's current generation)."""
-        key = _check_key(key)
+        key = text_key(key, "cache key")
         await self._ready()
         return self._store.data_key(key)
 
@@ -261,7 +271,7 @@ class AsyncStateStoreCache(Generic[V]):
         """``value`` encoded now, in the calling thread (for the blocking facade: framework code that may only
         run in the request's thread, e.g. a lazy Django QuerySet, is pickled there). Pass the result where the
         value would go; raises like the write would (:class:`EncodeError`, ``pickle.PickleError``)."""
-        return cast(V, Encoded(value, self._store.encode(_check_key(key), value)))
+        return cast(V, Encoded(value, self._store.encode(text_key(key, "cache key"), value)))
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -287,7 +297,7 @@ class AsyncStateStoreCache(Generic[V]):
                     state = await self._generation.start()
                     self._opened = True
                     if state.retired:
-                        self._start_sweep()
+                        self._sweeper.start()
                     return
         await self._generation.ensure_current()  # no round trip while its watch is live
 
@@ -297,10 +307,7 @@ class AsyncStateStoreCache(Generic[V]):
         if self._closed:
             return
         self._closed = True
-        sweeping = self._sweeping
-        if sweeping is not None and not sweeping.done():
-            with contextlib.suppress(StateStoreError, asyncio.CancelledError):
-                await sweeping  # a failure was logged; the next open of the namespace resumes it
+        await self._sweeper.wait()
         await self._generation.close()
         await self._store.close()
         if self._owns_client:
@@ -314,86 +321,9 @@ class AsyncStateStoreCache(Generic[V]):
 
     # -- helpers --------------------------------------------------------------------------------------
 
-    def _ttl(self, ttl: object) -> float | None:
-        return self._default_ttl if ttl is UNSET else check_ttl(ttl)
-
-    @contextmanager
-    def _timed(self, op: str) -> Iterator[None]:
-        started = self._clock()
-        try:
-            yield
-        finally:
-            self._stats.observe(op, self._clock() - started)
-
-    async def _gather(self, coros: Iterable[Awaitable[T]]) -> list[T]:
-        async def call(aw: Awaitable[T]) -> T:
-            return await aw
-
-        return await gather_bounded((call(c) for c in coros), self._max_in_flight)
-
-    async def _read(self, key: str, fresh: bool = False) -> CachedEntry[V]:
-        return await self._store.read(key, fresh=fresh)
-
-    async def _put(
-        self,
-        key: str,
-        value: V,
-        seconds: float | None,
-        token: HybridLogicalClock | None,
-        condition: SetCondition | None = None,
-    ) -> SetResult:
-        """One SET; an entry without a TTL is listed in the generation's ledger first (see the module docstring)."""
-        if seconds is not None:
-            return await self._store.write(
-                key, value, ttl=seconds, condition=condition, fencing_token=token, listed=False
-            )
-        async with self._ledger.listing(key) as gen:
-            return await self._store.write(
-                key,
-                value,
-                ttl=None,
-                condition=condition,
-                fencing_token=token,
-                listed=False,
-                prefix=self._prefix_of(gen),
-            )
-
-    async def _write(
-        self, key: str, value: V, seconds: float | None, *, condition: SetCondition | None = None
-    ) -> SetResult:
-        async def op(token: HybridLogicalClock | None) -> SetResult:
-            return await self._put(key, value, seconds, token, condition)
-
-        if condition is SetCondition.NX:
-            try:
-                return await op(None)
-            except FencingTokenRequiredError:  # only an existing key is fenced: NX would skip anyway
-                return SetResult(False, None)
-        return await self._locks.fenced(key, op)
-
-    async def _store_nx(self, key: str, value: V, seconds: float | None) -> bool:
-        return (await self._write(key, value, seconds, condition=SetCondition.NX)).applied
-
-    async def _fenced_write(self, key: str, value: V, seconds: float | None, token: HybridLogicalClock) -> None:
-        await self._put(key, value, seconds, token)
-
-    async def _delete_data(self, key: str, prefix: bytes | None = None) -> bool:
-        """DEL the data key (fenced if need be) and forget it locally."""
-        data_key = self._store.data_key(key, prefix)
-
-        async def op(token: HybridLogicalClock | None) -> bool:
-            return await self._store.client.delete(data_key, fencing_token=token)
-
-        try:
-            return await self._locks.fenced(key, op)
-        finally:
-            if self._store.cache is not None:
-                self._store.cache.invalidate(data_key)
-
     async def _delete_key(self, key: str) -> bool:
-        deleted = await self._delete_data(key)
-        if deleted:
-            self._stats.count(deletes=1)
+        deleted = await self._writer.delete(key)
+        self._stats.count(deletes=int(deleted))  # counting nothing is a no-op
         return deleted
 
     # -- reads ----------------------------------------------------------------------------------------
@@ -409,9 +339,9 @@ class AsyncStateStoreCache(Generic[V]):
 
         A network failure raises a :class:`~sskv_mapping.TransportError`; it is never mistaken for a miss.
         """
-        key = _check_key(key)
+        key = text_key(key, "cache key")
         await self._ready()
-        with self._timed("get"):
+        with self._stats.timed("get"):
             entry = await self._store.read(key)
         if entry.value is ABSENT:
             self._stats.count(misses=1)
@@ -421,17 +351,17 @@ class AsyncStateStoreCache(Generic[V]):
 
     async def exists(self, key: str) -> bool:
         """Whether the key is in the cache now."""
-        key = _check_key(key)
+        key = text_key(key, "cache key")
         await self._ready()
-        with self._timed("exists"):
+        with self._stats.timed("exists"):
             return (await self._store.read(key)).value is not ABSENT
 
     async def get_many(self, keys: Iterable[str]) -> dict[str, V]:
         """``{key: value}`` for the keys found (absent ones are left out); the GETs run concurrently."""
-        wanted = _check_keys(keys)
+        wanted = text_keys(keys, "cache key")
         await self._ready()
-        with self._timed("get_many"):
-            entries = await self._gather(self._store.read(k) for k in wanted)
+        with self._stats.timed("get_many"):
+            entries = await gather_bounded((self._store.read(k) for k in wanted), self._max_in_flight)
         found: dict[str, V] = {}
         for key, entry in zip(wanted, entries, strict=True):
             if entry.value is not ABSENT:
@@ -443,15 +373,15 @@ class AsyncStateStoreCache(Generic[V]):
 
     async def set(self, key: str, value: V, ttl: TtlArg = UNSET) -> None:
         """Store ``value``; ``ttl`` as in the module docstring (zero or negative deletes the key)."""
-        key = _check_key(key)
-        seconds = self._ttl(ttl)
+        key = text_key(key, "cache key")
+        seconds = self.resolve_ttl(ttl)
         self._store.encode(key, value)  # an EncodeError before anything is sent
         await self._ready()
-        with self._timed("set"):
+        with self._stats.timed("set"):
             if expire_now(seconds):
                 await self._delete_key(key)
                 return
-            await self._write(key, value, seconds)
+            await self._writer.write(key, value, seconds)
         self._stats.count(sets=1)
 
     async def add(self, key: str, value: V, ttl: TtlArg = UNSET) -> bool:
@@ -460,25 +390,17 @@ class AsyncStateStoreCache(Generic[V]):
         With an expire-now ``ttl`` nothing stays stored, but the result still says whether the key was
         absent (the value is added, then deleted if still ours: Django's behaviour).
         """
-        key = _check_key(key)
-        seconds = self._ttl(ttl)
+        key = text_key(key, "cache key")
+        seconds = self.resolve_ttl(ttl)
         raw = self._store.encode(key, value)
         await self._ready()
-        with self._timed("add"):
+        with self._stats.timed("add"):
             if not expire_now(seconds):
-                added = (await self._write(key, value, seconds, condition=SetCondition.NX)).applied
+                added = (await self._writer.write(key, value, seconds, condition=SetCondition.NX)).applied
                 if added:
                     self._stats.count(sets=1)
                 return added
-            # a short PX as a safety net: if the VDEL below never happens, the value still goes soon
-            added = (await self._write(key, value, 1.0, condition=SetCondition.NX)).applied
-            if added:
-
-                async def vdel(token: HybridLogicalClock | None) -> VDeleteResult:
-                    return await self._store.delete_if(key, raw, fencing_token=token)
-
-                await self._locks.fenced(key, vdel)
-            return added
+            return await self._writer.add_expired(key, value, raw)
 
     async def set_many(self, mapping: Mapping[str, V], ttl: TtlArg = UNSET) -> list[str]:
         """Store every pair concurrently; returns the keys that could not be stored (the service refused
@@ -488,25 +410,25 @@ class AsyncStateStoreCache(Generic[V]):
         """
         if not isinstance(mapping, Mapping):
             raise ConfigurationError(f"set_many takes a mapping of key -> value, not {type(mapping).__name__}")
-        pairs = [(_check_key(k), v) for k, v in mapping.items()]
-        seconds = self._ttl(ttl)
+        pairs = [(text_key(k, "cache key"), v) for k, v in mapping.items()]
+        seconds = self.resolve_ttl(ttl)
         for k, v in pairs:
             self._store.encode(k, v)
         await self._ready()
-        with self._timed("set_many"):
+        with self._stats.timed("set_many"):
             if expire_now(seconds):
                 await self._delete_many([k for k, _ in pairs])
                 return []
 
             async def one(key: str, value: V) -> StateStoreError | None:
                 try:
-                    await self._write(key, value, seconds)
+                    await self._writer.write(key, value, seconds)
                 except StateStoreError as exc:
                     log.warning("set_many could not store %r: %s", key, exc)
                     return exc
                 return None
 
-            outcomes = await self._gather(one(k, v) for k, v in pairs)
+            outcomes = await gather_bounded((one(k, v) for k, v in pairs), self._max_in_flight)
         failed = [k for (k, _), err in zip(pairs, outcomes, strict=True) if err is not None]
         self._stats.count(sets=len(pairs) - len(failed))
         return failed
@@ -515,20 +437,20 @@ class AsyncStateStoreCache(Generic[V]):
 
     async def delete(self, key: str) -> bool:
         """Delete the key; ``True`` if it existed."""
-        key = _check_key(key)
+        key = text_key(key, "cache key")
         await self._ready()
-        with self._timed("delete"):
+        with self._stats.timed("delete"):
             return await self._delete_key(key)
 
     async def delete_many(self, keys: Iterable[str]) -> int:
         """Delete the keys concurrently; returns how many existed."""
-        wanted = _check_keys(keys)
+        wanted = text_keys(keys, "cache key")
         await self._ready()
-        with self._timed("delete_many"):
+        with self._stats.timed("delete_many"):
             return await self._delete_many(wanted)
 
     async def _delete_many(self, keys: list[str]) -> int:
-        results = await self._gather(self._delete_data(k) for k in keys)
+        results = await gather_bounded((self._writer.delete(k) for k in keys), self._max_in_flight)
         deleted = sum(results)
         self._stats.count(deletes=deleted)
         return deleted
@@ -542,39 +464,15 @@ class AsyncStateStoreCache(Generic[V]):
         A write racing with ``clear`` in another process lands before or after it, never half-way.
         """
         await self._ready()
-        with self._timed("clear"):
+        with self._stats.timed("clear"):
             await self._generation.bump()
-        self._start_sweep()
-
-    def _start_sweep(self) -> None:
-        if self._sweeping is not None and not self._sweeping.done():
-            return  # it sweeps every retired generation, this one included, before it ends
-        task = asyncio.get_running_loop().create_task(self._sweep(), name=f"sskv-sweep-{self.namespace}")
-        task.add_done_callback(_log_sweep_failure)
-        self._sweeping = task
-
-    async def _sweep(self) -> int:
-        total = 0
-        while True:  # a clear during the sweep retires another generation: go round again
-            state = self._generation.state
-            if state is None or not state.retired:
-                return total
-
-            async def delete(gen: str, key: str) -> bool:
-                return await self._delete_data(key, self._prefix_of(gen))
-
-            total += await sweep_retired(self._generation, self._ledger, delete)
-            await self._generation.refresh()
+        self._sweeper.start()
 
     async def sweep(self) -> int:
         """Delete now what earlier clears left to sweep (entries without a TTL of retired generations); returns
         how many entries the ledgers listed. ``clear`` starts this in the background; call it to wait."""
         await self._ready()
-        sweeping = self._sweeping
-        if sweeping is not None and not sweeping.done():
-            with contextlib.suppress(StateStoreError):  # retried below
-                await asyncio.shield(sweeping)
-        return await self._sweep()
+        return await self._sweeper.sweep()
 
     # -- expiry ---------------------------------------------------------------------------------------
 
@@ -584,28 +482,23 @@ class AsyncStateStoreCache(Generic[V]):
         ``False`` if the key is absent or its value changed while we renewed it (the newer value is left
         alone). An expire-now ``ttl`` deletes the key if its value is still the one read.
         """
-        key = _check_key(key)
-        seconds = self._ttl(ttl)
+        key = text_key(key, "cache key")
+        seconds = self.resolve_ttl(ttl)
         await self._ready()
-        with self._timed("touch"):
+        with self._stats.timed("touch"):
             return await self._renew(key, seconds)
 
     async def expire(self, key: str, ttl: float | timedelta | None) -> bool:
         """Like :meth:`touch` with an explicit ``ttl`` (``None``: never expires; ``<= 0``: delete now)."""
-        key = _check_key(key)
+        key = text_key(key, "cache key")
         seconds = check_ttl(ttl)
         await self._ready()
-        with self._timed("expire"):
+        with self._stats.timed("expire"):
             return await self._renew(key, seconds)
 
     async def _renew(self, key: str, seconds: float | None) -> bool:
-        if seconds is None:  # the entry will have no TTL: list it first, as every such write
-            async with self._ledger.listing(key):
-                renewed = await renew_expiry(self._store, key, seconds, self._locks.fenced)
-        else:
-            renewed = await renew_expiry(self._store, key, seconds, self._locks.fenced)
-        if renewed and expire_now(seconds):
-            self._stats.count(deletes=1)
+        renewed = await self._writer.renew(key, seconds)
+        self._stats.count(deletes=int(renewed and expire_now(seconds)))  # a renewal to "expire now" deletes
         return renewed
 
     # -- counters -------------------------------------------------------------------------------------
@@ -619,12 +512,12 @@ class AsyncStateStoreCache(Generic[V]):
         (they take the same lock once the key is fenced); a plain ``set`` racing with an ``incr`` is
         ordered by the lock only once the key has been incremented.
         """
-        key = _check_key(key)
+        key = text_key(key, "cache key")
         if isinstance(delta, bool) or not isinstance(delta, int):
             raise ConfigurationError(f"delta must be an int, not {type(delta).__name__}")
         await self._ready()
-        with self._timed("incr"):
-            new = await increment(self._store, self._locks, key, delta, self._default_ttl, self._fenced_write)
+        with self._stats.timed("incr"):
+            new = await increment(self._store, self._locks, key, delta, self._default_ttl, self._writer.fenced_write)
         self._stats.count(sets=1)
         return new
 
@@ -645,34 +538,17 @@ class AsyncStateStoreCache(Generic[V]):
         return what it stored. If it raises, the waiters in this process get the same exception and the next
         caller tries again. The value is stored with ``NX``: a value someone else stored meanwhile is kept.
         """
-        key = _check_key(key)
-        seconds = self._ttl(ttl)
-        await self._ready()
-        with self._timed("get_or_set"):
-            outcome = await self._flight.begin(key)
-            if isinstance(outcome, Found):
-                return outcome.value
-            try:
-                value = default_or_callable() if callable(default_or_callable) else default_or_callable
-                if inspect.isawaitable(value):
-                    value = await value
-            except BaseException as exc:
-                await self._flight.abort(outcome, exc)
-                raise
-            await self._flight.finish(outcome, value, seconds)
-            return value
-
-
-def _log_sweep_failure(task: asyncio.Task[int]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.warning("a background sweep failed (the next open or clear resumes it): %s", task.exception())
+        key = text_key(key, "cache key")
+        seconds = self.resolve_ttl(ttl)
+        with self._stats.timed("get_or_set"):
+            return await self._flight.run(key, default_or_callable, seconds)
 
 
 async def _awaited(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
 
-class StateStoreCache(Generic[V]):
+class StateStoreCache(BlockingTwin, Generic[V]):
     """The blocking twin of :class:`AsyncStateStoreCache`, for Django, Flask and other threaded code.
 
     Example:
@@ -702,8 +578,8 @@ class StateStoreCache(Generic[V]):
         clock: Callable[[], float] = time.monotonic,
         _owns_client: bool = False,
     ) -> None:
+        super().__init__()
         self._client = client
-        self._portal = get_loop_thread()
         self._async: AsyncStateStoreCache[V] = AsyncStateStoreCache(
             client.async_client,
             namespace=namespace,
@@ -754,9 +630,6 @@ class StateStoreCache(Generic[V]):
             client.close()
             raise
 
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self._portal.run(coro)
-
     @property
     def async_cache(self) -> AsyncStateStoreCache[V]:
         """The async cache this facade drives (it lives on the background loop thread)."""
@@ -806,14 +679,6 @@ class StateStoreCache(Generic[V]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- the cache-hit fast path, in the calling thread --------------------------------------------------
-
-    def _local_hit(self, key: str) -> CachedEntry[V] | None:
-        store = self._async._store
-        if store.cache is None:
-            return None
-        return store.cached(store.data_key(key))
-
     # -- reads ----------------------------------------------------------------------------------------
 
     @overload
@@ -823,12 +688,12 @@ class StateStoreCache(Generic[V]):
     def get(self, key: str, default: D) -> V | D: ...
 
     def get(self, key: str, default: Any = None) -> Any:
-        key = _check_key(key)
+        key = text_key(key, "cache key")
         started = self._clock()
-        hit = self._local_hit(key)
+        hit = self._async.peek(key)
         if hit is None:
             return self._run(self._async.get(key, default))
-        stats = self._async._stats
+        stats = self._async.counters
         stats.observe("get", self._clock() - started)
         if hit.value is ABSENT:
             stats.count(misses=1)
@@ -837,12 +702,12 @@ class StateStoreCache(Generic[V]):
         return hit.value
 
     def exists(self, key: str) -> bool:
-        key = _check_key(key)
+        key = text_key(key, "cache key")
         started = self._clock()
-        hit = self._local_hit(key)
+        hit = self._async.peek(key)
         if hit is None:
             return self._run(self._async.exists(key))
-        self._async._stats.observe("exists", self._clock() - started)
+        self._async.counters.observe("exists", self._clock() - started)
         return hit.value is not ABSENT
 
     def get_many(self, keys: Iterable[str]) -> dict[str, V]:
@@ -890,15 +755,16 @@ class StateStoreCache(Generic[V]):
 
     def get_or_set(self, key: str, default_or_callable: Any, ttl: TtlArg = UNSET) -> Any:
         """Like the async twin; a callable runs in the calling thread (an async one on the loop thread)."""
-        key = _check_key(key)
-        seconds = self._async._ttl(ttl)
+        key = text_key(key, "cache key")
+        seconds = self._async.resolve_ttl(ttl)
+        flight = self._async.single_flight
         started = self._clock()
         try:
-            hit = self._local_hit(key)
+            hit = self._async.peek(key)
             if hit is not None and hit.value is not ABSENT:
-                self._async._stats.count(hits=1)
+                self._async.counters.count(hits=1)
                 return hit.value
-            outcome: Found | Lead = self._run(self._start_get_or_set(key))
+            outcome = self._run(flight.begin(key))
             if isinstance(outcome, Found):
                 return outcome.value
             try:
@@ -906,13 +772,9 @@ class StateStoreCache(Generic[V]):
                 if inspect.isawaitable(value):
                     value = self._run(_awaited(value))
             except BaseException as exc:
-                self._run(self._async._flight.abort(outcome, exc))
+                self._run(flight.abort(outcome, exc))
                 raise
-            self._run(self._async._flight.finish(outcome, self._async.encoded(key, value), seconds))
+            self._run(flight.finish(outcome, self._async.encoded(key, value), seconds))
             return value
         finally:
-            self._async._stats.observe("get_or_set", self._clock() - started)
-
-    async def _start_get_or_set(self, key: str) -> Found | Lead:
-        await self._async._ready()
-        return await self._async._flight.begin(key)
+            self._async.counters.observe("get_or_set", self._clock() - started)

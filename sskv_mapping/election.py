@@ -28,12 +28,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
 
+from ._keys import store_key
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
-from ._sync import get_loop_thread
-from .client import AsyncStateStoreClient, KeyLike, StateStoreClient, normalize_key
+from ._sync import BlockingTwin
+from .client import AsyncStateStoreClient, KeyLike, StateStoreClient
 from .errors import LockError, StateStoreError
 from .lock import AsyncLeasedLock
 
@@ -88,7 +88,7 @@ class AsyncLeaderElection:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
-        self.name = normalize_key(name)
+        self.name = store_key(name)
         self.candidate = candidate if candidate is not None else client.client_id
         self._lock = AsyncLeasedLock(
             client, self.name, holder=self.candidate, lease=term, renew_fraction=renew_fraction, clock=clock
@@ -263,7 +263,7 @@ def _name(value: bytes | None) -> str | None:
     return None if value is None else value.decode("utf-8", "replace")
 
 
-class LeaderElection:
+class LeaderElection(BlockingTwin):
     """The blocking twin of :class:`AsyncLeaderElection` (same parameters, with a :class:`StateStoreClient`).
 
     Example:
@@ -285,7 +285,7 @@ class LeaderElection:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
-        self._portal = get_loop_thread()
+        super().__init__()
         self._lost = threading.Event()
 
         def lost(reason: str) -> None:
@@ -303,9 +303,6 @@ class LeaderElection:
             on_lost=lost,
             clock=clock,
         )
-
-    def _run(self, coro: Any) -> Any:
-        return self._portal.run(coro)
 
     def __repr__(self) -> str:
         return repr(self._async).replace("AsyncLeaderElection", "LeaderElection", 1)
@@ -342,19 +339,16 @@ class LeaderElection:
         return result
 
     def resign(self) -> bool:
-        result: bool = self._run(self._async.resign())
-        return result
+        return self._run(self._async.resign())
 
     def leader(self) -> str | None:
-        result: str | None = self._run(self._async.leader())
-        return result
+        return self._run(self._async.leader())
 
     def update(
         self, key: KeyLike, change: Callable[[bytes | None], bytes | None], *, ttl: float | None = None
     ) -> bytes | None:
         """Like the async twin; ``change`` runs on the library's loop thread and must not block."""
-        result: bytes | None = self._run(self._async.update(key, change, ttl=ttl))
-        return result
+        return self._run(self._async.update(key, change, ttl=ttl))
 
     @contextlib.contextmanager
     def observe(self) -> Iterator[Iterator[LeadershipChange]]:

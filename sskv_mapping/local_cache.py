@@ -147,20 +147,27 @@ class ReadTicket:
         0
     """
 
-    __slots__ = ("_cache", "_changes", "_epoch", "_open", "_stores", "key")
+    __slots__ = ("_open", "changes", "epoch", "key", "owner", "stores")
 
     def __init__(self, cache: LocalCache[Any], key: bytes, changes: int, stores: int, epoch: int) -> None:
-        self._cache = cache
+        #: the cache that issued the ticket (only it may close it)
+        self.owner = cache
         self.key = key
-        self._changes = changes
-        self._stores = stores
-        self._epoch = epoch
+        #: the key's change and store counts and the cache's epoch when the read began
+        self.changes = changes
+        self.stores = stores
+        self.epoch = epoch
         self._open = True
 
     @property
     def closed(self) -> bool:
         """Whether the ticket was finished or abandoned."""
         return not self._open
+
+    def close(self) -> bool:
+        """Close the ticket (its owner does, under its lock); whether it was still open."""
+        was_open, self._open = self._open, False
+        return was_open
 
     def __enter__(self) -> ReadTicket:
         return self
@@ -172,7 +179,7 @@ class ReadTicket:
         tb: TracebackType | None,
     ) -> None:
         if self._open:
-            self._cache.abandon(self)
+            self.owner.abandon(self)
 
     def __repr__(self) -> str:
         return f"<ReadTicket key={self.key[:40]!r} {'closed' if self.closed else 'open'}>"
@@ -305,12 +312,11 @@ class LocalCache(Generic[V]):
         self._check_ticket(ticket)
         key = ticket.key
         with self._lock:
-            if not ticket._open:
+            if not ticket.close():
                 return False
-            ticket._open = False
             flight = self._inflight[key]
-            changed = flight.changes != ticket._changes or ticket._epoch != self._epoch
-            raced = flight.stores != ticket._stores
+            changed = flight.changes != ticket.changes or ticket.epoch != self._epoch
+            raced = flight.stores != ticket.stores
             self._release(key, flight)
             if changed:
                 return False
@@ -338,8 +344,7 @@ class LocalCache(Generic[V]):
         """Close a ticket whose read failed or was cancelled; nothing is stored. Idempotent."""
         self._check_ticket(ticket)
         with self._lock:
-            if ticket._open:
-                ticket._open = False
+            if ticket.close():
                 self._release(ticket.key, self._inflight[ticket.key])
 
     # -- writes and notifications -------------------------------------------------------------------------
@@ -582,5 +587,5 @@ class LocalCache(Generic[V]):
         self._epoch += 1
 
     def _check_ticket(self, ticket: ReadTicket) -> None:
-        if ticket._cache is not self:
+        if ticket.owner is not self:
             raise ConfigurationError("this read ticket belongs to another LocalCache")

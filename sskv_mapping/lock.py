@@ -23,21 +23,19 @@ import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
 
+from ._keys import store_key
 from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
-from ._sync import get_loop_thread
+from ._sync import BlockingTwin
+from ._ttl import TtlLike, ttl_to_ms
 from .client import (
     AsyncStateStoreClient,
     KeyLike,
     KeySubscription,
     SetResult,
     StateStoreClient,
-    TtlLike,
-    normalize_key,
-    ttl_to_ms,
 )
 from .errors import ConfigurationError, LockError, StateStoreError
 
@@ -78,10 +76,10 @@ class AsyncLeasedLock:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
-        self.name = normalize_key(name)
+        self.name = store_key(name)
         if holder is None:
             holder = f"{client.client_id}/{uuid.uuid4().hex[:12]}"
-        self.holder = normalize_key(holder)
+        self.holder = store_key(holder)
         lease_ms = ttl_to_ms(lease)
         if lease_ms is None:
             raise ConfigurationError("a lease must have a length")
@@ -127,7 +125,8 @@ class AsyncLeasedLock:
 
     async def _set_nex(self) -> SetResult:
         started = self._clock()
-        result = await self.client.set(self.name, self.holder, condition=SetCondition.NEX, ttl=self.lease_ms / 1000)
+        lease = timedelta(milliseconds=self.lease_ms)  # exact: no ms -> s -> ms round trip
+        result = await self.client.set(self.name, self.holder, condition=SetCondition.NEX, ttl=lease)
         if result.applied:
             if result.version is None:
                 # never fail open: without the response __ts we have no fencing token
@@ -280,7 +279,7 @@ class AsyncLeasedLock:
         await self.release()
 
 
-class LeasedLock:
+class LeasedLock(BlockingTwin):
     """Blocking twin of :class:`AsyncLeasedLock`, on a :class:`StateStoreClient`."""
 
     def __init__(
@@ -295,7 +294,7 @@ class LeasedLock:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
-        self._portal = get_loop_thread()
+        super().__init__()
         self._async = AsyncLeasedLock(
             client.async_client,
             name,
@@ -306,11 +305,13 @@ class LeasedLock:
             clock=clock,
         )
 
-    def _run(self, coro: Any) -> Any:
-        return self._portal.run(coro)
-
     def __repr__(self) -> str:
         return repr(self._async).replace("AsyncLeasedLock", "LeasedLock", 1)
+
+    @property
+    def async_lock(self) -> AsyncLeasedLock:
+        """The async lock this facade drives (it lives on the background loop thread)."""
+        return self._async
 
     @property
     def name(self) -> bytes:
@@ -329,30 +330,24 @@ class LeasedLock:
         return self._async.fencing_token
 
     def try_acquire(self) -> HybridLogicalClock | None:
-        result: HybridLogicalClock | None = self._run(self._async.try_acquire())
-        return result
+        return self._run(self._async.try_acquire())
 
     def acquire(self, timeout: float | None = None) -> HybridLogicalClock:
-        result: HybridLogicalClock = self._run(self._async.acquire(timeout))
-        return result
+        return self._run(self._async.acquire(timeout))
 
     def renew(self) -> HybridLogicalClock:
-        result: HybridLogicalClock = self._run(self._async.renew())
-        return result
+        return self._run(self._async.renew())
 
     def release(self) -> bool:
-        result: bool = self._run(self._async.release())
-        return result
+        return self._run(self._async.release())
 
     def holder_of(self) -> bytes | None:
-        result: bytes | None = self._run(self._async.holder_of())
-        return result
+        return self._run(self._async.holder_of())
 
     def set(
         self, key: KeyLike, value: bytes, *, ttl: TtlLike = None, condition: SetCondition | None = None
     ) -> SetResult:
-        result: SetResult = self._run(self._async.set(key, value, ttl=ttl, condition=condition))
-        return result
+        return self._run(self._async.set(key, value, ttl=ttl, condition=condition))
 
     def update(
         self,
@@ -363,12 +358,10 @@ class LeasedLock:
         timeout: float | None = None,
     ) -> bytes | None:
         """Like the async twin; ``change`` runs on the library's loop thread and must not block."""
-        result: bytes | None = self._run(self._async.update(key, change, ttl=ttl, timeout=timeout))
-        return result
+        return self._run(self._async.update(key, change, ttl=ttl, timeout=timeout))
 
     def delete(self, key: KeyLike) -> bool:
-        result: bool = self._run(self._async.delete(key))
-        return result
+        return self._run(self._async.delete(key))
 
     def __enter__(self) -> LeasedLock:
         self.acquire()

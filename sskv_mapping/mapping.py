@@ -14,20 +14,21 @@ Must not import aiomqtt/paho or the emulator.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableMapping
 from functools import partial
 from typing import Any, Generic, TypeVar, cast, overload
 
+from ._fanout import gather_bounded
+from ._keys import is_text_key, text_key
 from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.hlc import HybridLogicalClock
 from ._store import Encoded, NamespaceStore, StoreEntry
-from ._sync import get_loop_thread
+from ._sync import BlockingTwin
 from .client import AsyncStateStoreClient, StateStoreClient, TlsSettings
 from .codecs import Codec, JsonCodec, get_codec
-from .errors import ConfigurationError, StateStoreError
-from .local_cache import ABSENT, LocalCache
+from .errors import StateStoreError
+from .local_cache import ABSENT, CachedEntry, LocalCache
 from .lock import AsyncLeasedLock, LeasedLock
 
 __all__ = ["AsyncStateStoreDict", "StateStoreDict"]
@@ -36,44 +37,12 @@ V = TypeVar("V")
 D = TypeVar("D")
 T = TypeVar("T")
 
-#: The most requests one fan-out (``update``, ``clear``) keeps in flight. A broker holds only so many
-#: messages per client (mosquitto: 20 in flight + 1000 queued) and silently drops the rest, so an unbounded
-#: gather over a thousand keys loses replies and times out. A key costs up to two requests (KEYNOTIFY, then
-#: SET) and one notification.
+#: The most requests one fan-out (``update``, ``clear``) keeps in flight: a key costs up to two requests
+#: (KEYNOTIFY, then SET) and one notification (see :mod:`sskv_mapping._fanout`).
 _MAX_FAN_OUT = 64
 
 
-async def _gather_bounded(calls: Iterable[Callable[[], Awaitable[T]]], limit: int = _MAX_FAN_OUT) -> list[T]:
-    """``asyncio.gather`` of each ``call()``, at most ``limit`` at once; callables, so none is left un-awaited."""
-    gate = asyncio.Semaphore(limit)
-
-    async def one(call: Callable[[], Awaitable[T]]) -> T:
-        async with gate:
-            return await call()
-
-    return list(await asyncio.gather(*(one(c) for c in calls)))
-
-
 _NO_DEFAULT: Any = object()
-
-
-def _is_key(key: object) -> bool:
-    """Could ``key`` be stored? (A non-empty str that encodes as UTF-8: a lone surrogate does not.)"""
-    if not isinstance(key, str) or not key:
-        return False
-    if key.isascii():
-        return True
-    try:
-        key.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _key_problem(key: object) -> str:
-    if isinstance(key, str) and key:
-        return f"key {key!r:.60} is not valid UTF-8 text (a lone surrogate)"
-    return f"keys are non-empty str, not {key!r:.60}"
 
 
 class AsyncStateStoreDict(Generic[V]):
@@ -164,6 +133,12 @@ class AsyncStateStoreDict(Generic[V]):
     def local_cache(self) -> LocalCache[V] | None:
         return self._store.cache
 
+    def peek(self, key: str) -> CachedEntry[V] | None:
+        """``d[key]`` from the local cache alone: its entry (``value`` is ``ABSENT`` for a key known absent), or
+        ``None`` when the cache cannot answer. Thread-safe and not async -- how the blocking dict serves a hit in
+        the calling thread; never a round trip."""
+        return self._store.peek(key)
+
     async def open(self) -> AsyncStateStoreDict[V]:
         """Start watching the namespace index (done by ``async with`` and :meth:`connect`)."""
         await self._store.start()
@@ -188,7 +163,7 @@ class AsyncStateStoreDict(Generic[V]):
 
     async def getitem(self, key: str) -> V:
         """``d[key]``: the value, or ``KeyError``."""
-        if not _is_key(key):
+        if not is_text_key(key):
             raise KeyError(key)
         entry = await self._store.read(key)
         if entry.value is ABSENT:
@@ -211,14 +186,14 @@ class AsyncStateStoreDict(Generic[V]):
 
     async def contains(self, key: object) -> bool:
         """``key in d``."""
-        if not _is_key(key):
+        if not is_text_key(key):
             return False
         assert isinstance(key, str)
         return (await self._store.read(key)).value is not ABSENT
 
     async def entry(self, key: str) -> StoreEntry[V]:
         """Value, version and the fencing token we wrote it with (if any); ``KeyError`` if absent."""
-        if not _is_key(key):
+        if not is_text_key(key):
             raise KeyError(key)
         e = await self._store.read(key)
         if e.value is ABSENT:
@@ -269,20 +244,18 @@ class AsyncStateStoreDict(Generic[V]):
 
     async def set(self, key: str, value: V, *, ttl: float | None = None) -> HybridLogicalClock | None:
         """``d[key] = value`` (optionally expiring after ``ttl`` seconds); returns the new version."""
-        if not _is_key(key):
-            raise ConfigurationError(_key_problem(key))
+        text_key(key)
         result = await self._store.write(key, value, ttl=ttl, fencing_token=self._token())
         return result.version
 
     async def delitem(self, key: str) -> None:
         """``del d[key]``: ``KeyError`` if absent."""
-        if not _is_key(key) or not await self._store.delete(key, fencing_token=self._token()):
+        if not is_text_key(key) or not await self._store.delete(key, fencing_token=self._token()):
             raise KeyError(key)
 
     async def setdefault(self, key: str, default: V = None) -> V:  # type: ignore[assignment]
         """Atomic across processes: ``SET NX``; returns the value now stored."""
-        if not _is_key(key):
-            raise ConfigurationError(_key_problem(key))
+        text_key(key)
         while True:
             result = await self._store.write(key, default, condition=SetCondition.NX, fencing_token=self._token())
             if result.applied:
@@ -295,7 +268,7 @@ class AsyncStateStoreDict(Generic[V]):
 
     async def pop(self, key: str, default: Any = _NO_DEFAULT) -> Any:
         """Remove and return; uses VDEL so a value another process just wrote is never deleted."""
-        if not _is_key(key):
+        if not is_text_key(key):
             if default is _NO_DEFAULT:
                 raise KeyError(key)
             return default
@@ -323,19 +296,18 @@ class AsyncStateStoreDict(Generic[V]):
         """``d.update(mapping | iterable of pairs, **kwargs)``; the writes run concurrently."""
         pairs = self.pairs(other, kwargs)
         for k, v in pairs:  # check everything before sending anything
-            if not _is_key(k):
-                raise ConfigurationError(_key_problem(k))
+            text_key(k)
             self._store.encode(k, v)
         if self._store.index is not None:
             await self._store.index.add((k, None) for k, _ in pairs)
-        await _gather_bounded([partial(self.set, k, v) for k, v in pairs])
+        await gather_bounded((self.set(k, v) for k, v in pairs), _MAX_FAN_OUT)
 
     async def clear(self) -> None:
         """Delete every key of the namespace."""
         keys = await self._store.listed_keys(refresh=True)
         token = self._token()
         delete = partial(self._store.client.delete, fencing_token=token)
-        await _gather_bounded([partial(delete, self._store.data_key(k)) for k in keys])
+        await gather_bounded((delete(self._store.data_key(k)) for k in keys), _MAX_FAN_OUT)
         if self._store.cache is not None:
             for k in keys:
                 self._store.cache.invalidate(self._store.data_key(k))
@@ -344,8 +316,7 @@ class AsyncStateStoreDict(Generic[V]):
 
     def encoded(self, key: str, value: V) -> V:
         """``value`` encoded now, in the calling thread (see the blocking facade); pass it where the value goes."""
-        if not _is_key(key):
-            raise ConfigurationError(_key_problem(key))
+        text_key(key)
         return cast(V, Encoded(value, self._store.encode(key, value)))
 
     @staticmethod
@@ -372,7 +343,7 @@ class AsyncStateStoreDict(Generic[V]):
         return view
 
 
-class StateStoreDict(MutableMapping[str, V]):
+class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
     """A ``dict`` backed by the state store: one namespace, shared by every process that opens it.
 
     Example:
@@ -399,7 +370,7 @@ class StateStoreDict(MutableMapping[str, V]):
         _owns_client: bool = False,
     ) -> None:
         self._client = client
-        self._portal = get_loop_thread()
+        super().__init__()
         self._async: AsyncStateStoreDict[V] = AsyncStateStoreDict(
             client.async_client,
             namespace=namespace,
@@ -447,9 +418,6 @@ class StateStoreDict(MutableMapping[str, V]):
             client.close()
             raise
 
-    def _run(self, coro: Any) -> Any:
-        return self._portal.run(coro)
-
     @property
     def namespace(self) -> str:
         return self._async.namespace
@@ -485,19 +453,13 @@ class StateStoreDict(MutableMapping[str, V]):
     # -- reads: the cache-hit fast path runs in the calling thread ---------------------------------------
 
     def __getitem__(self, key: str) -> V:
-        store = self._async._store
-        if isinstance(key, str) and key and store.cache is not None:
-            try:
-                hit = store.cache.get(store._prefix + key.encode("utf-8"))
-            except UnicodeEncodeError:  # a lone surrogate: the slow path raises the typed error
-                hit = None
-            if hit is not None:
-                if hit.value is ABSENT:
-                    raise KeyError(key)
-                value: V = hit.value
-                return value
-        result: V = self._run(self._async.getitem(key))
-        return result
+        hit = self._async.peek(key)
+        if hit is not None:
+            if hit.value is ABSENT:
+                raise KeyError(key)
+            value: V = hit.value
+            return value
+        return self._run(self._async.getitem(key))
 
     def __contains__(self, key: object) -> bool:
         try:
@@ -511,8 +473,7 @@ class StateStoreDict(MutableMapping[str, V]):
         return iter(self._run(self._async.keys()))
 
     def __len__(self) -> int:
-        result: int = self._run(self._async.len())
-        return result
+        return self._run(self._async.len())
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, StateStoreDict):
@@ -531,13 +492,11 @@ class StateStoreDict(MutableMapping[str, V]):
 
     def entry(self, key: str) -> StoreEntry[V]:
         """Value, version (HLC) and the fencing token this client wrote it with, if any."""
-        result: StoreEntry[V] = self._run(self._async.entry(key))
-        return result
+        return self._run(self._async.entry(key))
 
     def copy(self) -> dict[str, V]:
         """A plain ``dict`` snapshot (like ``dict.copy``, the result is a ``dict``)."""
-        result: dict[str, V] = self._run(self._async.copy())
-        return result
+        return self._run(self._async.copy())
 
     # -- writes -------------------------------------------------------------------------------------------
 
@@ -548,8 +507,7 @@ class StateStoreDict(MutableMapping[str, V]):
 
     def set(self, key: str, value: V, *, ttl: float | None = None) -> HybridLogicalClock | None:
         """``d[key] = value`` with an optional ``ttl`` in seconds; returns the new version."""
-        result: HybridLogicalClock | None = self._run(self._async.set(key, self._async.encoded(key, value), ttl=ttl))
-        return result
+        return self._run(self._async.set(key, self._async.encoded(key, value), ttl=ttl))
 
     def __delitem__(self, key: str) -> None:
         self._run(self._async.delitem(key))
@@ -562,8 +520,7 @@ class StateStoreDict(MutableMapping[str, V]):
         return self._run(self._async.pop(key, default))
 
     def popitem(self) -> tuple[str, V]:
-        result: tuple[str, V] = self._run(self._async.popitem())
-        return result
+        return self._run(self._async.popitem())
 
     def update(self, other: Any = (), /, **kwargs: V) -> None:
         pairs = self._async.pairs(other, kwargs)
@@ -577,5 +534,5 @@ class StateStoreDict(MutableMapping[str, V]):
         view: StateStoreDict[V] = object.__new__(type(self))
         view.__dict__.update(self.__dict__)
         view._owns_client = False
-        view._async = self._async.fenced(lock._async)
+        view._async = self._async.fenced(lock.async_lock)
         return view

@@ -15,7 +15,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "sskv_mapping"
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("errors", {"errors"}),
+    ("errors", {"errors", "_unset"}),
+    ("arguments", {"_keys", "_ttl"}),
     (
         "protocol",
         {
@@ -28,13 +29,17 @@ LAYERS: list[tuple[str, set[str]]] = [
         }
         | {"_protocol.resp3", "_protocol.topics"},
     ),
-    ("transport", {"_transport", "_transport.base", "_transport.settings", "_transport.rpc", "_transport.loopback"}),
+    (
+        "transport",
+        {"_transport", "_transport.base", "_transport.settings", "_transport.rpc", "_transport.loopback", "_backoff"},
+    ),
     ("transport-io", {"_transport.mqtt", "_sync"}),
+    ("client parts", {"_watches", "_keeper"}),
     ("client", {"client"}),
-    ("primitives", {"codecs", "local_cache", "_ttl", "_fanout", "_cache_stats", "lock"}),
+    ("primitives", {"codecs", "local_cache", "_fanout", "_cache_stats", "lock"}),
     ("namespace parts", {"_key_locks", "_index", "_generation", "election"}),
     ("namespace", {"_store"}),
-    ("cache algorithms", {"_renewal", "_counter", "_single_flight"}),
+    ("cache algorithms", {"_renewal", "_counter", "_single_flight", "_cache_writes"}),
     ("mapping and cache", {"mapping", "cache"}),
     ("emulator", {"emulator", "emulator.core", "emulator.broker", "emulator.server", "emulator.inprocess"}),
     ("entry points", {"emulator.__main__", "_cli_client", "cli", "demo", "__init__"}),
@@ -47,7 +52,15 @@ LAYERS: list[tuple[str, set[str]]] = [
 RANK = {module: rank for rank, (_, modules) in enumerate(LAYERS) for module in modules}
 
 #: modules that must do no I/O at all (sans-IO), beyond the layer rule
-PURE = {name for name in RANK if name.startswith("_protocol")} | {"errors", "emulator.core", "local_cache"}
+PURE = {name for name in RANK if name.startswith("_protocol")} | {
+    "errors",
+    "_unset",
+    "_keys",
+    "_ttl",
+    "_backoff",
+    "emulator.core",
+    "local_cache",
+}
 IO_MODULES = {"asyncio", "socket", "selectors", "subprocess", "ssl", "aiomqtt", "paho"}  # a threading.Lock is fine
 
 

@@ -41,6 +41,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from .._backoff import Backoff
 from .._protocol import headers
 from .._protocol.hlc import system_clock_ms
 from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic
@@ -180,7 +181,7 @@ class EmulatorServer:
             self._save_persistent()
 
     async def _serve(self) -> None:
-        delay = _RECONNECT_MIN_S
+        backoff = Backoff(_RECONNECT_MIN_S, _RECONNECT_MAX_S, jitter=False)
         while not self._stop.is_set():
             conn = self._factory(self.settings, self._on_message)
             try:
@@ -193,12 +194,12 @@ class EmulatorServer:
                     await conn.close()
                 if not self._ready.is_set():
                     raise TransportError(f"cannot serve on {self.settings.url}: {exc}") from exc
+                delay = backoff.next()
                 log.warning("reconnecting to %s failed (%s); retrying in %.2f s", self.settings.url, exc, delay)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
-                delay = min(delay * 2, _RECONNECT_MAX_S)
                 continue
-            delay = _RECONNECT_MIN_S
+            backoff.reset()
             self.stats["connections"] += 1
             if not self._ready.is_set():
                 self._ready.set()

@@ -62,8 +62,8 @@ import_extra("aiocache", "aiocache", "aiocache")
 from aiocache.base import BaseCache  # type: ignore[import-untyped]  # noqa: E402
 from aiocache.serializers import JsonSerializer  # type: ignore[import-untyped]  # noqa: E402
 
+from .._keys import check_namespace  # noqa: E402
 from .._protocol.commands import VDeleteResult  # noqa: E402
-from .._store import _check_namespace  # noqa: E402
 from .._sync import get_loop_thread  # noqa: E402
 from .._transport.settings import ConnectionSettings  # noqa: E402
 from ..cache import AsyncStateStoreCache, translate_ttl  # noqa: E402
@@ -185,7 +185,7 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         # what the cache's incr restarts a counter's expiry at (the other calls get aiocache's resolved ttl)
         self._default_ttl = translate_ttl(UNSET, "aiocache", self.ttl)
         self._codec = _ValueCodec()
-        _check_namespace(sskv_namespace)  # refused now rather than on the first call
+        check_namespace(sskv_namespace)  # refused now rather than on the first call
         self._cores: dict[str, AsyncStateStoreCache[Any]] = {}  # aiocache namespace ("" for none) -> its cache
         self._open_lock = threading.Lock()
         self._portal = get_loop_thread()

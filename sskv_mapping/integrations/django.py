@@ -383,6 +383,10 @@ class StateStoreCache(_BaseCache):
         """The process-wide connection this backend uses."""
         return self._cache().client
 
+    def connection(self) -> StateStoreClient:
+        """The process-wide connection of this backend's settings, without opening its cache namespace."""
+        return _client_for(self._config)
+
     @property
     def namespace(self) -> str:
         return self._config.namespace
@@ -578,7 +582,7 @@ def shared_dict(
     backend = caches[using]
     if not isinstance(backend, StateStoreCache):
         raise _ImproperlyConfigured(f"CACHES[{using!r}] is not a sskv_mapping StateStoreCache backend")
-    client = _client_for(backend._config)
+    client = backend.connection()
     codec_id = None if codec is None else (("name", codec) if isinstance(codec, str) else ("instance", id(codec)))
     key = (id(client), namespace, codec_id, local_cache_size)
     with _registry_lock:

@@ -65,8 +65,6 @@ __all__ = ["DEFAULT_URL", "StateStoreCache"]
 #: Where the broker is when ``CACHE_SSKV_URL`` is not set.
 DEFAULT_URL = "mqtt://127.0.0.1:1883"
 
-_CONNECTION_OPTIONS = CONNECTION_OPTIONS
-
 
 def _whole_seconds(timeout: int | float | dt.timedelta | None) -> int:
     if timeout is None:
@@ -126,7 +124,7 @@ class StateStoreCache(BaseCache):
         request_timeout: float | None = 10.0,
         **connection: Any,
     ) -> None:
-        unknown = set(connection) - set(_CONNECTION_OPTIONS)
+        unknown = set(connection) - set(CONNECTION_OPTIONS)
         if unknown:
             raise TypeError(f"unexpected StateStoreCache option(s): {', '.join(sorted(unknown))}")
         default_ttl = translate_ttl(UNSET, "flask", default_timeout)  # validates before connecting

@@ -242,7 +242,7 @@ class StateStoreStore(NamespacedStore):
         """List this namespace in its parent's children (and the parent in its own, up to the root)."""
         if self._registered or self._parent is None:
             return
-        parent = self._parent
+        parent: StateStoreStore = self._parent
         await parent._register()
         _, registry = parent._caches()
         await registry.open()  # idempotent: starts following the listing once

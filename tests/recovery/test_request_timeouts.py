@@ -38,10 +38,10 @@ async def test_the_async_constructors(mosquitto: MosquittoBroker, emulator: Any)
 def test_flask_caching_takes_request_timeout(mosquitto: MosquittoBroker, emulator: Any) -> None:
     flask = pytest.importorskip("sskv_mapping.integrations.flask_caching")
     url = f"mqtt://{mosquitto.host}:{mosquitto.port}"
-    backend = flask.AsyncStateStoreCache(url, namespace=f"f{uuid.uuid4().hex[:6]}", request_timeout=1.25)
+    backend = flask.StateStoreCache(url, namespace=f"f{uuid.uuid4().hex[:6]}", request_timeout=1.25)
     assert backend.client.timeout == 1.25
     with pytest.raises(ConfigurationError):
-        flask.AsyncStateStoreCache(url, request_timeout=0)
+        flask.StateStoreCache(url, request_timeout=0)
 
 
 async def test_litestar_takes_request_timeout(mosquitto: MosquittoBroker, emulator: Any) -> None:
@@ -53,7 +53,7 @@ async def test_litestar_takes_request_timeout(mosquitto: MosquittoBroker, emulat
 
 async def test_aiocache_takes_request_timeout(mosquitto: MosquittoBroker, emulator: Any) -> None:
     aio = pytest.importorskip("sskv_mapping.integrations.aiocache")
-    cache = aio.AsyncStateStoreCache(f"mqtt://{mosquitto.host}:{mosquitto.port}", request_timeout=6.0)
+    cache = aio.StateStoreCache(f"mqtt://{mosquitto.host}:{mosquitto.port}", request_timeout=6.0)
     try:
         await cache.set("k", "v")
         core = cache.sskv_cache

@@ -1,0 +1,83 @@
+"""Layer 1 helper (pure): what a key is, checked in one place for every API.
+
+* the client takes ``str`` (UTF-8) or bytes-like keys: :func:`store_key` -> ``bytes``;
+* the dict, the cache and the lock/election names built on them take ``str`` keys: :func:`text_key` (raises) and
+  :func:`is_text_key` (asks: ``k in d`` and ``d.get(k)`` answer "absent" for what can never be stored);
+* namespaces: :func:`check_namespace`.
+
+Empty keys, non-``str``/bytes keys and ``str`` keys with lone surrogates (not encodable as UTF-8) are a
+:class:`~sskv_mapping.errors.ConfigurationError`, never a ``UnicodeError`` or ``TypeError`` from deep inside.
+
+Must not import anything but the standard library and :mod:`sskv_mapping.errors`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .errors import ConfigurationError
+
+__all__ = ["check_namespace", "is_text_key", "store_key", "text_key", "text_keys", "utf8"]
+
+
+def utf8(text: str, what: str = "key") -> bytes:
+    """``text`` as UTF-8; a lone surrogate (not encodable) is a :class:`ConfigurationError`."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(f"{what} is not valid UTF-8 text: {exc.reason}") from None
+
+
+def store_key(key: object) -> bytes:
+    """A client key: ``str`` (UTF-8) or bytes-like -> ``bytes``; anything else or empty -> ConfigurationError."""
+    if isinstance(key, str):
+        data = utf8(key, "state store key")
+    elif isinstance(key, bytes | bytearray | memoryview):
+        data = bytes(key)
+    else:
+        raise ConfigurationError(f"state store keys are str or bytes, not {type(key).__name__}")
+    if not data:
+        raise ConfigurationError("state store keys may not be empty")
+    return data
+
+
+def is_text_key(key: object) -> bool:
+    """Could ``key`` be a key of a dict or cache? A non-empty ``str`` that encodes as UTF-8."""
+    if not isinstance(key, str) or not key:
+        return False
+    if key.isascii():
+        return True
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def text_key(key: object, what: str = "key") -> str:
+    """``key`` if :func:`is_text_key`, else a :class:`ConfigurationError` saying why."""
+    if is_text_key(key):
+        assert isinstance(key, str)
+        return key
+    if not isinstance(key, str):
+        raise ConfigurationError(f"{what}s are str, not {type(key).__name__}")
+    if not key:
+        raise ConfigurationError(f"{what}s may not be empty")
+    utf8(key, what)  # raises: a lone surrogate
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def text_keys(keys: Iterable[str], what: str = "key") -> list[str]:
+    """Each key checked, duplicates dropped (first wins); a single ``str`` is refused (it would iterate chars)."""
+    if isinstance(keys, str | bytes):
+        raise ConfigurationError("pass an iterable of keys, not a single str")
+    return list(dict.fromkeys(text_key(k, what) for k in keys))
+
+
+def check_namespace(namespace: object) -> bytes:
+    """A namespace: a non-empty ``str`` without ``/`` or ``#`` (they separate its keys), as UTF-8."""
+    if not isinstance(namespace, str) or not namespace:
+        raise ConfigurationError("namespace must be a non-empty str")
+    if "/" in namespace or "#" in namespace:
+        raise ConfigurationError("namespace may not contain '/' or '#' (they separate its keys)")
+    return utf8(namespace, "namespace")
