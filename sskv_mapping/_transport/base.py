@@ -9,9 +9,10 @@ Must not import aiomqtt/paho nor anything above ``_transport``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from .settings import ConnectionSettings
 
@@ -68,7 +69,30 @@ class Connection(Protocol):
         content_type: str | None = None,
         message_expiry: int | None = None,
         timeout: float = 10.0,
-    ) -> None: ...
+    ) -> None:
+        """Publish and, at QoS 1, wait for the PUBACK."""
+        ...
+
+    def publish_nowait(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        qos: int = 1,
+        correlation_data: bytes | None = None,
+        response_topic: str | None = None,
+        user_properties: Sequence[tuple[str, str]] = (),
+        content_type: str | None = None,
+        message_expiry: int | None = None,
+        refusal: asyncio.Future[Any] | None = None,
+    ) -> None:
+        """Queue a publish, in call order, and return at once: nobody waits for its PUBACK.
+
+        Raises :class:`~sskv_mapping.errors.ConnectionLostError` when not connected. A broker that refuses
+        the message (a PUBACK reason code >= 0x80, or 0x10 "no matching subscribers") fails ``refusal``
+        when given; a connection without acknowledgements (the loopback) never does.
+        """
+        ...
 
     async def wait_closed(self) -> None: ...
 
