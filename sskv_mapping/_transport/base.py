@@ -3,6 +3,8 @@
 :class:`~sskv_mapping._transport.mqtt.MqttConnection` (a real broker) and
 :class:`~sskv_mapping._transport.loopback.LoopbackConnection` (the emulator core in-process, for fast unit
 tests) both satisfy :class:`Connection`; the client is written against this Protocol only.
+:class:`InboundMessage` is defined by the pure PUBLISH codec (``_protocol/mqtt_publish.py``) and re-exported
+here.
 
 Must not import aiomqtt/paho nor anything above ``_transport``.
 """
@@ -11,34 +13,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .._protocol.mqtt_publish import InboundMessage
 from .settings import ConnectionSettings
 
 __all__ = ["Connection", "ConnectionFactory", "InboundMessage", "MessageHandler"]
-
-
-@dataclass(frozen=True, slots=True)
-class InboundMessage:
-    """A received PUBLISH, with the MQTT 5 properties this project uses, as plain values."""
-
-    topic: str
-    payload: bytes
-    qos: int
-    correlation_data: bytes | None
-    response_topic: str | None
-    content_type: str | None
-    user_properties: tuple[tuple[str, str], ...]
-    message_expiry: int | None = None
-
-    def user_property(self, name: str) -> str | None:
-        """The first value of user property ``name`` (order-independent lookup)."""
-        for key, value in self.user_properties:
-            if key == name:
-                return value
-        return None
-
 
 MessageHandler = Callable[[InboundMessage], None]
 
