@@ -30,7 +30,7 @@ from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from sskv_mapping._protocol.errors import ConfigurationError, ConnectionLostError
+from sskv_mapping._protocol.errors import ConfigurationError, ConnectionLostError, ServiceUnavailableError
 from sskv_mapping._protocol.mqtt_publish import InboundMessage, MalformedPacketError, decode_publish
 from sskv_mapping._protocol.mqtt_publish import publish_properties as _publish_property_bytes
 from sskv_mapping._transport import mqtt as mqtt_module
@@ -457,12 +457,17 @@ async def test_publish_fails_when_the_connection_ends_before_the_puback(fresh_mo
         await sender.close()
 
 
+@pytest.mark.parametrize("fastpath", ["1", "0"], ids=["fastpath", "stock"])
 @pytest.mark.parametrize(
     ("config", "limit"), [([], 20), (["max_inflight_messages 5"], 5), (["max_inflight_messages 0"], 0)]
 )
-async def test_the_servers_receive_maximum_is_honoured(config: list[str], limit: int) -> None:
+async def test_the_servers_receive_maximum_is_honoured(
+    config: list[str], limit: int, fastpath: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """mosquitto advertises its max_inflight_messages (default 20) as Receive Maximum, none when 0: it becomes
-    paho's in-flight limit (0: none), and messages beyond it wait in paho and still all arrive, in order."""
+    paho's in-flight limit (0: none), and messages beyond it wait in paho and still all arrive, in order. A
+    correctness hook: it stays with the shortcuts off (SSKV_MQTT_FASTPATH=0)."""
+    monkeypatch.setenv(mqtt_module.FASTPATH_ENV, fastpath)
     with MosquittoBroker(extra_config=config) as broker:
         inbox = Inbox()
         receiver = await _connect(broker, "fast-rm-rx", inbox)
@@ -509,6 +514,68 @@ async def test_without_the_paho_internals_paho_does_the_work(
     finally:
         await sender.close()
         await receiver.close()
+
+
+async def test_the_stock_switch_leaves_paho_and_aiomqtt_as_they_are(
+    mosquitto: MosquittoBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SSKV_MQTT_FASTPATH=0: none of the shortcuts is installed, inbound PUBLISHes take aiomqtt's path, and a
+    request/response round trip, a PUBACK wait and a refusing PUBACK (0x10) still work."""
+    monkeypatch.setenv(mqtt_module.FASTPATH_ENV, "0")
+    converted: list[aiomqtt.Message] = []
+    stock_convert = mqtt_module._convert
+
+    def counting_convert(message: aiomqtt.Message) -> InboundMessage:
+        converted.append(message)
+        return stock_convert(message)
+
+    monkeypatch.setattr(mqtt_module, "_convert", counting_convert)
+    requests = f"test/stock/{uuid.uuid4().hex}"
+    responses = f"{requests}/response"
+    responder: list[MqttConnection] = []
+
+    def answer(request: InboundMessage) -> None:
+        assert request.response_topic is not None
+        responder[0].publish_nowait(
+            request.response_topic, b"re:" + request.payload, correlation_data=request.correlation_data
+        )
+
+    inbox = Inbox()
+    responder.append(await _connect(mosquitto, "stock-server", answer))
+    requester = await _connect(mosquitto, "stock-client", inbox)
+    try:
+        for conn in (requester, responder[0]):
+            hooks, client = conn._hooks, conn._client
+            assert hooks is not None and client is not None and not hooks.packet_shortcuts
+            paho = client._client
+            assert not {"_handle_publish", "_handle_pubackcomp", "_sock_recv", "loop_read"} & set(vars(paho))
+            assert paho.on_socket_register_write != hooks._register_write
+        await responder[0].subscribe([requests], qos=1)
+        await requester.subscribe([responses], qos=1)
+        loop = asyncio.get_running_loop()
+        refusal = loop.create_future()
+        requester.publish_nowait(
+            requests,
+            b"ping",
+            correlation_data=b"c1",
+            response_topic=responses,
+            user_properties=[("k", "v")],
+            refusal=refusal,
+        )
+        (response,) = await inbox.wait_for(1)
+        assert (response.topic, response.payload, response.correlation_data) == (responses, b"re:ping", b"c1")
+        assert not refusal.done()
+        assert len(converted) == 2  # the request at the responder, the response here: both through aiomqtt
+        async with asyncio.timeout(WAIT):
+            await requester.publish(requests, b"acked", timeout=WAIT)  # PUBACK waits: paho's on_publish
+        nobody = loop.create_future()
+        requester.publish_nowait(f"test/nobody/{uuid.uuid4().hex}", b"x", refusal=nobody)
+        async with asyncio.timeout(WAIT):
+            with pytest.raises(ServiceUnavailableError):
+                await nobody
+    finally:
+        await requester.close()
+        await responder[0].close()
 
 
 async def test_a_cancel_that_wait_for_loses_is_raised_again() -> None:
