@@ -33,6 +33,7 @@ nox.options.sessions = [
     "aiocache",
     "fastapi",
     "faults",
+    "stock-paho",
     "peer-django",
     "peer-cachelib",
     "peer-flask",
@@ -151,6 +152,16 @@ def faults(session: nox.Session) -> None:
     _install(session, "dev")
     session.run(*PYTEST, "-m", "faults", "tests/faults", "-s", *session.posargs)
     session.run(*PYTEST, "tests/fuzz", *session.posargs)  # hostile input: fuzzed parsers, a request flood
+
+
+@nox.session(name="stock-paho", python=PYTHONS)
+def stock_paho(session: nox.Session) -> None:
+    """The client<->emulator suites with the paho fast path off (``SSKV_MQTT_FASTPATH=0``, read by
+    ``_transport/mqtt``): stock paho/aiomqtt packet handling on both ends (the emulator process inherits it)."""
+    _install(session, "dev")
+    session.env["SSKV_MQTT_FASTPATH"] = "0"
+    suites = ["tests/client", "tests/emulator", "tests/transport", "tests/cache", "tests/mapping"]
+    session.run(*PYTEST, "-m", "not faults", *suites, *session.posargs)
 
 
 # -- the frameworks' own test suites against our backends ------------------------------------------------------

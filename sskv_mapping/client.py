@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import math
 from collections.abc import Callable, Iterator
@@ -408,13 +407,10 @@ class AsyncStateStoreClient:
             remaining = None if deadline is None else max(deadline - loop.time(), 0.001)
             try:
                 async with asyncio.timeout(remaining):
-                    # No PUBACK wait where the connection offers that (MqttConnection): the response is what we
-                    # wait for, and a connection that drops fails this call through _supervise.
-                    nowait = getattr(conn, "publish_nowait", None)
-                    # a refusing PUBACK (an ACL denial) or one that delivered to nobody (0x10) fails the
-                    # response future at once: no wait for the timeout
-                    publish = conn.publish if nowait is None else functools.partial(nowait, refusal=fut)
-                    sent = publish(
+                    # No PUBACK wait: the response is what we wait for, and a connection that drops fails this
+                    # call through _supervise. A refusing PUBACK (an ACL denial) or one that delivered to nobody
+                    # (0x10) fails the response future at once: no wait for the timeout.
+                    conn.publish_nowait(
                         topics.REQUEST_TOPIC,
                         cmd.encode(),
                         qos=1,
@@ -423,9 +419,8 @@ class AsyncStateStoreClient:
                         user_properties=props,
                         content_type=headers.CONTENT_TYPE,
                         message_expiry=headers.expiry_seconds(remaining if remaining is not None else 3600),
+                        refusal=fut,
                     )
-                    if sent is not None:
-                        await sent
                     message: InboundMessage = await fut
                     return message
             except TimeoutError:

@@ -3,41 +3,22 @@
 :class:`~sskv_mapping._transport.mqtt.MqttConnection` (a real broker) and
 :class:`~sskv_mapping._transport.loopback.LoopbackConnection` (the emulator core in-process, for fast unit
 tests) both satisfy :class:`Connection`; the client is written against this Protocol only.
+:class:`InboundMessage` is defined by the pure PUBLISH codec (``_protocol/mqtt_publish.py``) and re-exported
+here.
 
 Must not import aiomqtt/paho nor anything above ``_transport``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
+from .._protocol.mqtt_publish import InboundMessage
 from .settings import ConnectionSettings
 
 __all__ = ["Connection", "ConnectionFactory", "InboundMessage", "MessageHandler"]
-
-
-@dataclass(frozen=True, slots=True)
-class InboundMessage:
-    """A received PUBLISH, with the MQTT 5 properties this project uses, as plain values."""
-
-    topic: str
-    payload: bytes
-    qos: int
-    correlation_data: bytes | None
-    response_topic: str | None
-    content_type: str | None
-    user_properties: tuple[tuple[str, str], ...]
-    message_expiry: int | None = None
-
-    def user_property(self, name: str) -> str | None:
-        """The first value of user property ``name`` (order-independent lookup)."""
-        for key, value in self.user_properties:
-            if key == name:
-                return value
-        return None
-
 
 MessageHandler = Callable[[InboundMessage], None]
 
@@ -68,7 +49,30 @@ class Connection(Protocol):
         content_type: str | None = None,
         message_expiry: int | None = None,
         timeout: float = 10.0,
-    ) -> None: ...
+    ) -> None:
+        """Publish and, at QoS 1, wait for the PUBACK."""
+        ...
+
+    def publish_nowait(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        qos: int = 1,
+        correlation_data: bytes | None = None,
+        response_topic: str | None = None,
+        user_properties: Sequence[tuple[str, str]] = (),
+        content_type: str | None = None,
+        message_expiry: int | None = None,
+        refusal: asyncio.Future[Any] | None = None,
+    ) -> None:
+        """Queue a publish, in call order, and return at once: nobody waits for its PUBACK.
+
+        Raises :class:`~sskv_mapping.errors.ConnectionLostError` when not connected. A broker that refuses
+        the message (a PUBACK reason code >= 0x80, or 0x10 "no matching subscribers") fails ``refusal``
+        when given; a connection without acknowledgements (the loopback) never does.
+        """
+        ...
 
     async def wait_closed(self) -> None: ...
 

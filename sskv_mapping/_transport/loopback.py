@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..errors import BrokerConnectError, ClientStateError, ConnectionLostError
 from .base import InboundMessage, MessageHandler
@@ -57,20 +58,20 @@ class LoopbackBroker:
         return list(self._sessions)
 
     def _log(self, level: str, text: str) -> None:
-        self._route(f"$SYS/broker/log/{level}", f"{int(time.time())}: {text}".encode(), None, None, (), None, None)
+        self.route(f"$SYS/broker/log/{level}", f"{int(time.time())}: {text}".encode(), None, None, (), None, None)
 
-    def _attach(self, conn: LoopbackConnection) -> None:
+    def attach(self, conn: LoopbackConnection) -> None:
         if self.refuse_connections:
             raise BrokerConnectError("the loopback broker refuses connections (test switch)")
         cid = conn.client_id
         old = self._sessions.get(cid)
         if old is not None:
             self._log("E", f"Client {cid} already connected, closing old connection.")
-            old._lost("session taken over")
+            old.lose("session taken over")
         self._sessions[cid] = conn
         self._log("N", f"New client connected from 127.0.0.1:0 as {cid} (p5, c1, k60).")
 
-    def _detach(self, conn: LoopbackConnection, clean: bool) -> None:
+    def detach(self, conn: LoopbackConnection, clean: bool) -> None:
         if self._sessions.get(conn.client_id) is conn:
             del self._sessions[conn.client_id]
             word = "disconnected" if clean else "closed its connection"
@@ -81,7 +82,7 @@ class LoopbackBroker:
         for conn in list(self._sessions.values()):
             conn.drop()
 
-    def _route(
+    def route(
         self,
         topic: str,
         payload: bytes,
@@ -93,8 +94,8 @@ class LoopbackBroker:
     ) -> None:
         self.published += 1
         for conn in list(self._sessions.values()):
-            if any(topic_matches(f, topic) for f in conn._filters):
-                conn._deliver(
+            if conn.subscribed_to(topic):
+                conn.deliver(
                     InboundMessage(
                         topic=topic,
                         payload=payload,
@@ -133,7 +134,7 @@ class LoopbackConnection:
         self._loop = asyncio.get_running_loop()
         self._closed = self._loop.create_future()
         try:
-            self.broker._attach(self)
+            self.broker.attach(self)
         except BaseException:
             self._closed.set_result(None)
             raise
@@ -164,11 +165,34 @@ class LoopbackConnection:
         timeout: float = 10.0,
     ) -> None:
         self._require()
-        self.broker._route(
+        self.broker.route(
             topic, bytes(payload), correlation_data, response_topic, user_properties, content_type, message_expiry
         )
 
-    def _deliver(self, message: InboundMessage) -> None:
+    def publish_nowait(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        qos: int = 1,
+        correlation_data: bytes | None = None,
+        response_topic: str | None = None,
+        user_properties: Sequence[tuple[str, str]] = (),
+        content_type: str | None = None,
+        message_expiry: int | None = None,
+        refusal: asyncio.Future[Any] | None = None,
+    ) -> None:
+        """Route at once, as :meth:`publish` does; ``refusal`` is never failed (nothing here refuses)."""
+        self._require()
+        self.broker.route(
+            topic, bytes(payload), correlation_data, response_topic, user_properties, content_type, message_expiry
+        )
+
+    def subscribed_to(self, topic: str) -> bool:
+        """Whether one of this connection's filters matches ``topic``."""
+        return any(topic_matches(f, topic) for f in self._filters)
+
+    def deliver(self, message: InboundMessage) -> None:
         assert self._loop is not None
         self._loop.call_soon(self._dispatch, message)
 
@@ -176,14 +200,14 @@ class LoopbackConnection:
         if self.connected:
             self._on_message(message)
 
-    def _lost(self, reason: str) -> None:
+    def lose(self, reason: str) -> None:
         if self._closed is not None and not self._closed.done():
             self._closed.set_exception(ConnectionLostError(f"loopback connection lost: {reason}"))
 
     def drop(self) -> None:
         """Simulate a network failure: the broker forgets us and ``wait_closed`` raises."""
-        self.broker._detach(self, clean=False)
-        self._lost("dropped")
+        self.broker.detach(self, clean=False)
+        self.lose("dropped")
 
     async def wait_closed(self) -> None:
         if self._closed is None:
@@ -191,7 +215,7 @@ class LoopbackConnection:
         await asyncio.shield(self._closed)
 
     async def close(self) -> None:
-        self.broker._detach(self, clean=True)
+        self.broker.detach(self, clean=True)
         if self._closed is not None:
             if not self._closed.done():
                 self._closed.set_result(None)

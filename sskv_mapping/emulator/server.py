@@ -27,8 +27,7 @@ Where it is more lenient than the service, by design:
   it was away are lost, so their registrations linger until they re-register or disconnect again.
 
 Requests are handled synchronously in the connection's message callback, and their publishes are queued
-in that order without awaiting any PUBACK (``MqttConnection.publish_nowait``; with another connection
-type, one task per publish, whose first steps run in creation order).
+in that order without awaiting any PUBACK (``Connection.publish_nowait``).
 """
 
 from __future__ import annotations
@@ -350,26 +349,9 @@ class EmulatorServer:
             self.stats["publish_failures"] += 1
             log.debug("not connected: dropping a publish to %r", topic[:200])
             return
-        nowait = getattr(conn, "publish_nowait", None)
-        if nowait is not None:
-            # MqttConnection: paho queues the packet right here, in call order, and no task is made.
-            try:
-                nowait(
-                    topic,
-                    payload,
-                    qos=1,
-                    correlation_data=correlation,
-                    user_properties=user_properties,
-                    content_type=content_type,
-                )
-            except StateStoreError as exc:
-                self.stats["publish_failures"] += 1
-                log.debug("a publish failed: %s", exc)
-            return
-        # Any other Connection: one task per publish; a task's first step runs in creation order, so the
-        # packets still leave in call order while PUBACKs are awaited concurrently.
-        task = asyncio.get_running_loop().create_task(
-            conn.publish(
+        # Queued right here (MqttConnection: by paho), in call order; no task is made and no PUBACK awaited.
+        try:
+            conn.publish_nowait(
                 topic,
                 payload,
                 qos=1,
@@ -377,16 +359,7 @@ class EmulatorServer:
                 user_properties=user_properties,
                 content_type=content_type,
             )
-        )
-        self._publishes.add(task)
-        task.add_done_callback(self._publish_done)
-
-    def _publish_done(self, task: asyncio.Task[None]) -> None:
-        self._publishes.discard(task)
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
+        except StateStoreError as exc:
             self.stats["publish_failures"] += 1
             log.debug("a publish failed: %s", exc)
 

@@ -1,13 +1,14 @@
 """Seeds and oracles shared by the hypothesis fuzz tests and the atheris targets (not a test module).
 
-* Seeds: valid encodings of requests, replies, HLC strings and notifications (topic, payload, ``__ts``), the
-  starting points of structure-aware mutation.
+* Seeds: valid encodings of requests, replies, HLC strings, notifications (topic, payload, ``__ts``) and MQTT
+  PUBLISH packets (first byte, then the rest), the starting points of structure-aware mutation.
 * Reference parsers: small, spec-driven (protocol.md §1, §2, §4, §5) re-readings of each grammar, written
   independently of ``sskv_mapping._protocol``, so a fuzz input is checked differentially: the library
   must accept exactly what the reference accepts, with the same value.
 * Oracles (``check_*``): run the library parser on one input; a :class:`ProtocolError` (or, for the service
   side, a :class:`ServiceError`) is a fine outcome; any other exception propagates (a crash), and a broken
-  invariant is an ``AssertionError``. An accepted input must also re-encode consistently (round trip).
+  invariant is an ``AssertionError``. An accepted input must also re-encode consistently (round trip). (The
+  PUBLISH decoder's differential check against paho is ``tests/transport/test_mqtt_fastpath.py``.)
 
 No hypothesis or atheris import here: atheris runs these in a bare subprocess.
 """
@@ -30,6 +31,7 @@ from sskv_mapping._protocol.commands import (
 )
 from sskv_mapping._protocol.errors import ERROR_TEXTS
 from sskv_mapping._protocol.hlc import HybridLogicalClock
+from sskv_mapping._protocol.mqtt_publish import InboundMessage, MalformedPacketError, decode_publish, publish_properties
 from sskv_mapping._protocol.notifications import KeyOperation, encode_notification, parse_notification
 from sskv_mapping._protocol.topics import NOTIFY_PREFIX, notification_topic
 from sskv_mapping.errors import ProtocolError, RequestSyntaxError, ServiceError
@@ -38,13 +40,16 @@ __all__ = [
     "HLC_SEEDS",
     "MUST_FAIL",
     "NOTIFICATION_SEEDS",
+    "PUBLISH_SEEDS",
     "REPLY_SEEDS",
     "REQUEST_SEEDS",
     "Reject",
     "check_hlc",
     "check_notification",
+    "check_publish",
     "check_reply",
     "check_request",
+    "encode_publish",
     "encode_reply",
     "expected_decode",
     "join_notification",
@@ -470,4 +475,67 @@ def check_notification(topic: str, payload: bytes, ts: str | None) -> bool:
         None if event.version is None else str(event.version),
     )
     assert again == (client_id, event)
+    return True
+
+
+# -- MQTT PUBLISH --------------------------------------------------------------------------------------------
+
+
+def encode_publish(topic: bytes, qos: int, mid: int, properties: bytes, payload: bytes, *, flags: int = 0) -> bytes:
+    """One fuzz input for the PUBLISH decoder: the first byte (``0x30``, QoS, ``flags``: DUP/RETAIN), then the
+    variable header (topic, packet id at QoS > 0, ``properties`` with their length) and the payload."""
+    body = len(topic).to_bytes(2, "big") + topic
+    if qos:
+        body += mid.to_bytes(2, "big")
+    return bytes([0x30 | (qos << 1) | flags]) + body + properties + payload
+
+
+_REQUEST_PROPS = publish_properties(
+    b"\x01" * 16,
+    "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/client-1/command/invoke/response",
+    [("__ts", "001732262400000:00001:client-1"), ("__protVer", "1.0"), ("__srcId", "client-1")],
+    "application/octet-stream",
+    10,
+)
+_RESPONSE_PROPS = publish_properties(
+    b"\x01" * 16, None, [("__stat", "200"), ("__ts", "001732262400000:00002:emu")], "application/octet-stream", 10
+)
+_SKIPPED_PROPS = b"\x01\x01" + b"\x23\x00\x05" + b"\x0b\x01" + b"\x0b\xff\xff\xff\x7f"  # PFI, alias, 2 sub ids
+
+PUBLISH_SEEDS: list[bytes] = [
+    encode_publish(
+        b"statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke",
+        1,
+        7,
+        _REQUEST_PROPS,
+        b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+    ),
+    encode_publish(b"clients/x/r", 1, 65535, _RESPONSE_PROPS, b"$1\r\nv\r\n"),
+    encode_publish(b"t", 0, 0, b"\x00", b""),
+    encode_publish(b"a/b", 1, 1, bytes([len(_SKIPPED_PROPS)]) + _SKIPPED_PROPS, b"data", flags=0x09),
+    encode_publish("réponse/日本".encode(), 0, 0, publish_properties(b"", "", [("", "")], "", 0), b"\x00\xff"),
+]
+
+
+def check_publish(data: bytes) -> bool:
+    """``decode_publish`` of ``data[0]`` (the first byte) and ``data[1:]``: only MalformedPacketError; an accepted
+    packet's values re-encode (the project's own encoder) and decode to the same message and packet id."""
+    header, body = (data[0], data[1:]) if data else (0x30, b"")
+    try:
+        message, mid = decode_publish(header, body)
+    except MalformedPacketError:
+        return False
+    assert isinstance(message, InboundMessage) and type(message.payload) is bytes
+    assert message.topic and not {"+", "#"} & set(message.topic), f"accepted topic {message.topic!r:.200}"
+    assert message.qos == (header >> 1) & 3 and (message.qos or mid == 0)
+    assert body.endswith(message.payload)
+    properties = publish_properties(
+        message.correlation_data,
+        message.response_topic,
+        message.user_properties,
+        message.content_type,
+        message.message_expiry,
+    )
+    again = encode_publish(message.topic.encode("utf-8"), message.qos, mid, properties, message.payload)
+    assert decode_publish(again[0], again[1:]) == (message, mid), f"{data!r:.300} did not round-trip"
     return True

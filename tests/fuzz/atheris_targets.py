@@ -1,4 +1,4 @@
-"""atheris (libFuzzer, coverage-guided) targets for the three parsers of hostile input.
+"""atheris (libFuzzer, coverage-guided) targets for the four parsers of hostile input.
 
 Targets (each feeds one input to the oracles of ``tests/fuzz/_corpus.py``: only ``ProtocolError`` may escape
 a parser, ``ServiceError`` the service-side command parser, and the library must agree with the reference
@@ -7,13 +7,16 @@ parsers and round-trip what it accepts):
 * ``resp3``: the bytes as a reply (``parse_reply`` + every command's ``decode``) and as a request
   (``parse_request`` + ``parse_command``);
 * ``hlc``: ``HybridLogicalClock.parse`` of the bytes, and of the same bytes as ``str`` with surrogate escapes;
-* ``notification``: ``parse_notification`` of ``topic SEP payload [SEP ts]`` (``SEP`` = ``b"\\n~~\\n"``).
+* ``notification``: ``parse_notification`` of ``topic SEP payload [SEP ts]`` (``SEP`` = ``b"\\n~~\\n"``);
+* ``publish``: ``decode_publish`` (the MQTT PUBLISH decoder) of the bytes as a packet's first byte and the rest
+  (only ``MalformedPacketError`` may escape; what it accepts re-encodes and decodes to the same message).
 
 Run a longer session from the repository root (any libFuzzer flag may follow the target name)::
 
     python -m tests.fuzz.atheris_targets resp3 -max_total_time=600
     python -m tests.fuzz.atheris_targets hlc -runs=2000000 -print_final_stats=1
     python -m tests.fuzz.atheris_targets notification -max_total_time=600 my_corpus_dir/
+    python -m tests.fuzz.atheris_targets publish -max_total_time=600
 
 Without a corpus directory, the built-in seeds (valid encodings) are written to a temporary directory and
 used; with one, seeds are added to it and libFuzzer keeps the new inputs it finds there. A crash (any other
@@ -47,10 +50,12 @@ with _instrument:
     from ._corpus import (
         HLC_SEEDS,
         NOTIFICATION_SEEDS,
+        PUBLISH_SEEDS,
         REPLY_SEEDS,
         REQUEST_SEEDS,
         check_hlc,
         check_notification,
+        check_publish,
         check_reply,
         check_request,
         join_notification,
@@ -74,10 +79,15 @@ def fuzz_notification(data: bytes) -> None:
     check_notification(*split_notification(data))
 
 
+def fuzz_publish(data: bytes) -> None:
+    check_publish(data)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "resp3": fuzz_resp3,
     "hlc": fuzz_hlc,
     "notification": fuzz_notification,
+    "publish": fuzz_publish,
 }
 
 
@@ -89,6 +99,8 @@ def seeds(target: str) -> list[bytes]:
         return [s.encode("utf-8") for s in HLC_SEEDS]
     if target == "notification":
         return [join_notification(*note) for note in NOTIFICATION_SEEDS]
+    if target == "publish":
+        return list(PUBLISH_SEEDS)
     raise KeyError(target)
 
 

@@ -1,5 +1,5 @@
-"""Structure-aware fuzzing of the three parsers of hostile input: RESP3 (replies and requests), HLC strings and
-KEYNOTIFY notifications (topic + payload + ``__ts``).
+"""Structure-aware fuzzing of the four parsers of hostile input: RESP3 (replies and requests), HLC strings,
+KEYNOTIFY notifications (topic + payload + ``__ts``) and MQTT PUBLISH packets (``_protocol/mqtt_publish.py``).
 
 Beyond the property tests in ``tests/protocol``: every input starts from a valid encoding and is mutated
 several times over (bytes flipped, inserted, deleted, cut; length and count headers spliced with huge,
@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from sskv_mapping._protocol import resp3
 from sskv_mapping._protocol.hlc import HybridLogicalClock
+from sskv_mapping._protocol.mqtt_publish import MalformedPacketError, decode_publish, publish_properties
 from sskv_mapping._protocol.notifications import KeyOperation, encode_notification
 from sskv_mapping._protocol.topics import NOTIFY_PREFIX, notification_topic
 from sskv_mapping.errors import ProtocolError
@@ -30,12 +31,15 @@ from sskv_mapping.errors import ProtocolError
 from ._corpus import (
     HLC_SEEDS,
     NOTIFICATION_SEEDS,
+    PUBLISH_SEEDS,
     REPLY_SEEDS,
     REQUEST_SEEDS,
     check_hlc,
     check_notification,
+    check_publish,
     check_reply,
     check_request,
+    encode_publish,
     encode_reply,
 )
 
@@ -361,3 +365,110 @@ def mutated_notifications(draw: st.DrawFn) -> tuple[str, bytes, str | None]:
 @example((f"{NOTIFY_PREFIX}63/command/notify/6B", encode_notification(KeyOperation.DELETE), "1:2:\ud800"))
 def test_mutated_notifications_parse_strictly_or_raise_protocol_error(note: tuple[str, bytes, str | None]) -> None:
     check_notification(*note)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# MQTT PUBLISH
+
+mqtt_text = st.text(st.characters(codec="utf-8", exclude_characters="\x00\ufeff"), max_size=12)
+
+
+@st.composite
+def valid_publishes(draw: st.DrawFn) -> bytes:
+    """A PUBLISH the project's encoder could send, now and then with the properties it never reports."""
+    topic = draw(mqtt_text.filter(lambda t: t and "+" not in t and "#" not in t))
+    qos = draw(st.sampled_from([0, 1]))
+    properties = publish_properties(
+        draw(st.none() | st.binary(max_size=20)),
+        draw(st.none() | mqtt_text),
+        draw(st.lists(st.tuples(mqtt_text, mqtt_text), max_size=4)),
+        draw(st.none() | mqtt_text),
+        draw(st.none() | st.integers(0, 2**32 - 1)),
+    )
+    extra = draw(st.sampled_from([b"", b"\x01\x00", b"\x01\x01", b"\x23\x00\x01", b"\x0b\x01", b"\x0b\x80\x01"]))
+    if extra:  # prepend it: the Property Length grows by its size (one byte while it stays under 128)
+        length, rest = properties[0], properties[1:]
+        if length + len(extra) < 0x80:
+            properties = bytes([length + len(extra)]) + extra + rest
+    payload = draw(st.binary(max_size=24))
+    return encode_publish(topic.encode(), qos, draw(st.integers(0, 65535)), properties, payload)
+
+
+#: bytes that break the rules in the places the decoder checks: string lengths, UTF-8 (invalid, a surrogate,
+#: U+0000, U+FEFF), Variable Byte Integers (continuation bits), property ids (every PUBLISH one, others), wildcards
+_PUBLISH_TOKENS = [
+    b"\x00",
+    b"\xff",
+    b"\x80",
+    b"\xff\xff\xff\xff",
+    b"\x00\x00",
+    b"\xff\xff",
+    b"\xc3\x28",
+    b"\xed\xa0\x80",
+    b"\xef\xbb\xbf",
+    b"+",
+    b"#",
+    *(bytes([ident]) for ident in (0x01, 0x02, 0x03, 0x08, 0x09, 0x0B, 0x11, 0x23, 0x26, 0x2A, 0x7F)),
+]
+
+
+@st.composite
+def mutate_publish(draw: st.DrawFn, data: bytes) -> bytes:
+    """Up to four mutations of a PUBLISH fuzz input (none now and then: the accepting path counts too)."""
+    buf = bytearray(data)
+    for _ in range(draw(st.integers(0, 4))):
+        op = draw(st.sampled_from(["flip", "insert", "delete", "truncate", "dup", "header", "length"]))
+        size = len(buf)
+        if op == "flip" and size:
+            buf[draw(st.integers(0, size - 1))] = draw(st.integers(0, 255))
+        elif op == "insert":
+            at = draw(st.integers(0, size))
+            buf[at:at] = draw(st.sampled_from(_PUBLISH_TOKENS) | st.binary(min_size=1, max_size=4))
+        elif op == "delete" and size:
+            at = draw(st.integers(0, size - 1))
+            del buf[at : at + draw(st.integers(1, 4))]
+        elif op == "truncate":
+            del buf[draw(st.integers(0, size)) :]
+        elif op == "dup" and size:
+            at = draw(st.integers(0, size - 1))
+            end = draw(st.integers(at, size))
+            buf[end:end] = buf[at:end]
+        elif op == "header" and size:
+            buf[0] = draw(st.sampled_from([0x30, 0x31, 0x32, 0x33, 0x34, 0x36, 0x38, 0x3A, 0x3F]))
+        elif op == "length" and size > 1:  # a length byte (topic, property, string) off by a little or a lot
+            at = draw(st.integers(1, size - 1))
+            buf[at] = max(0, min(255, buf[at] + draw(st.sampled_from([-2, -1, 1, 2, 0x7F, 0x80, -0x80]))))
+    return bytes(buf)
+
+
+mutated_publishes = (st.sampled_from(PUBLISH_SEEDS) | valid_publishes()).flatmap(mutate_publish)
+
+
+@budget(500)
+@given(mutated_publishes)
+@example(b"")
+@example(b"\x30")
+@example(b"\x30\x00\x01t\xff\xff\xff\xff\x01")  # a five-byte Property Length
+@example(b"\x30\x00\x01t\x03\x08\x00\x05ab")  # a string past the properties
+@example(b"\x30\x00\x01t\x02\x02\x00\x00\x00\x05")  # an expiry that runs past the properties
+@example(b"\x30\x00\x02\xed\xa0\x00")  # a surrogate in the topic
+@example(b"\x30\x00\x01t\x05\x26\x00\x01\x00\x00")  # U+0000 in a user property name
+def test_mutated_publishes_decode_strictly_or_raise_malformed_packet(data: bytes) -> None:
+    check_publish(data)
+
+
+@budget(300)
+@given(valid_publishes())
+def test_every_encoded_publish_decodes_to_its_values(data: bytes) -> None:
+    assert check_publish(data)
+
+
+@pytest.mark.parametrize("seed", PUBLISH_SEEDS)
+def test_publish_seeds_are_accepted(seed: bytes) -> None:
+    assert check_publish(seed)
+
+
+def test_malformed_publish_error_is_a_protocol_error() -> None:
+    with pytest.raises(ProtocolError):
+        decode_publish(0x30, b"\x00\x05ab")
+    assert issubclass(MalformedPacketError, ProtocolError)

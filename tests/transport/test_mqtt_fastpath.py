@@ -1,8 +1,9 @@
-"""The request path's shortcuts in ``_transport/mqtt.py`` do exactly what paho (and aiomqtt) would.
+"""The request path's shortcuts (``_protocol/mqtt_publish.py``, ``_transport/mqtt/``) do exactly what paho (and
+aiomqtt) would.
 
 * the PUBLISH property encoder produces paho's ``Properties.pack()`` bytes, byte for byte;
 * the PUBLISH decoder produces what paho's ``decode_publish`` + aiomqtt's ``Message`` + ``_convert`` produce,
-  and refuses (``MalformedPacket``) what that path refuses;
+  and refuses (``MalformedPacketError``; paho's ``MalformedPacket`` in the paho hook) what that path refuses;
 * through a real mosquitto: every property arrives intact at QoS 1, packets leave in call order and joined
   into few ``send`` calls, large packets survive partial writes and reads, ``publish`` waits for the PUBACK
   and fails at once when the connection ends, and the server's Receive Maximum is honoured.
@@ -29,12 +30,13 @@ from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from sskv_mapping._protocol.mqtt_publish import InboundMessage, MalformedPacketError, decode_publish
+from sskv_mapping._protocol.mqtt_publish import publish_properties as _publish_property_bytes
 from sskv_mapping._transport import mqtt as mqtt_module
-from sskv_mapping._transport.base import InboundMessage
-from sskv_mapping._transport.mqtt import MqttConnection, _decode_publish, _publish_properties
+from sskv_mapping._transport.mqtt import MqttConnection, _fastpath, _publish_properties
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.emulator.broker import MosquittoBroker
-from sskv_mapping.errors import ConfigurationError, ConnectionLostError
+from sskv_mapping.errors import ConfigurationError, ConnectionLostError, ServiceUnavailableError
 
 WAIT = 10.0
 
@@ -116,7 +118,7 @@ ENCODER_CASES = [
 @pytest.mark.parametrize("case", ENCODER_CASES)
 def test_encoder_matches_paho_pack(case: tuple[Any, ...]) -> None:
     corr, response, user, ctype, exp = case
-    assert _publish_properties(corr, response, user, ctype, exp).pack() == paho_pack(corr, response, user, ctype, exp)
+    assert _publish_property_bytes(corr, response, user, ctype, exp) == paho_pack(corr, response, user, ctype, exp)
 
 
 @given(correlation, optional_text, user_props, optional_text, expiry)
@@ -124,20 +126,21 @@ def test_encoder_matches_paho_pack(case: tuple[Any, ...]) -> None:
 def test_encoder_matches_paho_pack_for_any_values(
     corr: bytes | None, response: str | None, user: list[tuple[str, str]], ctype: str | None, exp: int | None
 ) -> None:
-    assert _publish_properties(corr, response, user, ctype, exp).pack() == paho_pack(corr, response, user, ctype, exp)
+    assert _publish_property_bytes(corr, response, user, ctype, exp) == paho_pack(corr, response, user, ctype, exp)
 
 
 def test_encoder_refuses_a_value_over_65535_bytes() -> None:
     with pytest.raises(ConfigurationError):
-        _publish_properties(b"x" * 65536, None, [], None, None)
+        _publish_property_bytes(b"x" * 65536, None, [], None, None)
     with pytest.raises(ConfigurationError):
-        _publish_properties(None, None, [("k", "é" * 40000)], None, None)  # 80,000 bytes once encoded
+        _publish_property_bytes(None, None, [("k", "é" * 40000)], None, None)  # 80,000 bytes once encoded
 
 
 def test_encoded_properties_are_what_paho_logs_and_sends() -> None:
     props = _publish_properties(b"c", "r", [("a", "b")], None, None)
     assert isinstance(props, Properties)  # paho's MQTTMessage and _send_publish only call pack() on it
     assert str(props) == f"[1 user properties, {len(props.pack())} bytes]"
+    assert props.pack() == _publish_property_bytes(b"c", "r", [("a", "b")], None, None)
 
 
 # -- the decoder -------------------------------------------------------------------------------------------
@@ -171,7 +174,7 @@ def test_decoder_matches_paho_and_aiomqtt(
 ) -> None:
     props = paho_pack(corr, response, user, ctype, exp)
     header, body = publish_packet(topic.encode(), qos, mid, props, payload)
-    message, got_mid = _decode_publish(header, bytearray(body))
+    message, got_mid = decode_publish(header, bytearray(body))
     assert message == paho_decode(header, body)
     assert got_mid == (mid if qos else 0)
     assert type(message.payload) is bytes and (corr is None or type(message.correlation_data) is bytes)
@@ -181,7 +184,7 @@ def test_decoder_skips_the_properties_it_does_not_report_as_paho_does() -> None:
     # Payload Format Indicator, Topic Alias, two Subscription Identifiers (one of them 4 bytes long)
     props = b"\x01\x01" + b"\x23\x00\x05" + b"\x0b\x01" + b"\x0b\xff\xff\xff\x7f" + b"\x26\x00\x01k\x00\x01v"
     header, body = publish_packet(b"a/b", 1, 9, bytes([len(props)]) + props, b"data")
-    message, mid = _decode_publish(header, body)
+    message, mid = decode_publish(header, body)
     assert message == paho_decode(header, body)
     assert (mid, message.user_properties, message.payload) == (9, (("k", "v"),), b"data")
 
@@ -221,33 +224,35 @@ def test_decoder_refuses_what_paho_refuses(name: str) -> None:
     header, body = MALFORMED[name]
     with pytest.raises(Exception):  # noqa: B017 - paho/aiomqtt raise several kinds; all end the connection
         paho_decode(header, body)
-    with pytest.raises(MalformedPacket):
-        _decode_publish(header, body)
+    with pytest.raises(MalformedPacketError):
+        decode_publish(header, body)
+    with pytest.raises(MalformedPacket):  # what the paho hook raises, as paho's own decoder does
+        _fastpath._decode_publish(header, body)
 
 
 def test_decoder_is_stricter_than_paho_on_one_overrun() -> None:
     """The one documented difference: paho reads a Message Expiry Interval on into the payload."""
     header, body = publish_packet(b"t", 0, 0, _props(b"\x02\x00"), b"\x00\x00\x05rest")
     assert paho_decode(header, body).message_expiry == 5
-    with pytest.raises(MalformedPacket):
-        _decode_publish(header, body)
+    with pytest.raises(MalformedPacketError):
+        decode_publish(header, body)
 
 
 @given(st.binary(max_size=60), st.sampled_from([0x30, 0x32, 0x33, 0x38]))
 @settings(max_examples=500, deadline=None)
 def test_decoder_on_arbitrary_bytes_agrees_with_paho_or_refuses(body: bytes, header: int) -> None:
-    """Whatever the bytes: a MalformedPacket (never another exception), or exactly paho's message."""
+    """Whatever the bytes: a MalformedPacketError (never another exception), or exactly paho's message."""
     try:
-        message, _ = _decode_publish(header, body)
-    except MalformedPacket:
+        message, _ = decode_publish(header, body)
+    except MalformedPacketError:
         return
     assert message == paho_decode(header, body)
 
 
 def test_encoder_output_decodes_to_the_same_values() -> None:
     user = [("__stat", "200"), ("__protVer", "1.0"), ("__ts", "1732262400000:00001:emu"), ("ü", "")]
-    props = _publish_properties(b"\x00" * 16, "clients/x/r", user, "application/octet-stream", 3600).pack()
-    message, mid = _decode_publish(*publish_packet(b"clients/x/r", 1, 42, props, b"+OK\r\n"))
+    props = _publish_property_bytes(b"\x00" * 16, "clients/x/r", user, "application/octet-stream", 3600)
+    message, mid = decode_publish(*publish_packet(b"clients/x/r", 1, 42, props, b"+OK\r\n"))
     assert message == InboundMessage(
         topic="clients/x/r",
         payload=b"+OK\r\n",
@@ -452,12 +457,17 @@ async def test_publish_fails_when_the_connection_ends_before_the_puback(fresh_mo
         await sender.close()
 
 
+@pytest.mark.parametrize("fastpath", ["1", "0"], ids=["fastpath", "stock"])
 @pytest.mark.parametrize(
     ("config", "limit"), [([], 20), (["max_inflight_messages 5"], 5), (["max_inflight_messages 0"], 0)]
 )
-async def test_the_servers_receive_maximum_is_honoured(config: list[str], limit: int) -> None:
+async def test_the_servers_receive_maximum_is_honoured(
+    config: list[str], limit: int, fastpath: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """mosquitto advertises its max_inflight_messages (default 20) as Receive Maximum, none when 0: it becomes
-    paho's in-flight limit (0: none), and messages beyond it wait in paho and still all arrive, in order."""
+    paho's in-flight limit (0: none), and messages beyond it wait in paho and still all arrive, in order. A
+    correctness hook: it stays with the shortcuts off (SSKV_MQTT_FASTPATH=0)."""
+    monkeypatch.setenv(mqtt_module.FASTPATH_ENV, fastpath)
     with MosquittoBroker(extra_config=config) as broker:
         inbox = Inbox()
         receiver = await _connect(broker, "fast-rm-rx", inbox)
@@ -482,7 +492,7 @@ async def test_without_the_paho_internals_paho_does_the_work(
     mosquitto: MosquittoBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A paho release without what the shortcuts use: they stay off, and everything still works (slower)."""
-    monkeypatch.setattr(mqtt_module, "_PAHO_INTERNALS", (*mqtt_module._PAHO_INTERNALS, "_no_such_attribute"))
+    monkeypatch.setattr(_fastpath, "_PAHO_INTERNALS", (*_fastpath._PAHO_INTERNALS, "_no_such_attribute"))
     inbox = Inbox()
     sender = await _connect(mosquitto, "fast-off-tx")
     receiver = await _connect(mosquitto, "fast-off-rx", inbox)
@@ -504,6 +514,68 @@ async def test_without_the_paho_internals_paho_does_the_work(
     finally:
         await sender.close()
         await receiver.close()
+
+
+async def test_the_stock_switch_leaves_paho_and_aiomqtt_as_they_are(
+    mosquitto: MosquittoBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SSKV_MQTT_FASTPATH=0: none of the shortcuts is installed, inbound PUBLISHes take aiomqtt's path, and a
+    request/response round trip, a PUBACK wait and a refusing PUBACK (0x10) still work."""
+    monkeypatch.setenv(mqtt_module.FASTPATH_ENV, "0")
+    converted: list[aiomqtt.Message] = []
+    stock_convert = mqtt_module._convert
+
+    def counting_convert(message: aiomqtt.Message) -> InboundMessage:
+        converted.append(message)
+        return stock_convert(message)
+
+    monkeypatch.setattr(mqtt_module, "_convert", counting_convert)
+    requests = f"test/stock/{uuid.uuid4().hex}"
+    responses = f"{requests}/response"
+    responder: list[MqttConnection] = []
+
+    def answer(request: InboundMessage) -> None:
+        assert request.response_topic is not None
+        responder[0].publish_nowait(
+            request.response_topic, b"re:" + request.payload, correlation_data=request.correlation_data
+        )
+
+    inbox = Inbox()
+    responder.append(await _connect(mosquitto, "stock-server", answer))
+    requester = await _connect(mosquitto, "stock-client", inbox)
+    try:
+        for conn in (requester, responder[0]):
+            hooks, client = conn._hooks, conn._client
+            assert hooks is not None and client is not None and not hooks.packet_shortcuts
+            paho = client._client
+            assert not {"_handle_publish", "_handle_pubackcomp", "_sock_recv", "loop_read"} & set(vars(paho))
+            assert paho.on_socket_register_write != hooks._register_write
+        await responder[0].subscribe([requests], qos=1)
+        await requester.subscribe([responses], qos=1)
+        loop = asyncio.get_running_loop()
+        refusal = loop.create_future()
+        requester.publish_nowait(
+            requests,
+            b"ping",
+            correlation_data=b"c1",
+            response_topic=responses,
+            user_properties=[("k", "v")],
+            refusal=refusal,
+        )
+        (response,) = await inbox.wait_for(1)
+        assert (response.topic, response.payload, response.correlation_data) == (responses, b"re:ping", b"c1")
+        assert not refusal.done()
+        assert len(converted) == 2  # the request at the responder, the response here: both through aiomqtt
+        async with asyncio.timeout(WAIT):
+            await requester.publish(requests, b"acked", timeout=WAIT)  # PUBACK waits: paho's on_publish
+        nobody = loop.create_future()
+        requester.publish_nowait(f"test/nobody/{uuid.uuid4().hex}", b"x", refusal=nobody)
+        async with asyncio.timeout(WAIT):
+            with pytest.raises(ServiceUnavailableError):
+                await nobody
+    finally:
+        await requester.close()
+        await responder[0].close()
 
 
 async def test_a_cancel_that_wait_for_loses_is_raised_again() -> None:

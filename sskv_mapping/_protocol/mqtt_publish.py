@@ -1,0 +1,264 @@
+"""Layer 1 (pure protocol): the MQTT 5 PUBLISH packet this project sends and receives, as bytes.
+
+The request path encodes its PUBLISH properties and decodes inbound PUBLISHes here rather than through paho's
+``Properties`` (whose name-table scans were the largest single cost of a round trip): :func:`publish_properties`
+produces the bytes paho's ``Properties.pack()`` would, and :func:`decode_publish` reads what paho's
+``decode_publish`` + aiomqtt's ``Message`` accept into an :class:`InboundMessage` (both compared with paho in
+``tests/transport/test_mqtt_fastpath.py``). A packet that does not follow the rules raises
+:class:`MalformedPacketError`, never another exception (``tests/fuzz``).
+
+Standard library only: must not import aiomqtt/paho, asyncio, sockets nor anything above ``_protocol``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import ConfigurationError, ProtocolError
+
+__all__ = [
+    "InboundMessage",
+    "MalformedPacketError",
+    "decode_publish",
+    "mqtt_bytes",
+    "mqtt_str",
+    "publish_properties",
+    "read_utf8",
+    "varint",
+]
+
+
+class MalformedPacketError(ProtocolError):
+    """A PUBLISH packet that does not follow MQTT 5 (or that paho/aiomqtt would refuse)."""
+
+
+@dataclass(frozen=True, slots=True)
+class InboundMessage:
+    """A received PUBLISH, with the MQTT 5 properties this project uses, as plain values."""
+
+    topic: str
+    payload: bytes
+    qos: int
+    correlation_data: bytes | None
+    response_topic: str | None
+    content_type: str | None
+    user_properties: tuple[tuple[str, str], ...]
+    message_expiry: int | None = None
+
+    def user_property(self, name: str) -> str | None:
+        """The first value of user property ``name`` (order-independent lookup)."""
+        for key, value in self.user_properties:
+            if key == name:
+                return value
+        return None
+
+
+# -- encoding ------------------------------------------------------------------------------------------------
+
+
+def mqtt_bytes(data: bytes) -> bytes:
+    """Binary Data: a two-byte length, then the bytes; :class:`ConfigurationError` past 65,535 bytes."""
+    if len(data) > 0xFFFF:
+        raise ConfigurationError("an MQTT property value may be at most 65,535 bytes")
+    return len(data).to_bytes(2, "big") + data
+
+
+#: Encoded (length-prefixed) short strings. Most of a request's or response's property strings repeat from one
+#: message to the next (names, client id, response topic, content type); a timestamp churns it, and it is
+#: emptied when full rather than managed as an LRU.
+_ENCODED: dict[str, bytes] = {}
+_ENCODED_MAX = 1024
+
+
+def mqtt_str(text: str) -> bytes:
+    """A UTF-8 Encoded String: a two-byte length, then the UTF-8 bytes (short ones are cached)."""
+    field = _ENCODED.get(text)
+    if field is None:
+        field = mqtt_bytes(text.encode())
+        if len(text) <= 256:
+            if len(_ENCODED) >= _ENCODED_MAX:
+                _ENCODED.clear()
+            _ENCODED[text] = field
+    return field
+
+
+def varint(n: int) -> bytes:
+    """A Variable Byte Integer: seven bits per byte, least significant first, the top bit says "more"."""
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def publish_properties(
+    correlation_data: bytes | None,
+    response_topic: str | None,
+    user_properties: Sequence[tuple[str, str]],
+    content_type: str | None,
+    message_expiry: int | None,
+) -> bytes:
+    """The PUBLISH properties, Property Length first, that paho's ``Properties.pack()`` would produce for these
+    values, in its order (its name table's: 0x02, 0x03, 0x08, 0x09, then every 0x26 in the given order)."""
+    parts: list[bytes] = []
+    if message_expiry is not None:
+        parts.append(b"\x02" + message_expiry.to_bytes(4, "big"))
+    if content_type is not None:
+        parts.append(b"\x03" + mqtt_str(content_type))
+    if response_topic is not None:
+        parts.append(b"\x08" + mqtt_str(response_topic))
+    if correlation_data is not None:
+        parts.append(b"\x09" + mqtt_bytes(bytes(correlation_data)))
+    for name, value in user_properties:
+        parts.append(b"\x26" + mqtt_str(name) + mqtt_str(value))
+    body = b"".join(parts)
+    return varint(len(body)) + body
+
+
+# -- decoding ------------------------------------------------------------------------------------------------
+
+
+def read_utf8(buf: bytes, pos: int, end: int) -> tuple[str, int]:
+    """An MQTT UTF-8 string at ``pos`` that must end by ``end``: ``(value, next position)``.
+
+    paho's ``readUTF`` rules: the length must fit, the bytes must be strict UTF-8 (which already excludes
+    the surrogates D800-DFFF), and U+0000 and U+FEFF are refused.
+    """
+    if pos + 2 > end:
+        raise MalformedPacketError("Not enough data to read string length")
+    stop = pos + 2 + ((buf[pos] << 8) | buf[pos + 1])
+    if stop > end:
+        raise MalformedPacketError("Length delimited string too long")
+    try:
+        value = buf[pos + 2 : stop].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedPacketError(f"string not UTF-8: {exc}") from exc
+    if "\x00" in value or "\ufeff" in value:
+        raise MalformedPacketError("[MQTT-1.5.4-2] Null or U+FEFF found in UTF-8 data")
+    return value, stop
+
+
+def decode_publish(header: int, packet: bytes | bytearray) -> tuple[InboundMessage, int]:
+    """A PUBLISH packet's variable header and payload -> ``(message, packet id)``, QoS 0 and 1.
+
+    ``header`` is the packet's first byte (``0x30`` | DUP, QoS, RETAIN bits); ``packet`` is what follows the
+    Remaining Length. What paho's ``decode_publish`` + ``Properties.unpack`` + aiomqtt's ``Message``/``Topic``
+    + the transport's conversion compute: every packet that path accepts decodes to the same
+    :class:`InboundMessage`; what it refuses raises :class:`MalformedPacketError`: unknown or non-PUBLISH
+    property ids, a repeated single-valued property, out-of-range values, lengths that overrun, bad UTF-8, an
+    empty or wildcard topic (aiomqtt's ``Topic``). One deliberate difference: a fixed-size value that runs
+    past the declared property length is refused here; paho reads on into the payload.
+    """
+    try:
+        return _decode_publish_unchecked(header, bytes(packet))
+    except MalformedPacketError:
+        raise
+    except (IndexError, ValueError) as exc:  # a read past the end; UnicodeDecodeError is a ValueError
+        raise MalformedPacketError(f"malformed PUBLISH: {exc}") from exc
+
+
+def _decode_publish_unchecked(header: int, buf: bytes) -> tuple[InboundMessage, int]:
+    qos = (header >> 1) & 3
+    size = len(buf)
+    pos = 2 + ((buf[0] << 8) | buf[1])
+    if pos > size:
+        raise MalformedPacketError("topic longer than the packet")
+    topic = buf[2:pos].decode("utf-8")
+    if not topic or "+" in topic or "#" in topic:
+        raise MalformedPacketError(f"invalid topic {topic[:80]!r}")  # as aiomqtt's Topic (no aliases are enabled)
+    mid = 0
+    if qos:
+        if pos + 2 > size:
+            raise MalformedPacketError("no packet identifier")
+        mid = (buf[pos] << 8) | buf[pos + 1]
+        pos += 2
+    # Property Length, a Variable Byte Integer of at most four bytes.
+    length = shift = 0
+    for _ in range(4):
+        byte = buf[pos]
+        pos += 1
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    else:
+        raise MalformedPacketError("Variable Byte Integer is more than four bytes long")
+    end = pos + length
+    if end > size:
+        raise MalformedPacketError("properties longer than the packet")
+    correlation: bytes | None = None
+    response_topic: str | None = None
+    content_type: str | None = None
+    expiry: int | None = None
+    user: list[tuple[str, str]] = []
+    seen_single = 0  # bit set of the single-valued ids seen (all PUBLISH ids are < 64)
+    while pos < end:
+        ident = buf[pos]
+        pos += 1
+        if ident == 0x26:  # User Property (may repeat)
+            name, pos = read_utf8(buf, pos, end)
+            value, pos = read_utf8(buf, pos, end)
+            user.append((name, value))
+            continue
+        if ident == 0x0B:  # Subscription Identifier (may repeat): a VBI, 1..268435455
+            sub_id = shift = 0
+            for _ in range(4):
+                if pos >= end:
+                    raise MalformedPacketError("Not enough data to decode Variable Byte Integer")
+                byte = buf[pos]
+                pos += 1
+                sub_id |= (byte & 0x7F) << shift
+                shift += 7
+                if not byte & 0x80:
+                    break
+            else:
+                raise MalformedPacketError("Variable Byte Integer is more than four bytes long")
+            if sub_id < 1:
+                raise MalformedPacketError("SubscriptionIdentifier property value must be in the range 1-268435455")
+            continue
+        bit = 1 << ident if ident < 64 else 0
+        if seen_single & bit:
+            raise MalformedPacketError(f"Property {ident:#04x} must not exist more than once")
+        seen_single |= bit
+        if ident == 0x09:  # Correlation Data
+            if pos + 2 > end:
+                raise MalformedPacketError("Not enough data to read binary data length")
+            stop = pos + 2 + ((buf[pos] << 8) | buf[pos + 1])
+            if stop > end:
+                raise MalformedPacketError("Length delimited binary data too long")
+            correlation = buf[pos + 2 : stop]
+            pos = stop
+        elif ident == 0x08:  # Response Topic
+            response_topic, pos = read_utf8(buf, pos, end)
+        elif ident == 0x03:  # Content Type
+            content_type, pos = read_utf8(buf, pos, end)
+        elif ident == 0x02:  # Message Expiry Interval
+            if pos + 4 > end:
+                raise MalformedPacketError("Four Byte Integer runs past the properties")
+            expiry = int.from_bytes(buf[pos : pos + 4], "big")
+            pos += 4
+        elif ident == 0x01:  # Payload Format Indicator: 0 or 1, not reported
+            if pos >= end or buf[pos] > 1:
+                raise MalformedPacketError("PayloadFormatIndicator property value must be 0 or 1")
+            pos += 1
+        elif ident == 0x23:  # Topic Alias: 1..65535, not reported (aliases are never enabled)
+            if pos + 2 > end or not (buf[pos] or buf[pos + 1]):
+                raise MalformedPacketError("TopicAlias property value must be in the range 1-65535")
+            pos += 2
+        else:
+            raise MalformedPacketError(f"property {ident:#04x} is not allowed in a PUBLISH")
+    message = InboundMessage(
+        topic=topic,
+        payload=buf[end:],
+        qos=qos,
+        correlation_data=correlation,
+        response_topic=response_topic,
+        content_type=content_type,
+        user_properties=tuple(user),
+        message_expiry=expiry,
+    )
+    return message, mid
