@@ -55,7 +55,8 @@ def ttl_to_ms(ttl: TtlLike) -> int | None:
     if isinstance(ttl, timedelta):
         if ttl <= timedelta(0):
             raise ConfigurationError(f"ttl must be positive (got {ttl!r}); use None for 'never expires'")
-        ms = -(-ttl // _ONE_MS)  # ceiling division of timedeltas: an exact int
+        whole, part = divmod(ttl, _ONE_MS)  # exact: an int and a timedelta
+        ms = whole + (1 if part else 0)  # rounded up
         if ms > MAX_TTL_MS:
             raise ConfigurationError(f"ttl {ttl!r} is absurdly large (more than 100 years)")
         return ms
