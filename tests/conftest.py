@@ -6,6 +6,9 @@
 * ``fresh_emulator`` (function): an emulator process on ``fresh_mosquitto`` (ask for both fixtures to
   get the pair). For an emulator of your own on the session broker, call
   ``start_emulator(mosquitto.host, mosquitto.port)`` from ``_support.procs`` in a ``with``.
+* ``broker_url``, ``client``, ``other`` (function): ``(host, port)`` of the session broker with the emulator on
+  it, and two async clients on it (client and lock tests; ``tests/boundary`` and ``tests/integrations`` have
+  their own ``client`` / ``broker_url``).
 
 Tests using any of them are marked ``broker`` automatically (``-m "not broker"`` runs the rest).
 After the session, no mosquitto or emulator child may remain: the suite errors at teardown if one does
@@ -139,6 +142,27 @@ def _no_leaked_child_processes() -> Iterator[None]:
         leaks.append(f"{comm} pid={pid}")
         kill_child(pid)
     assert not leaks, f"child processes left running after the test session (now killed): {leaks}"
+
+
+# -- two async clients on the session broker + emulator (client and lock tests) --------------------------------
+
+
+@pytest.fixture
+def broker_url(mosquitto: MosquittoBroker, emulator: EmulatorProcess) -> tuple[str, int]:
+    """The session broker with the session emulator serving on it."""
+    return mosquitto.host, mosquitto.port
+
+
+@pytest.fixture
+async def client(broker_url: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
+    async with AsyncStateStoreClient(*broker_url) as c:
+        yield c
+
+
+@pytest.fixture
+async def other(broker_url: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
+    async with AsyncStateStoreClient(*broker_url) as c:
+        yield c
 
 
 # -- an async client factory on either implementation (election and index tests) -----------------------------
