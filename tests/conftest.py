@@ -6,6 +6,12 @@
 * ``fresh_emulator`` (function): an emulator process on ``fresh_mosquitto`` (ask for both fixtures to
   get the pair). For an emulator of your own on the session broker, call
   ``start_emulator(mosquitto.host, mosquitto.port)`` from ``_support.procs`` in a ``with``.
+* ``broker_url``, ``client``, ``other`` (function): ``(host, port)`` of the session broker with the emulator on
+  it, and two async clients on it (client and lock tests; ``tests/boundary`` and ``tests/integrations`` have
+  their own ``client`` / ``broker_url``).
+* ``namespace`` (function): a fresh namespace name (some modules override it with their own prefix).
+* ``loopback_store`` (module): an in-process store started on the background loop thread, for blocking clients
+  (dict and cache tests).
 
 Tests using any of them are marked ``broker`` automatically (``-m "not broker"`` runs the rest).
 After the session, no mosquitto or emulator child may remain: the suite errors at teardown if one does
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -36,6 +43,7 @@ from _support.procs import (  # noqa: E402
     start_emulator,
 )
 
+from sskv_mapping._sync import get_loop_thread  # noqa: E402
 from sskv_mapping.client import AsyncStateStoreClient  # noqa: E402
 from sskv_mapping.emulator.broker import MosquittoBroker, MosquittoStartError, live_brokers  # noqa: E402
 from sskv_mapping.emulator.inprocess import InProcessStateStore  # noqa: E402
@@ -139,6 +147,44 @@ def _no_leaked_child_processes() -> Iterator[None]:
         leaks.append(f"{comm} pid={pid}")
         kill_child(pid)
     assert not leaks, f"child processes left running after the test session (now killed): {leaks}"
+
+
+# -- two async clients on the session broker + emulator (client and lock tests) --------------------------------
+
+
+@pytest.fixture
+def broker_url(mosquitto: MosquittoBroker, emulator: EmulatorProcess) -> tuple[str, int]:
+    """The session broker with the session emulator serving on it."""
+    return mosquitto.host, mosquitto.port
+
+
+@pytest.fixture
+async def client(broker_url: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
+    async with AsyncStateStoreClient(*broker_url) as c:
+        yield c
+
+
+@pytest.fixture
+async def other(broker_url: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
+    async with AsyncStateStoreClient(*broker_url) as c:
+        yield c
+
+
+# -- a fresh namespace, a loopback store for blocking clients (dict and cache tests) ----------------------------
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="module")
+def loopback_store() -> Iterator[InProcessStateStore]:
+    portal = get_loop_thread()
+    store = InProcessStateStore()
+    portal.run(store.start())
+    yield store
+    portal.run(store.stop())
 
 
 # -- an async client factory on either implementation (election and index tests) -----------------------------

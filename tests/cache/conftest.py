@@ -4,19 +4,19 @@ a real mosquitto + the emulator process (real).
 Async tests get ``make_cache`` (a :class:`AsyncStateStoreCache` on a new client on the test's own loop; the
 loopback store is started per test on that loop). Blocking tests get ``make_sync_cache`` (a
 :class:`StateStoreCache` on the background loop thread, where a module-wide loopback store runs).
+
+``namespace`` and ``loopback_store`` are suite-wide (tests/conftest.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 
 from sskv_mapping._protocol.notifications import KeyEvent, KeyOperation
-from sskv_mapping._sync import get_loop_thread
 from sskv_mapping.cache import AsyncStateStoreCache, StateStoreCache
 from sskv_mapping.client import AsyncStateStoreClient, StateStoreClient
 from sskv_mapping.emulator.inprocess import InProcessStateStore
@@ -53,11 +53,6 @@ async def client_kwargs(backend: str, request: pytest.FixtureRequest) -> AsyncIt
         return
     async with InProcessStateStore() as store:
         yield {"connection_factory": store.broker.connection}
-
-
-@pytest.fixture
-def namespace() -> str:
-    return f"t{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture
@@ -133,15 +128,6 @@ def watch() -> Callable[[AsyncStateStoreClient, str], Awaitable[Notified]]:
 
 
 # -- blocking ---------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def loopback_store() -> Iterator[InProcessStateStore]:
-    portal = get_loop_thread()
-    store = InProcessStateStore()
-    portal.run(store.start())
-    yield store
-    portal.run(store.stop())
 
 
 @pytest.fixture(params=["loopback", "broker"])

@@ -126,6 +126,12 @@ def test_help_of_the_command_and_every_subcommand() -> None:
     assert version.returncode == 0 and version.stdout.startswith(b"sskv ")
 
 
+@pytest.mark.parametrize("command", [[], ["get"], ["set"], ["del"], ["vdel"], ["watch"], ["lock"], ["emulator"]])
+def test_help(command: list[str]) -> None:
+    done = sskv(*command, "--help")
+    assert done.returncode == 0 and b"usage: sskv" in done.stdout
+
+
 def test_help_does_not_print_a_password_from_sskv_url() -> None:
     secret = f"pw-{uuid.uuid4().hex}"
     done = sskv("get", "--help", env=clean_env(SSKV_URL=f"mqtt://alice:{secret}@127.0.0.1:1883"))
@@ -297,6 +303,44 @@ def test_argv_bytes_that_are_not_utf8_are_used_exactly(url: str, store: StateSto
     assert store.get(k) is None
 
 
+def test_set_get_del_round_trip(url: str, store: StateStoreClient) -> None:
+    k = new_key()
+    done = sskv("set", "--url", url, k, "hello")
+    assert done.returncode == 0 and done.stdout.startswith(b"OK"), done
+    entry = store.get(k)
+    assert entry is not None and entry.value == b"hello"
+    assert str(entry.version).encode() in done.stdout  # the version it printed is the stored one
+    assert sskv("get", "--url", url, k).stdout == b"hello\n"
+    record = json.loads(sskv("get", "--url", url, k, "--json").stdout)
+    assert record == {"key": k, "found": True, "value": "hello", "version": str(entry.version)}
+    assert sskv("vdel", "--url", url, k, "other").returncode == 1  # value differs: not deleted
+    assert store.get(k) is not None
+    assert sskv("del", "--url", url, k).returncode == 0
+    assert store.get(k) is None
+
+
+def test_conditions_ttl_and_stdin(url: str, store: StateStoreClient) -> None:
+    k = new_key()
+    assert sskv("set", "--url", url, k, "-", stdin=b"from\x00stdin").returncode == 0
+    assert store.get(k).value == b"from\x00stdin"  # type: ignore[union-attr]
+    assert sskv("set", "--url", url, "--nx", k, "again").returncode == 1  # exists: not applied
+    assert sskv("set", "--url", url, "--ttl", "600", k, "expiring").returncode == 0
+    assert store.get(k).value == b"expiring"  # type: ignore[union-attr]
+    store.delete(k)
+
+
+def test_argv_bytes_that_are_not_utf8_are_stored_exactly(url: str, store: StateStoreClient) -> None:
+    """Non-UTF-8 argv reaches Python as lone surrogates; the CLI stores the original bytes (no traceback)."""
+    k = new_key().encode() + b"-\xff"
+    done = sskv("set", "--url", url, k, b"value-\xfe")
+    assert done.returncode == 0, done.stderr
+    entry = store.get(k)
+    assert entry is not None and entry.value == b"value-\xfe"
+    shown = sskv("get", "--url", url, k)
+    assert shown.returncode == 0 and b"Traceback" not in shown.stderr
+    store.delete(k)
+
+
 # -- errors: missing vs unreachable vs bad arguments --------------------------------------------------------
 
 
@@ -319,6 +363,14 @@ def test_an_unreachable_broker_is_a_connection_error_never_key_absent(url: str) 
         assert done.stdout == b"" and b"not found" not in done.stderr
     assert as_json.returncode == EXIT_CONNECTION
     assert json.loads(as_json.stdout)["error"] == "BrokerConnectError"
+
+
+def test_a_missing_key_and_an_unreachable_broker_are_different_outcomes(url: str) -> None:
+    missing = sskv("get", "--url", url, new_key())
+    assert missing.returncode == 1 and missing.stdout.startswith(b"(not found)")
+    down = sskv("get", "--url", f"mqtt://127.0.0.1:{free_port()}", new_key())
+    assert down.returncode == 3 and b"BrokerConnectError" in down.stderr
+    assert down.stdout == b"" and b"Traceback" not in down.stderr
 
 
 # (arguments, a word the message must contain, also tried with nothing listening: a sample of sskv's own checks)
@@ -366,6 +418,26 @@ def test_bad_arguments_are_usage_errors_and_write_nothing(broker: str, url: str,
         assert message in done.stderr, (args, done.stderr)
         assert done.stdout == b""
     assert store.get(k) is None  # nothing was written (the lock key neither)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["set", "", "v"], b"empty"),
+        (["set", "K", "v", "--ttl", "-1"], b"ttl"),
+        (["set", "K", "v", "--fencing-token", "not-an-hlc"], b"--fencing-token"),
+        (["set", "K", "v", "--fencing-token", "1:2:\udcff"], b"--fencing-token"),
+    ],
+)
+def test_bad_set_arguments_are_usage_errors_and_write_nothing(
+    url: str, store: StateStoreClient, args: list[str], message: bytes
+) -> None:
+    k = new_key()
+    command, *rest = [k if a == "K" else a for a in args]
+    done = sskv(command, "--url", url, *rest)
+    assert done.returncode == 2, done
+    assert message in done.stderr and b"Traceback" not in done.stderr
+    assert store.get(k) is None
 
 
 # -- watch ------------------------------------------------------------------------------------------------
@@ -429,6 +501,26 @@ def test_watch_prints_changes_made_by_another_client(url: str, store: StateStore
     assert base64.b64decode(record["key_base64"]) == k3 and record["value"] == "three"
     store.delete(k2)
     store.delete(k3)
+
+
+def test_watch_of_one_key_prints_its_set_and_delete(url: str, store: StateStoreClient) -> None:
+    k = new_key()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "sskv_mapping.cli", "watch", "--url", url, k, "--count", "2", "--json"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as watcher:
+        try:
+            assert watcher.stdout is not None and watcher.stderr is not None
+            ready = watcher.stderr.readline()  # printed once the KEYNOTIFY is registered
+            assert ready.startswith(b"watching"), ready
+            store.set(k, b"one")
+            store.delete(k)
+            out, err = watcher.communicate(timeout=TIMEOUT)
+        finally:
+            if watcher.poll() is None:
+                watcher.kill()
+    assert watcher.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    assert [(e["key"], e["op"], e["value"]) for e in events] == [(k, "SET", "one"), (k, "DELETE", None)]
 
 
 # -- lock -------------------------------------------------------------------------------------------------

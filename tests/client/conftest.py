@@ -1,35 +1,20 @@
-"""Fixtures for client tests: clients on the session broker + emulator, a bare broker, a private stack."""
+"""Fixtures for client tests: a bare broker and a private stack.
+
+The clients on the session broker + emulator (``broker_url``, ``client``, ``other``) are suite-wide
+(tests/conftest.py): the lock tests use them too.
+"""
 
 from __future__ import annotations
 
 import os
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 from _support.procs import EmulatorProcess, start_emulator
 
-from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
-
-
-@pytest.fixture
-def broker_url(mosquitto: MosquittoBroker, emulator: EmulatorProcess) -> tuple[str, int]:
-    """The session broker with the session emulator serving on it."""
-    return mosquitto.host, mosquitto.port
-
-
-@pytest.fixture
-async def client(broker_url: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
-    async with AsyncStateStoreClient(*broker_url) as c:
-        yield c
-
-
-@pytest.fixture
-async def other(broker_url: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
-    async with AsyncStateStoreClient(*broker_url) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")

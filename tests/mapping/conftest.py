@@ -1,29 +1,21 @@
 """One contract, two implementations: every dict test runs on the in-process loopback store (fast) and on
-a real mosquitto + the emulator process (real)."""
+a real mosquitto + the emulator process (real).
+
+``namespace`` and ``loopback_store`` are suite-wide (tests/conftest.py).
+"""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from sskv_mapping._sync import get_loop_thread
 from sskv_mapping.client import StateStoreClient
 from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.mapping import StateStoreDict
 
 DictFactory = Callable[..., StateStoreDict[Any]]
-
-
-@pytest.fixture(scope="module")
-def loopback_store() -> Iterator[InProcessStateStore]:
-    portal = get_loop_thread()
-    store = InProcessStateStore()
-    portal.run(store.start())
-    yield store
-    portal.run(store.stop())
 
 
 @pytest.fixture(params=["loopback", "broker"])
@@ -51,11 +43,6 @@ def make_client(backend: dict[str, Any]) -> Iterator[Callable[..., StateStoreCli
     yield make
     for c in made:
         c.close()
-
-
-@pytest.fixture
-def namespace() -> str:
-    return f"t{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture
