@@ -2,6 +2,8 @@
 
 ``import sskv_mapping`` needs no optional extra (framework adapters live in ``sskv_mapping.integrations``
 and import their framework only when imported themselves).
+
+Must not import any optional extra (msgpack, a framework) at import time.
 """
 
 from ._cache_stats import CacheCounters, OpLatency, StateStoreCacheStats

@@ -15,6 +15,8 @@ Human output by default, one JSON object per line with ``--json``. Exit codes by
 ====  ==========================================================
 
 Arguments are checked before connecting: a bad one exits 2 whether or not the broker is reachable.
+
+Must not import aiomqtt/paho directly.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ prints every change it sees, while this process (the *writer*) changes values. E
 the reader through its notification-kept local cache, with the version the store gave the write.
 
 Options: ``--host/--port`` to use an already running broker + emulator instead of starting them.
+
+Must not import aiomqtt/paho directly.
 """
 
 from __future__ import annotations

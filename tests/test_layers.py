@@ -9,7 +9,10 @@ is fine).
 from __future__ import annotations
 
 import ast
+import re
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -155,3 +158,76 @@ def test_the_layer_rule_can_fail() -> None:
     # the checker itself: a module of the protocol layer importing the client is caught
     assert RANK["client"] > RANK["_protocol.hlc"]
     assert _imports("cache", MODULES["cache"])[0] >= {"client", "_store"}
+
+
+# -- the "Must not import" line of every module docstring, checked ----------------------------------------
+
+FRAMEWORKS = {"django", "flask", "flask_caching", "cachelib", "litestar", "aiocache", "fastapi", "starlette"}
+EXTRAS = FRAMEWORKS | {"msgpack"}
+
+#: phrase of a "Must not import ..." sentence -> what it forbids: ("package", predicate on a module name) or
+#: ("foreign", set of top-level names). Every phrase a docstring uses must be known here, or the test fails.
+PHRASES: list[tuple[str, str, Any]] = [
+    ("aiomqtt/paho", "foreign", {"aiomqtt", "paho"}),
+    ("aiomqtt", "foreign", {"aiomqtt", "paho"}),
+    ("asyncio", "foreign", {"asyncio"}),
+    ("sockets", "foreign", {"socket", "ssl"}),
+    ("any optional extra", "foreign", EXTRAS),
+    ("any other framework", "foreign", None),  # every framework but the module's own
+    ("any framework", "foreign", FRAMEWORKS),
+    ("the emulator", "package", lambda m: m.startswith("emulator")),
+    ("the mapping/cache", "package", lambda m: m in {"mapping", "cache"}),
+    ("the mapping or cache", "package", lambda m: m in {"mapping", "cache"}),
+    ("the mapping module", "package", lambda m: m == "mapping"),
+    ("the mapping layers", "package", lambda m: m == "mapping"),
+    ("the client", "package", lambda m: m == "client"),
+    ("the transport", "package", lambda m: m.startswith("_transport")),
+    ("the layers above the client", "package", lambda m: RANK[m] > RANK["client"]),
+    ("the layers above", "package", lambda m: RANK[m] > RANK["client"]),
+]
+
+
+def _must_not(name: str) -> str:
+    doc = ast.get_docstring(ast.parse(MODULES[name].read_text(encoding="utf-8"))) or ""
+    found = re.search(r"must not import (.*?)(?:\.\s|\.$|;|$)", doc, re.S | re.I)
+    return " ".join(found.group(1).split()) if found else ""
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_every_module_says_what_it_must_not_import_and_keeps_to_it(name: str) -> None:
+    sentence = _must_not(name)
+    assert sentence, f"{name}'s docstring has no 'Must not import ...' line"
+    ours, foreign = _imports(name, MODULES[name])
+    own_framework = name.removeprefix("integrations.") if name.startswith("integrations.") else ""
+    checked = False
+    for phrase, kind, rule in PHRASES:
+        if phrase not in sentence:
+            continue
+        checked = True
+        if kind == "foreign":
+            banned = (
+                (
+                    FRAMEWORKS - {own_framework, "flask", "cachelib"}
+                    if own_framework == "flask_caching"
+                    else FRAMEWORKS - {own_framework}
+                )
+                if rule is None
+                else rule
+            )
+            if own_framework == "fastapi" and rule is None:
+                banned = banned - {"starlette"}
+            assert not foreign & banned, f"{name} imports {sorted(foreign & banned)} ({phrase!r})"
+        else:
+            hits = sorted(m for m in ours if m in RANK and m != name and rule(m))
+            assert hits == [], f"{name} imports {hits} ({phrase!r})"
+    above = re.search(r"anything above ``(\w+)``", sentence)
+    if above:
+        checked = True
+        floor = max(RANK[m] for m in RANK if m == above.group(1) or m.startswith(above.group(1) + "."))
+        assert sorted(m for m in ours if m in RANK and RANK[m] > floor) == []
+    if re.search(r"anything (but|outside) the standard library", sentence):
+        checked = True
+        allowed = set(re.findall(r":mod:`sskv_mapping\.([\w.]+)`", sentence))
+        assert sorted(m for m in ours if m not in allowed) == []
+        assert sorted(foreign - set(sys.stdlib_module_names) - {"__future__"}) == []
+    assert checked, f"{name}: no phrase of {sentence!r} is known to this test; add it to PHRASES"

@@ -2,6 +2,8 @@
 
 The emulator and the client share it. The exception tree is the leaf module
 :mod:`sskv_mapping.errors`. See ``docs`` in the README and protocol.md.
+
+Must not import anything above ``_protocol``.
 """
 
 from .commands import (

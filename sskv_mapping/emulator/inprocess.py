@@ -10,6 +10,8 @@ clock. Think ``fakeredis``::
             await client.set("k", b"v")
 
 Tests that are about the transport use the real broker; this is for the layers above it.
+
+Must not import aiomqtt/paho, nor the mapping or cache layers.
 """
 
 from __future__ import annotations

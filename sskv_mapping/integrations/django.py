@@ -45,7 +45,7 @@ The ``a*`` methods (``aget``, ``aset``, ...) are served natively: the request go
 event-loop thread and the caller's loop awaits it, without Django's default ``sync_to_async`` hop to a
 worker thread.
 
-Must not be imported by anything in the package (it imports Django).
+Must not be imported by anything in the package (it imports Django). Must not import any other framework.
 """
 
 from __future__ import annotations
