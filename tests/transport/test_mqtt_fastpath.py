@@ -299,6 +299,13 @@ async def _connect(
 
 
 @pytest.fixture
+def fastpath_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shortcuts on for the connections made after it, also in a run with SSKV_MQTT_FASTPATH=0 (nox -s
+    stock-paho): the tests that request it are about the shortcuts themselves."""
+    monkeypatch.setenv(mqtt_module.FASTPATH_ENV, "1")
+
+
+@pytest.fixture
 async def pair(mosquitto: MosquittoBroker) -> AsyncIterator[tuple[MqttConnection, MqttConnection, Inbox, str]]:
     """(sender, receiver, receiver's inbox, a topic the receiver subscribed to at QoS 1)."""
     inbox = Inbox()
@@ -313,7 +320,7 @@ async def pair(mosquitto: MosquittoBroker) -> AsyncIterator[tuple[MqttConnection
         await receiver.close()
 
 
-async def test_the_shortcuts_are_installed_with_the_pinned_paho(mosquitto: MosquittoBroker) -> None:
+async def test_the_shortcuts_are_installed_with_the_pinned_paho(fastpath_on: None, mosquitto: MosquittoBroker) -> None:
     """If a paho release renames what they use, they switch themselves off; this says so loudly."""
     conn = await _connect(mosquitto, "fast-check")
     try:
@@ -386,7 +393,9 @@ class _CountingSocket:
         return getattr(self._sock, name)
 
 
-async def test_a_burst_leaves_in_order_in_few_sends(pair: tuple[MqttConnection, MqttConnection, Inbox, str]) -> None:
+async def test_a_burst_leaves_in_order_in_few_sends(
+    fastpath_on: None, pair: tuple[MqttConnection, MqttConnection, Inbox, str]
+) -> None:
     sender, _, inbox, topic = pair
     assert sender._client is not None
     paho = sender._client._client
