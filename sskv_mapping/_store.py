@@ -111,6 +111,11 @@ class NamespaceStore(Generic[V]):
         """The store key of ``key`` (under ``prefix`` if given, else the namespace's current prefix)."""
         return (self._prefix if prefix is None else prefix) + utf8(text_key(key))
 
+    @property
+    def prefix(self) -> bytes:
+        """What every data key of the namespace starts with now (``namespace/``; a cache's: its generation's)."""
+        return self._prefix
+
     def switch_prefix(self, prefix: bytes) -> None:
         """Put the data keys under ``prefix`` from now on (a cache's new generation): what the local cache
         holds and the watches of the old keys are dropped. Runs on the loop."""

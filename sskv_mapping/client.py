@@ -358,7 +358,7 @@ class AsyncStateStoreClient:
             )
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        resend = Backoff(_RESEND_BACKOFF_INITIAL, _RESEND_BACKOFF_MAX, jitter=False)
+        resend: Backoff | None = None  # made on the first undelivered request only: not a cost of every call
         fail_fast: float | None = None
         while True:
             conn = await self._keeper.connection(None if deadline is None else max(deadline - loop.time(), 0.001))
@@ -374,6 +374,8 @@ class AsyncStateStoreClient:
                 give_up = deadline
                 if not self._service_answered:  # it never answered here: a bare broker, say so quickly
                     give_up = fail_fast if deadline is None else min(deadline, fail_fast)
+                if resend is None:
+                    resend = Backoff(_RESEND_BACKOFF_INITIAL, _RESEND_BACKOFF_MAX, jitter=False)
                 if give_up is not None and now + resend.current >= give_up:
                     raise ServiceUnavailableError(self._unavailable_text(cmd)) from None
                 await asyncio.sleep(resend.next())

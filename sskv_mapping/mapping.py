@@ -45,6 +45,10 @@ _MAX_FAN_OUT = 64
 _NO_DEFAULT: Any = object()
 
 
+def _no_cache(key: object) -> None:
+    return None
+
+
 class AsyncStateStoreDict(Generic[V]):
     """The async twin of :class:`StateStoreDict`: the same operations as coroutines.
 
@@ -77,6 +81,8 @@ class AsyncStateStoreDict(Generic[V]):
                 stale_while_disconnected=stale_while_disconnected,
             )
         self._store: NamespaceStore[V] = NamespaceStore(client, namespace, resolved, cache=cache, clock=clock)
+        # every d[key] hit: one call into the local cache (a dict's key prefix never changes)
+        self._reader = None if cache is None else cache.reader(self._store.prefix)
         self._owns_client = _owns_client
         self._fence: Callable[[], HybridLogicalClock] | None = None
 
@@ -137,7 +143,13 @@ class AsyncStateStoreDict(Generic[V]):
         """``d[key]`` from the local cache alone: its entry (``value`` is ``ABSENT`` for a key known absent), or
         ``None`` when the cache cannot answer. Thread-safe and not async -- how the blocking dict serves a hit in
         the calling thread; never a round trip."""
-        return self._store.peek(key)
+        reader = self._reader
+        return None if reader is None else reader(key)
+
+    def hit_reader(self) -> Callable[[object], CachedEntry[V] | None]:
+        """:meth:`peek` as one call into the local cache (what the blocking dict binds for ``d[key]``)."""
+        reader = self._reader
+        return reader if reader is not None else _no_cache
 
     async def open(self) -> AsyncStateStoreDict[V]:
         """Start watching the namespace index (done by ``async with`` and :meth:`connect`)."""
@@ -381,6 +393,8 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
             clock=clock,
         )
         self._owns_client = _owns_client
+        # the hit path of every d[key], bound once: the local cache's one-call reader (no cache: nothing to peek)
+        self._peek = self._async.hit_reader()
         self._run(self._async.open())
 
     @classmethod
@@ -453,7 +467,7 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
     # -- reads: the cache-hit fast path runs in the calling thread ---------------------------------------
 
     def __getitem__(self, key: str) -> V:
-        hit = self._async.peek(key)
+        hit = self._peek(key)
         if hit is not None:
             if hit.value is ABSENT:
                 raise KeyError(key)
@@ -535,4 +549,5 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
         view.__dict__.update(self.__dict__)
         view._owns_client = False
         view._async = self._async.fenced(lock.async_lock)
+        view._peek = view._async.hit_reader()
         return view
