@@ -162,7 +162,15 @@ def stock_paho(session: nox.Session) -> None:
     ``_transport/mqtt``): stock paho/aiomqtt packet handling on both ends (the emulator process inherits it)."""
     _install(session, "dev")
     session.env["SSKV_MQTT_FASTPATH"] = "0"
-    suites = ["tests/client", "tests/emulator", "tests/transport", "tests/cache", "tests/mapping"]
+    suites = [
+        "tests/client",
+        "tests/lock",
+        "tests/emulator",
+        "tests/transport",
+        "tests/cache",
+        "tests/mapping",
+        "tests/index",
+    ]
     session.run(*PYTEST, "-m", "not faults", *suites, *session.posargs)
 
 
