@@ -33,6 +33,7 @@ from ._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
 from ._protocol.notifications import KeyEvent, parse_notification
 from ._sync import BlockingTwin
 from ._transport.base import Connection, ConnectionFactory, InboundMessage
+from ._transport.choice import new_connection
 from ._transport.rpc import PendingCalls
 from ._transport.settings import ConnectionSettings, TlsSettings
 from ._ttl import TtlLike, ttl_to_ms
@@ -282,11 +283,8 @@ class AsyncStateStoreClient:
         return self._keeper.add_listener(listener)
 
     def _new_connection(self) -> Connection:
-        if self._factory is not None:
-            return self._factory(self.settings, self._on_message)
-        from ._transport.mqtt import MqttConnection
-
-        return MqttConnection(self.settings, self._on_message)
+        factory = self._factory if self._factory is not None else new_connection
+        return factory(self.settings, self._on_message)
 
     def _new_backoff(self) -> Backoff:
         return Backoff(*self._backoff)

@@ -31,13 +31,14 @@ LAYERS: list[tuple[str, set[str]]] = [
             "_protocol.hlc",
             "_protocol.notifications",
         }
-        | {"_protocol.resp3", "_protocol.topics", "_protocol.mqtt_publish"},
+        | {"_protocol.resp3", "_protocol.topics", "_protocol.mqtt_publish", "_protocol.mqtt_packets"},
     ),
     (
         "transport",
-        {"_transport", "_transport.base", "_transport.settings", "_transport.rpc", "_transport.loopback", "_backoff"},
+        {"_transport", "_transport.base", "_transport.settings", "_transport.rpc", "_transport.loopback", "_backoff"}
+        | {"_transport.tls", "_transport.stream"},
     ),
-    ("transport-io", {"_transport.mqtt", "_transport.mqtt._fastpath", "_sync"}),
+    ("transport-io", {"_transport.mqtt", "_transport.mqtt._fastpath", "_transport.choice", "_sync"}),
     ("client parts", {"_watches", "_keeper"}),
     ("client", {"client"}),
     ("primitives", {"codecs", "local_cache", "_fanout", "_cache_stats", "lock"}),

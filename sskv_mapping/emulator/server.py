@@ -1,7 +1,7 @@
 """Layer 5 (emulator), I/O part: serves an :class:`~sskv_mapping.emulator.core.EmulatorCore` over MQTT.
 
-Must not import aiomqtt/paho (it talks MQTT only through ``_transport``'s :class:`MqttConnection`, or any
-``Connection`` a factory returns), nor the client, mapping or cache layers.
+Must not import aiomqtt/paho (it talks MQTT only through a ``_transport`` ``Connection``), nor the client, mapping
+or cache layers.
 
 What it does, like the real service (protocol.md):
 
@@ -45,7 +45,7 @@ from .._protocol import headers
 from .._protocol.hlc import system_clock_ms
 from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic
 from .._transport.base import Connection, ConnectionFactory, InboundMessage
-from .._transport.mqtt import MqttConnection
+from .._transport.choice import new_connection
 from .._transport.settings import ConnectionSettings
 from ..errors import StateStoreError, TransportError
 from .broker import LOG_TOPIC_FILTER, parse_connection_log
@@ -86,7 +86,8 @@ class EmulatorServer:
     Args:
         settings: how to reach the broker and the emulator's own MQTT client id.
         core: the state machine to serve (a new one with the real clock when ``None``).
-        connection_factory: builds the connection (``MqttConnection`` by default; tests may wrap it).
+        connection_factory: builds the connection (``_transport.choice.new_connection`` by default: the fast
+            path, or stock aiomqtt/paho with ``SSKV_MQTT_FASTPATH=0``; tests may wrap it).
         persist_file: where entries written with ``aio-persistence: true`` are kept; loaded by
             :meth:`run` if it exists, rewritten shortly after each persistent change and at shutdown.
         now_ms: the wall clock the expiry timer compares ``core.next_expiry()`` with (default: the core's).
@@ -114,7 +115,7 @@ class EmulatorServer:
     ) -> None:
         self.settings = settings
         self.core = core if core is not None else EmulatorCore(now_ms=now_ms or system_clock_ms)
-        self._factory: ConnectionFactory = connection_factory or MqttConnection
+        self._factory: ConnectionFactory = connection_factory or new_connection
         self.persist_file = Path(persist_file) if persist_file is not None else None
         self._now_ms = now_ms or self.core.now_ms
         self._on_ready = on_ready

@@ -52,13 +52,13 @@ from ...errors import (
     RequestTimeoutError,
     TransportError,
 )
+from ..choice import FASTPATH_ENV
 from ..settings import ConnectionSettings
+from ..tls import read_sat_token, ssl_context
 from ._fastpath import PahoHooks, paho_client_of
 
 __all__ = ["FASTPATH_ENV", "InboundMessage", "MqttConnection"]
 
-#: The environment variable that, set to ``0``, turns the performance shortcuts off (see the module docstring).
-FASTPATH_ENV = "SSKV_MQTT_FASTPATH"
 
 log = logging.getLogger("sskv_mapping.transport")
 
@@ -184,54 +184,10 @@ def _reraise_lost_cancel() -> None:
         raise asyncio.CancelledError
 
 
-class _NamedServerContext(ssl.SSLContext):
-    """A client context that checks (and sends as SNI) ``expected_hostname`` instead of the host dialled.
-
-    paho passes the host it connects to as ``server_hostname``; behind a port-forward or a load balancer the
-    broker's certificate names another host (e.g. ``aio-broker`` while dialling ``127.0.0.1``).
-    """
-
-    expected_hostname: str = ""
-
-    def wrap_socket(self, sock: Any, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
-        kwargs["server_hostname"] = self.expected_hostname
-        return super().wrap_socket(sock, *args, **kwargs)
-
-
-def _ssl_context(settings: ConnectionSettings) -> ssl.SSLContext | None:
-    tls = settings.tls
-    if tls is None:
-        return None
-    try:
-        ctx: ssl.SSLContext
-        if tls.server_hostname:
-            named = _NamedServerContext(ssl.PROTOCOL_TLS_CLIENT)  # what create_default_context() sets up, plus:
-            named.expected_hostname = tls.server_hostname
-            if tls.ca_file:
-                named.load_verify_locations(cafile=tls.ca_file)
-            else:
-                named.load_default_certs(ssl.Purpose.SERVER_AUTH)
-            ctx = named
-        else:
-            ctx = ssl.create_default_context(cafile=tls.ca_file)
-        if tls.cert_file:
-            ctx.load_cert_chain(tls.cert_file, tls.key_file, password=tls.key_password)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigurationError(f"TLS settings could not be loaded: {exc}") from None
-    if not tls.verify:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    return ctx
-
-
 def _connect_properties(settings: ConnectionSettings) -> Properties | None:
-    if settings.sat_token_file is None:
+    token = read_sat_token(settings)
+    if token is None:
         return None
-    try:
-        with open(settings.sat_token_file, "rb") as fh:
-            token = fh.read().strip()
-    except OSError as exc:
-        raise BrokerConnectError(f"cannot read the K8S-SAT token file: {exc.strerror}") from None
     props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
     props.AuthenticationMethod = "K8S-SAT"
     props.AuthenticationData = token
@@ -286,7 +242,7 @@ class MqttConnection:
             clean_start=True,
             keepalive=s.keepalive,
             properties=_connect_properties(s),
-            tls_context=_ssl_context(s),
+            tls_context=ssl_context(s),
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
             timeout=s.connect_timeout,
             queue_type=_dispatching_queue(self._on_message),

@@ -1,0 +1,358 @@
+"""Layer 1 (pure protocol): the MQTT 5 packets a state store client and the emulator exchange with a broker,
+as bytes -- CONNECT/CONNACK, SUBSCRIBE/SUBACK, UNSUBSCRIBE/UNSUBACK, PUBLISH (the properties and the inbound
+decoding are :mod:`~sskv_mapping._protocol.mqtt_publish`'s), PUBACK, PINGREQ/PINGRESP, DISCONNECT -- and
+:class:`PacketSplitter`, which cuts a byte stream into whole packets: one ``recv`` of many packets is parsed in
+one go (the transport's receive path, ``_transport/stream.py``).
+
+Only what this project needs of MQTT 5 (QoS 0 and 1, no retained messages, no topic aliases, no will, no
+enhanced-authentication exchange beyond the CONNECT's method and data). Anything else that arrives is a
+:class:`~sskv_mapping._protocol.mqtt_publish.MalformedPacketError`, never another exception.
+
+Must not import aiomqtt/paho, asyncio, sockets nor anything above ``_protocol``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .mqtt_publish import MalformedPacketError, mqtt_bytes, mqtt_str, varint
+
+__all__ = [
+    "DISCONNECT",
+    "MAX_PACKET",
+    "PINGREQ",
+    "Connack",
+    "PacketSplitter",
+    "connect_packet",
+    "decode_ack",
+    "decode_connack",
+    "decode_disconnect",
+    "decode_suback",
+    "puback_packet",
+    "publish_packet",
+    "reason_name",
+    "subscribe_packet",
+    "unsubscribe_packet",
+]
+
+#: The largest Remaining Length MQTT can express (a four-byte Variable Byte Integer): 256 MiB less 1 byte.
+MAX_PACKET = 268_435_455
+
+CONNECT, CONNACK, PUBLISH, PUBACK = 1, 2, 3, 4
+SUBSCRIBE, SUBACK, UNSUBSCRIBE, UNSUBACK = 8, 9, 10, 11
+PINGREQ_TYPE, PINGRESP, DISCONNECT_TYPE, AUTH = 12, 13, 14, 15
+
+PINGREQ = b"\xc0\x00"
+#: DISCONNECT with reason 0 (normal disconnection) and no properties
+DISCONNECT = b"\xe0\x00"
+
+_REASONS = {
+    0x00: "Success",
+    0x10: "No matching subscribers",
+    0x11: "No subscription existed",
+    0x80: "Unspecified error",
+    0x81: "Malformed Packet",
+    0x82: "Protocol Error",
+    0x83: "Implementation specific error",
+    0x84: "Unsupported Protocol Version",
+    0x85: "Client Identifier not valid",
+    0x86: "Bad User Name or Password",
+    0x87: "Not authorized",
+    0x88: "Server unavailable",
+    0x89: "Server busy",
+    0x8A: "Banned",
+    0x8B: "Server shutting down",
+    0x8C: "Bad authentication method",
+    0x8D: "Keep Alive timeout",
+    0x8E: "Session taken over",
+    0x8F: "Topic Filter invalid",
+    0x90: "Topic Name invalid",
+    0x91: "Packet Identifier in use",
+    0x92: "Packet Identifier not found",
+    0x93: "Receive Maximum exceeded",
+    0x94: "Topic Alias invalid",
+    0x95: "Packet too large",
+    0x96: "Message rate too high",
+    0x97: "Quota exceeded",
+    0x98: "Administrative action",
+    0x99: "Payload format invalid",
+    0x9A: "Retain not supported",
+    0x9B: "QoS not supported",
+    0x9C: "Use another server",
+    0x9D: "Server moved",
+    0x9E: "Shared Subscriptions not supported",
+    0x9F: "Connection rate exceeded",
+    0xA0: "Maximum connect time",
+    0xA1: "Subscription Identifiers not supported",
+    0xA2: "Wildcard Subscriptions not supported",
+}
+
+
+def reason_name(code: int) -> str:
+    """The MQTT 5 name of a reason code (``0x87`` -> ``"Not authorized"``)."""
+    return _REASONS.get(code, f"reason code 0x{code:02X}")
+
+
+def _packet(first: int, body: bytes) -> bytes:
+    if len(body) > MAX_PACKET:
+        raise MalformedPacketError(f"an MQTT packet may be at most {MAX_PACKET:,} bytes, not {len(body):,}")
+    return bytes((first,)) + varint(len(body)) + body
+
+
+# -- outbound ---------------------------------------------------------------------------------------------------
+
+
+def connect_packet(
+    client_id: str,
+    *,
+    keepalive: int,
+    username: str | None = None,
+    password: str | bytes | None = None,
+    auth_method: str | None = None,
+    auth_data: bytes | None = None,
+) -> bytes:
+    """CONNECT, MQTT 5, clean start, no will. Authentication: user name/password and/or an enhanced
+    authentication method with its data (``K8S-SAT`` and the token)."""
+    flags = 0x02  # clean start
+    payload = mqtt_str(client_id)
+    if username is not None:
+        flags |= 0x80
+        payload += mqtt_str(username)
+    if password is not None:
+        flags |= 0x40
+        payload += mqtt_bytes(password.encode() if isinstance(password, str) else bytes(password))
+    props = b""
+    if auth_method is not None:
+        props += b"\x15" + mqtt_str(auth_method)
+        if auth_data is not None:
+            props += b"\x16" + mqtt_bytes(auth_data)
+    if not 0 <= keepalive <= 0xFFFF:
+        raise MalformedPacketError(f"keepalive must be 0..65535 seconds, not {keepalive}")
+    head = mqtt_str("MQTT") + bytes((5, flags)) + keepalive.to_bytes(2, "big") + varint(len(props)) + props
+    return _packet(0x10, head + payload)
+
+
+def publish_packet(topic_field: bytes, payload: bytes, qos: int, packet_id: int, properties: bytes) -> bytes:
+    """A PUBLISH: ``topic_field`` is the length-prefixed topic (:func:`mqtt_str`), ``properties`` the encoded
+    properties with their length (:func:`~sskv_mapping._protocol.mqtt_publish.publish_properties`)."""
+    head = topic_field + packet_id.to_bytes(2, "big") if qos else topic_field
+    size = len(head) + len(properties) + len(payload)
+    if size > MAX_PACKET:
+        raise MalformedPacketError(f"a PUBLISH may be at most {MAX_PACKET:,} bytes, not {size:,}")
+    return b"".join((bytes((0x30 | (qos << 1),)), varint(size), head, properties, payload))
+
+
+def puback_packet(packet_id: int) -> bytes:
+    """PUBACK, success (the two-byte form)."""
+    return b"\x40\x02" + packet_id.to_bytes(2, "big")
+
+
+def subscribe_packet(packet_id: int, filters: Iterable[tuple[str, int]]) -> bytes:
+    body = packet_id.to_bytes(2, "big") + b"\x00"
+    for topic_filter, qos in filters:
+        body += mqtt_str(topic_filter) + bytes((qos,))
+    return _packet(0x82, body)
+
+
+def unsubscribe_packet(packet_id: int, filters: Iterable[str]) -> bytes:
+    body = packet_id.to_bytes(2, "big") + b"\x00"
+    for topic_filter in filters:
+        body += mqtt_str(topic_filter)
+    return _packet(0xA2, body)
+
+
+# -- inbound ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Connack:
+    reason: int
+    session_present: bool
+    #: what the broker said of itself: Receive Maximum (0x21), Maximum Packet Size (0x27), Server Keep Alive
+    #: (0x13), Assigned Client Identifier (0x12), Reason String (0x1F), ... by property id
+    properties: dict[int, object] = field(default_factory=dict)
+
+
+# MQTT 5 property identifiers by value type (MQTT 5.0, 2.2.2.2)
+_BYTE = frozenset({0x01, 0x17, 0x19, 0x24, 0x25, 0x28, 0x29, 0x2A})
+_TWO = frozenset({0x13, 0x21, 0x22, 0x23})
+_FOUR = frozenset({0x02, 0x11, 0x18, 0x27})
+_STRING = frozenset({0x03, 0x08, 0x12, 0x15, 0x1A, 0x1C, 0x1F})
+_BINARY = frozenset({0x09, 0x16})
+
+
+def _properties(buf: bytes, pos: int) -> tuple[dict[int, object], int]:
+    """Properties at ``pos`` (length first) -> ``({id: value}, position after them)``; user properties (0x26)
+    are collected as a list of pairs."""
+    length, pos = _read_varint(buf, pos)
+    end = pos + length
+    if end > len(buf):
+        raise MalformedPacketError("properties longer than the packet")
+    props: dict[int, object] = {}
+    while pos < end:
+        ident = buf[pos]
+        pos += 1
+        if ident in _BYTE:
+            size = 1
+        elif ident in _TWO:
+            size = 2
+        elif ident in _FOUR:
+            size = 4
+        elif ident == 0x0B:
+            value, pos = _read_varint(buf, pos)
+            props[ident] = value
+            continue
+        elif ident in _STRING or ident in _BINARY:
+            if pos + 2 > end:
+                raise MalformedPacketError("property length runs past the properties")
+            stop = pos + 2 + int.from_bytes(buf[pos : pos + 2], "big")
+            if stop > end:
+                raise MalformedPacketError("property value runs past the properties")
+            raw = buf[pos + 2 : stop]
+            pos = stop
+            try:
+                props[ident] = raw.decode("utf-8") if ident in _STRING else bytes(raw)
+            except UnicodeDecodeError as exc:
+                raise MalformedPacketError(f"property 0x{ident:02X} is not UTF-8") from exc
+            continue
+        elif ident == 0x26:
+            pairs: list[tuple[str, str]] = []
+            for _ in range(2):
+                if pos + 2 > end:
+                    raise MalformedPacketError("user property runs past the properties")
+                stop = pos + 2 + int.from_bytes(buf[pos : pos + 2], "big")
+                if stop > end:
+                    raise MalformedPacketError("user property runs past the properties")
+                try:
+                    pairs.append(buf[pos + 2 : stop].decode("utf-8"))  # type: ignore[arg-type]
+                except UnicodeDecodeError as exc:
+                    raise MalformedPacketError("user property is not UTF-8") from exc
+                pos = stop
+            existing = props.setdefault(0x26, [])
+            assert isinstance(existing, list)
+            existing.append((pairs[0], pairs[1]))
+            continue
+        else:
+            raise MalformedPacketError(f"unknown property 0x{ident:02X}")
+        if pos + size > end:
+            raise MalformedPacketError(f"property 0x{ident:02X} runs past the properties")
+        props[ident] = int.from_bytes(buf[pos : pos + size], "big")
+        pos += size
+    return props, pos
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    for _ in range(4):
+        if pos >= len(buf):
+            raise MalformedPacketError("Variable Byte Integer runs past the packet")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos
+    raise MalformedPacketError("Variable Byte Integer is more than four bytes long")
+
+
+def decode_connack(body: bytes) -> Connack:
+    if len(body) < 2 or body[0] > 1:
+        raise MalformedPacketError("malformed CONNACK")
+    props: dict[int, object] = {}
+    if len(body) > 2:
+        props, end = _properties(body, 2)
+        if end != len(body):
+            raise MalformedPacketError("bytes after the CONNACK properties")
+    return Connack(body[1], bool(body[0]), props)
+
+
+def decode_ack(body: bytes) -> tuple[int, int]:
+    """PUBACK (or another two-byte-id acknowledgement): ``(packet id, reason code)``; properties are skipped."""
+    if len(body) < 2:
+        raise MalformedPacketError("acknowledgement without a packet identifier")
+    reason = body[2] if len(body) > 2 else 0
+    if len(body) > 3:
+        _, end = _properties(body, 3)
+        if end != len(body):
+            raise MalformedPacketError("bytes after the acknowledgement's properties")
+    return int.from_bytes(body[:2], "big"), reason
+
+
+def decode_suback(body: bytes) -> tuple[int, list[int]]:
+    """SUBACK or UNSUBACK: ``(packet id, one reason code per filter)``."""
+    if len(body) < 3:
+        raise MalformedPacketError("malformed SUBACK/UNSUBACK")
+    _, pos = _properties(body, 2)
+    return int.from_bytes(body[:2], "big"), list(body[pos:])
+
+
+def decode_disconnect(body: bytes) -> tuple[int, str | None]:
+    """DISCONNECT from the broker: ``(reason code, reason string)``."""
+    if not body:
+        return 0, None
+    reason = body[0]
+    text = None
+    if len(body) > 1:
+        props, _ = _properties(body, 1)
+        value = props.get(0x1F)
+        text = value if isinstance(value, str) else None
+    return reason, text
+
+
+class PacketSplitter:
+    """Cuts a byte stream into whole MQTT packets: ``feed(data)`` -> ``[(first byte, body), ...]``.
+
+    Whatever a ``recv`` returned is parsed at once, every complete packet in it; an incomplete tail is kept for
+    the next ``feed``. A packet over ``max_size`` or a Remaining Length of more than four bytes is a
+    :class:`MalformedPacketError` (the connection must be dropped).
+    """
+
+    __slots__ = ("_buf", "_max")
+
+    def __init__(self, max_size: int = MAX_PACKET) -> None:
+        self._buf = b""
+        self._max = max_size
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        buf = self._buf + data if self._buf else data
+        size = len(buf)
+        pos = 0
+        out: list[tuple[int, bytes]] = []
+        while size - pos >= 2:
+            first = buf[pos]
+            byte = buf[pos + 1]
+            if byte < 0x80:  # the usual one-byte Remaining Length
+                length = byte
+                start = pos + 2
+            else:
+                length = byte & 0x7F
+                shift = 7
+                cur = pos + 2
+                while True:
+                    if cur >= size:
+                        self._buf = bytes(buf[pos:])
+                        return out
+                    byte = buf[cur]
+                    cur += 1
+                    length |= (byte & 0x7F) << shift
+                    if not byte & 0x80:
+                        break
+                    shift += 7
+                    if shift > 21:
+                        raise MalformedPacketError("Remaining Length is more than four bytes long")
+                start = cur
+                if length > self._max:
+                    raise MalformedPacketError(f"a packet of {length:,} bytes is over the limit ({self._max:,})")
+            end = start + length
+            if end > size:
+                break
+            out.append((first, buf[start:end]))
+            pos = end
+        self._buf = bytes(buf[pos:]) if pos < size else b""
+        return out
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an incomplete packet kept for the next :meth:`feed`."""
+        return len(self._buf)
