@@ -138,7 +138,17 @@ class StreamConnection(asyncio.Protocol):
                 await loop.create_connection(lambda: self, s.host, s.port, ssl=ctx, server_hostname=server_name(s))
                 assert self._transport is not None
                 self._transport.write(connect)
+                if log.isEnabledFor(logging.DEBUG):  # what was sent, never the password or the token
+                    log.debug(
+                        "%s: sending CONNECT (keepalive %d s, user name %s, password %s, authentication method %s)",
+                        s.client_id,
+                        s.keepalive,
+                        "set" if s.username is not None else "none",
+                        "set" if s.password is not None else "none",
+                        "K8S-SAT" if token is not None else "none",
+                    )
                 connack = await asyncio.shield(self._connack)
+                log.debug("%s: received CONNACK (%s)", s.client_id, packets.reason_name(connack.reason))
         except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
             self._abort()
             raise BrokerConnectError(f"could not connect to {s.url}: {exc or type(exc).__name__}") from exc
