@@ -25,6 +25,11 @@ def _str(s: bytes) -> bytes:
     return struct.pack("!H", len(s)) + s
 
 
+def user_properties(pairs: list[tuple[str, str]]) -> bytes:
+    """MQTT 5 user properties (0x26), encoded once, for :meth:`RawMqtt.publish`."""
+    return b"".join(b"\x26" + _str(k.encode()) + _str(v.encode()) for k, v in pairs)
+
+
 def _packet(first: int, body: bytes) -> bytes:
     return bytes([first]) + _varint(len(body)) + body
 
@@ -63,14 +68,21 @@ class RawMqtt:
         await fut
 
     def publish(
-        self, topic: bytes, payload: bytes, response_topic: bytes | None = None, corr: bytes | None = None
+        self,
+        topic: bytes,
+        payload: bytes,
+        response_topic: bytes | None = None,
+        corr: bytes | None = None,
+        user: bytes = b"",
     ) -> None:
-        """QoS 1 publish; the PUBACK is consumed by the read loop and not waited for."""
+        """QoS 1 publish; the PUBACK is consumed by the read loop and not waited for. ``user``: user properties
+        already encoded (:func:`user_properties`)."""
         props = b""
         if response_topic is not None:
             props += b"\x08" + _str(response_topic)
         if corr is not None:
             props += b"\x09" + _str(corr)
+        props += user
         body = _str(topic) + struct.pack("!H", self._packet_id()) + _varint(len(props)) + props + payload
         self.writer.write(_packet(0x32, body))
 

@@ -168,11 +168,15 @@ class StreamConnection(asyncio.Protocol):
             self._keepalive_handle = loop.call_later(interval / 2, self._keepalive, interval)
 
     def _abort(self) -> None:
+        """connect() failed: close whatever is open; the failure is connect()'s to report, not wait_closed()'s."""
         self._closing = True
         if self._transport is not None:
             self._transport.abort()
-        if self._closed is not None and not self._closed.done():
-            self._closed.set_result(None)
+        if self._closed is not None:
+            if not self._closed.done():
+                self._closed.set_result(None)
+            elif not self._closed.cancelled():
+                self._closed.exception()  # retrieved
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------------------
 

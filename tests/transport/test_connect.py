@@ -9,12 +9,14 @@ test's own time limit, so only the early failure can pass.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
 from sskv_mapping import BrokerConnectError
 from sskv_mapping._transport.mqtt import MqttConnection
 from sskv_mapping._transport.settings import ConnectionSettings
+from sskv_mapping._transport.stream import StreamConnection
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 
 LONG_CONNECT_TIMEOUT = 600.0
@@ -50,10 +52,11 @@ class ClosingBroker:
 
 
 @pytest.mark.timeout(60)
-async def test_transport_connect_fails_when_closed_before_connack() -> None:
+@pytest.mark.parametrize("transport", [MqttConnection, StreamConnection], ids=["stock", "stream"])
+async def test_transport_connect_fails_when_closed_before_connack(transport: type[Any]) -> None:
     async with ClosingBroker() as broker:
         settings = ConnectionSettings("127.0.0.1", broker.port, connect_timeout=LONG_CONNECT_TIMEOUT)
-        conn = MqttConnection(settings, lambda message: None)
+        conn = transport(settings, lambda message: None)
         with pytest.raises(BrokerConnectError, match="before CONNACK") as info:
             await conn.connect()
         assert not isinstance(info.value.__cause__, TimeoutError)
