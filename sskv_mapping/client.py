@@ -149,6 +149,15 @@ class SetResult:
         return self.applied
 
 
+class _Expired(Exception):
+    """A request's deadline passed (turned into :class:`RequestTimeoutError` by its caller)."""
+
+
+def _expire(fut: asyncio.Future[Any]) -> None:
+    if not fut.done():
+        fut.set_exception(_Expired())
+
+
 class AsyncStateStoreClient:
     """Async client of the Azure IoT Operations state store.
 
@@ -358,10 +367,13 @@ class AsyncStateStoreClient:
         deadline = None if timeout is None else loop.time() + timeout
         resend: Backoff | None = None  # made on the first undelivered request only: not a cost of every call
         fail_fast: float | None = None
+        keeper = self._keeper
         while True:
-            conn = await self._keeper.connection(None if deadline is None else max(deadline - loop.time(), 0.001))
+            conn = keeper.conn
+            if conn is None or not keeper.connected:  # reconnecting: wait for it, within the call's deadline
+                conn = await keeper.connection(None if deadline is None else max(deadline - loop.time(), 0.001))
             try:
-                message = await self._send_once(cmd, conn, timeout, deadline, fencing_token, persist)
+                message = await self._send_once(cmd, payload, conn, timeout, deadline, fencing_token, persist)
                 break
             except ServiceUnavailableError:
                 # PUBACK 0x10: the broker delivered the request to nobody -- a definite "not sent", not an
@@ -393,6 +405,7 @@ class AsyncStateStoreClient:
     async def _send_once(
         self,
         cmd: _Base[Any],
+        payload: bytes,
         conn: Connection,
         timeout: float | None,
         deadline: float | None,
@@ -402,31 +415,41 @@ class AsyncStateStoreClient:
         """Publish the request once and wait for its response until ``deadline`` (loop time)."""
         loop = asyncio.get_running_loop()
         self.requests_sent += 1
-        with self._pending.call() as (corr, fut):
+        corr, fut = self._pending.open(loop)
+        timer: asyncio.TimerHandle | None = None
+        try:
             props = headers.request_properties(self.client_id, self.hlc.tick(), fencing_token, persist)
-            remaining = None if deadline is None else max(deadline - loop.time(), 0.001)
-            try:
-                async with asyncio.timeout(remaining):
-                    # No PUBACK wait: the response is what we wait for, and a connection that drops fails this
-                    # call through _supervise. A refusing PUBACK (an ACL denial) or one that delivered to nobody
-                    # (0x10) fails the response future at once: no wait for the timeout.
-                    conn.publish_nowait(
-                        topics.REQUEST_TOPIC,
-                        cmd.encode(),
-                        qos=1,
-                        correlation_data=corr,
-                        response_topic=self._response_topic,
-                        user_properties=props,
-                        content_type=headers.CONTENT_TYPE,
-                        message_expiry=headers.expiry_seconds(remaining if remaining is not None else 3600),
-                        refusal=fut,
-                    )
-                    message: InboundMessage = await fut
-                    return message
-            except TimeoutError:
-                raise RequestTimeoutError(
-                    f"no response to {cmd.VERB.decode()} within {timeout} s from {self.settings.url}"
-                ) from None
+            if deadline is None:
+                expiry = 3600
+            else:
+                # one timer that fails the future, not an asyncio.timeout() (a Timeout object and a task
+                # cancellation per call): the request path's own cost is what bench_rpc measures
+                remaining = max(deadline - loop.time(), 0.001)
+                expiry = headers.expiry_seconds(remaining)
+                timer = loop.call_at(loop.time() + remaining, _expire, fut)
+            # No PUBACK wait: the response is what we wait for, and a connection that drops fails this call
+            # through the keeper. A refusing PUBACK (an ACL denial) or one that delivered to nobody (0x10) fails
+            # the response future at once: no wait for the timeout.
+            conn.publish_nowait(
+                topics.REQUEST_TOPIC,
+                payload,
+                qos=1,
+                correlation_data=corr,
+                response_topic=self._response_topic,
+                user_properties=props,
+                content_type=headers.CONTENT_TYPE,
+                message_expiry=expiry,
+                refusal=fut,
+            )
+            return await fut
+        except _Expired:
+            raise RequestTimeoutError(
+                f"no response to {cmd.VERB.decode()} within {timeout} s from {self.settings.url}"
+            ) from None
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self._pending.close(corr, fut)
 
     def _unavailable_text(self, cmd: _Base[Any]) -> str:
         text = (

@@ -49,6 +49,10 @@ CONTENT_TYPE = "application/octet-stream"
 UserProperties = list[tuple[str, str]]
 
 
+#: client id -> the request properties that never change for it (every request builds its list from these)
+_TAILS: dict[str, tuple[tuple[str, str], ...]] = {}
+
+
 def request_properties(
     client_id: str,
     timestamp: HybridLogicalClock,
@@ -56,13 +60,12 @@ def request_properties(
     persist: bool = False,
 ) -> UserProperties:
     """The user properties the SDKs put on every request (protocol.md §1)."""
-    props: UserProperties = [
-        (TIMESTAMP, str(timestamp)),
-        (SOURCE_ID, client_id),
-        (PROT_VER, PROTOCOL_VERSION),
-        (PARTITION, client_id),
-        (HIGH_PRIORITY, ""),
-    ]
+    tail = _TAILS.get(client_id)
+    if tail is None:
+        if len(_TAILS) >= 1024:
+            _TAILS.clear()
+        tail = _TAILS[client_id] = ((SOURCE_ID, client_id), (PROT_VER, PROTOCOL_VERSION), (PARTITION, client_id))
+    props: UserProperties = [(TIMESTAMP, str(timestamp)), *tail, (HIGH_PRIORITY, "")]
     if fencing_token is not None:
         props.append((FENCING_TOKEN, str(fencing_token)))
     if persist:
@@ -98,6 +101,9 @@ def _major(version: str) -> int:
 
 #: the response properties :func:`check_response` reads: a response carrying one twice is malformed
 _RESPONSE_HEADERS = (STATUS, STATUS_MESSAGE, PROT_VER, SUPPORTED_MAJOR, TIMESTAMP)
+_RESPONSE_HEADER_SET = frozenset(_RESPONSE_HEADERS)
+#: the last ``__ts`` text parsed and its value (HybridLogicalClock is immutable: sharing it is safe)
+_LAST_TS: tuple[str | None, HybridLogicalClock | None] = (None, None)
 
 
 def check_response(
@@ -109,33 +115,54 @@ def check_response(
     protocol major other than 1, :class:`ProtocolError` for anything malformed (missing ``__stat``
     included: every SDK rejects such a response).
     """
-    if isinstance(properties, Mapping):
-        props = dict(properties)
-    else:
-        pairs = list(properties)
-        props = dict(pairs)
-        if len(props) != len(pairs):  # a name repeated: harmless, unless it is one we read
-            names = [name for name, _ in pairs]
-            for name in _RESPONSE_HEADERS:
-                if names.count(name) > 1:
-                    raise ProtocolError(f"response repeats the {name} property")
+    # One pass over the pairs, keeping only the names read here; another name may repeat (harmless), one of
+    # these may not (first-wins and last-wins readers would disagree about it).
+    stat = message = version = supported = ts = None
+    for name, value in properties.items() if isinstance(properties, Mapping) else properties:
+        if name not in _RESPONSE_HEADER_SET:
+            continue
+        if name == STATUS:
+            if stat is not None:
+                raise ProtocolError(f"response repeats the {name} property")
+            stat = value
+        elif name == TIMESTAMP:
+            if ts is not None:
+                raise ProtocolError(f"response repeats the {name} property")
+            ts = value
+        elif name == PROT_VER:
+            if version is not None:
+                raise ProtocolError(f"response repeats the {name} property")
+            version = value
+        elif name == STATUS_MESSAGE:
+            if message is not None:
+                raise ProtocolError(f"response repeats the {name} property")
+            message = value
+        else:
+            if supported is not None:
+                raise ProtocolError(f"response repeats the {name} property")
+            supported = value
     if content_type not in (None, CONTENT_TYPE):
         raise ProtocolError(f"unexpected response content type {content_type[:60]!r}")
-    stat = props.get(STATUS)
     if stat is None:
         raise ProtocolError("response has no __stat property")
     if not stat.isascii() or not stat.isdigit() or len(stat) > 3:
         raise ProtocolError(f"malformed __stat {stat[:20]!r}")
-    version = props.get(PROT_VER)
-    if version is not None and _major(version) != 1:
+    if version is not None and version != PROTOCOL_VERSION and _major(version) != 1:
         raise UnsupportedVersionError(f"response protocol version {version[:20]!r}; this client speaks 1.x")
     status = int(stat)
     if status not in (200, 204):
         if status == 505:
-            supported = props.get(SUPPORTED_MAJOR, "?")
+            major = "?" if supported is None else supported[:20]
             raise UnsupportedVersionError(
-                f"the service does not support protocol {PROTOCOL_VERSION} (supports major {supported[:20]})"
+                f"the service does not support protocol {PROTOCOL_VERSION} (supports major {major})"
             )
-        raise RpcStatusError(status, props.get(STATUS_MESSAGE, ""))
-    ts = props.get(TIMESTAMP)
-    return HybridLogicalClock.parse(ts) if ts is not None else None
+        raise RpcStatusError(status, message or "")
+    if ts is None:
+        return None
+    global _LAST_TS
+    last = _LAST_TS
+    if last[0] == ts:  # a key read again: the version it had last time
+        return last[1]
+    parsed = HybridLogicalClock.parse(ts)
+    _LAST_TS = (ts, parsed)
+    return parsed

@@ -10,7 +10,7 @@ Must not import aiomqtt/paho nor anything above ``_transport``.
 from __future__ import annotations
 
 import asyncio
-import uuid
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -30,20 +30,31 @@ class PendingCalls:
     def __len__(self) -> int:
         return len(self._pending)
 
+    def open(self, loop: asyncio.AbstractEventLoop) -> tuple[bytes, asyncio.Future[InboundMessage]]:
+        """Register a call: ``(correlation_data, future)``. Its owner calls :meth:`close` in a ``finally``."""
+        # 16 random bytes, as a uuid4 without the UUID object: a response whose correlation data was damaged
+        # (a flipped bit, a truncation) matches no other call in flight, as a counter's neighbour would
+        corr = os.urandom(16)
+        fut: asyncio.Future[InboundMessage] = loop.create_future()
+        self._pending[corr] = fut
+        return corr, fut
+
+    def close(self, corr: bytes, fut: asyncio.Future[InboundMessage]) -> None:
+        """Unregister a call (answered, failed, timed out or cancelled)."""
+        self._pending.pop(corr, None)
+        if not fut.done():
+            fut.cancel()
+        elif not fut.cancelled():
+            fut.exception()  # retrieved: a failure nobody awaited is not worth a warning
+
     @contextmanager
     def call(self) -> Iterator[tuple[bytes, asyncio.Future[InboundMessage]]]:
-        """Register a call; yields ``(correlation_data, future)``; always unregisters on exit."""
-        corr = uuid.uuid4().bytes
-        fut: asyncio.Future[InboundMessage] = asyncio.get_running_loop().create_future()
-        self._pending[corr] = fut
+        """:meth:`open` and :meth:`close` as a context manager."""
+        corr, fut = self.open(asyncio.get_running_loop())
         try:
             yield corr, fut
         finally:
-            self._pending.pop(corr, None)
-            if not fut.done():
-                fut.cancel()
-            elif not fut.cancelled():
-                fut.exception()  # retrieved: a failure nobody awaited is not worth a warning
+            self.close(corr, fut)
 
     def resolve(self, message: InboundMessage) -> bool:
         """Deliver a response to its call; returns False (and counts it) when nothing waits for it."""

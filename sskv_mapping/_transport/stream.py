@@ -81,6 +81,9 @@ class StreamConnection(asyncio.Protocol):
         self._out: list[bytes] = []
         self._flush_handle: asyncio.Handle | None = None
         self._dispatching = False
+        self._answered = False  # a handler published during the current data_received
+        self._burst = False  # a write left at once this loop iteration: the others wait for the flush callback
+        self._flushes = 0  # writes made; the keepalive timer compares it between ticks
         # QoS 1 publishes: packet id -> the future waiting for its PUBACK (publish) or failed by a refusal
         # (publish_nowait's ``refusal``), or None when nobody waits
         self._inflight: dict[int, asyncio.Future[Any] | None] = {}
@@ -94,7 +97,7 @@ class StreamConnection(asyncio.Protocol):
         self._sub_waiters: dict[int, asyncio.Future[list[int]]] = {}
         self._topics: dict[str, bytes] = {}
         self._keepalive_handle: asyncio.TimerHandle | None = None
-        self._last_sent = 0.0
+        self._flushes_seen = 0
         self._ping_sent: float | None = None
         self._lost_reason = ""
 
@@ -163,7 +166,6 @@ class StreamConnection(asyncio.Protocol):
             self._receive_maximum = maximum
         keepalive = connack.properties.get(0x13)  # Server Keep Alive overrides ours
         interval = keepalive if isinstance(keepalive, int) else s.keepalive
-        self._last_sent = loop.time()
         if interval > 0:
             self._keepalive_handle = loop.call_later(interval / 2, self._keepalive, interval)
 
@@ -195,6 +197,7 @@ class StreamConnection(asyncio.Protocol):
             self._protocol_error(str(exc))
             return
         self._dispatching = True
+        self._answered = False
         try:
             for first, body in received:
                 kind = first >> 4
@@ -227,7 +230,14 @@ class StreamConnection(asyncio.Protocol):
         finally:
             self._dispatching = False
             if self._out:
-                self._flush()
+                if self._answered:
+                    # a handler answered (the emulator's responses): out now, with the PUBACKs
+                    self._flush()
+                elif self._flush_handle is None:
+                    # only PUBACKs (a requester): they leave with the requests the tasks just woken make in the
+                    # next loop iteration -- one send, not two, per round trip
+                    assert self._loop is not None
+                    self._flush_handle = self._loop.call_soon(self._flush)
 
     def _publish_received(self, first: int, body: bytes) -> None:
         if first & 0x06 > 0x02:
@@ -282,12 +292,26 @@ class StreamConnection(asyncio.Protocol):
 
     def _send(self, packet: bytes) -> None:
         self._out.append(packet)
-        if not self._dispatching and self._flush_handle is None:
+        if self._dispatching:
+            self._answered = True
+            return
+        if self._burst:
+            return  # the callback below takes it, with the rest of this loop iteration's writes
+        # The first write of a loop iteration outside a read callback leaves at once (a lone request's latency),
+        # with the PUBACKs waiting for it; what the other tasks of the same iteration write leaves together in one
+        # callback (a burst of requests: one send, not one each).
+        self._burst = True
+        self._write_out()
+        if self._flush_handle is None:
             assert self._loop is not None
             self._flush_handle = self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_handle = None
+        self._burst = False
+        self._write_out()
+
+    def _write_out(self) -> None:
         out = self._out
         if not out:
             return
@@ -296,10 +320,11 @@ class StreamConnection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         transport.write(out[0] if len(out) == 1 else b"".join(out))
-        assert self._loop is not None
-        self._last_sent = self._loop.time()
+        self._flushes += 1
 
     def _keepalive(self, interval: int) -> None:
+        """Every ``interval / 2`` s: a PINGREQ if nothing was written since the last tick; the connection is
+        dropped when a PINGREQ's PINGRESP has not come by the tick ``interval`` s after it."""
         loop = self._loop
         if loop is None or self._transport is None:
             return
@@ -308,9 +333,10 @@ class StreamConnection(asyncio.Protocol):
             self._lost_reason = f"no PINGRESP within {interval} s"
             self._transport.abort()
             return
-        if self._ping_sent is None and now - self._last_sent >= interval / 2:
+        if self._ping_sent is None and self._flushes == self._flushes_seen:
             self._ping_sent = now
             self._send(packets.PINGREQ)
+        self._flushes_seen = self._flushes
         self._keepalive_handle = loop.call_later(interval / 2, self._keepalive, interval)
 
     def _packet_id(self) -> int:
