@@ -185,6 +185,25 @@ class ReadTicket:
         return f"<ReadTicket key={self.key[:40]!r} {'closed' if self.closed else 'open'}>"
 
 
+class _EvictingLRU(LRUCache[bytes, Any]):
+    """An ``LRUCache`` that reports what it evicts (the hot map must forget it too)."""
+
+    def __init__(self, maxsize: int, evicted: Callable[[bytes], None]) -> None:
+        super().__init__(maxsize)
+        self._evicted = evicted
+
+    def popitem(self) -> tuple[bytes, Any]:
+        key, value = super().popitem()
+        self._evicted(key)
+        return key, value
+
+
+#: touches of hot entries kept before they are replayed into the LRU order (bounds the log's memory)
+_TOUCH_LOG_MAX = 1024
+#: how many distinct keys, the most recently touched, a replay moves up the LRU order
+_TOUCH_REPLAY = 64
+
+
 def _key_text(key: bytes) -> str:
     text = repr(key)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -236,9 +255,15 @@ class LocalCache(Generic[V]):
             raise ConfigurationError("LocalCache clock must be a callable returning monotonic seconds")
         self._clock = clock
         self._ttl = None if ttl is None else float(ttl)
+        # The hot map: the entries get() may serve as they are, read without the lock (a dict lookup is atomic):
+        # key present in _data, connected, no local ttl. Kept in step with _data under the lock by every change;
+        # its hits are logged (a list append is atomic too) and replayed into the LRU order under the lock.
+        self._hot: dict[bytes, CachedEntry[V]] = {}
+        self._touched: list[bytes] = []
         self._data: Cache[bytes, CachedEntry[V]] = (
-            LRUCache(maxsize) if ttl is None else TTLCache(maxsize, float(ttl), timer=clock)
+            _EvictingLRU(maxsize, self._hot_forget) if ttl is None else TTLCache(maxsize, float(ttl), timer=clock)
         )
+        self._use_hot = ttl is None
         self._lookup: Callable[[bytes], CachedEntry[V]] = self._data.__getitem__
         self._serve_stale = bool(stale_while_disconnected)
         self._connected = True
@@ -274,15 +299,27 @@ class LocalCache(Generic[V]):
         lock = self._lock
         lookup = self._lookup
         clock = self._clock
+        hot_get = self._hot.get
+        touched = self._touched
+        touch = touched.append
 
         def get(key: Any) -> CachedEntry[V] | None:
             if prefix is not None:
-                if key.__class__ is not str or not key:
+                if key.__class__ is not str:
                     return None
                 try:
-                    key = prefix + key.encode("utf-8")
+                    key = prefix + key.encode("utf-8")  # "" gives the bare prefix: held by no entry, a miss
                 except UnicodeEncodeError:  # a lone surrogate
                     return None
+            entry = hot_get(key)
+            if entry is not None:
+                expires_at = entry.expires_at
+                if expires_at is None or expires_at > clock():
+                    touch(key)
+                    if len(touched) >= _TOUCH_LOG_MAX:
+                        with lock:
+                            self._replay_touches()
+                    return entry
             lock.acquire()
             try:
                 try:
@@ -459,6 +496,7 @@ class LocalCache(Generic[V]):
         (or serve them as stale, with ``stale_while_disconnected=True``)."""
         with self._lock:
             self._connected = False
+            self._hot.clear()  # nothing is served as it is while notifications are lost (stale: the slow path)
             self._epoch += 1
 
     def reconnected(self) -> None:
@@ -507,7 +545,7 @@ class LocalCache(Generic[V]):
     @property
     def hits(self) -> int:
         """How many :meth:`get` calls returned an entry."""
-        return self._hits
+        return self._hits + len(self._touched)
 
     @property
     def misses(self) -> int:
@@ -539,7 +577,7 @@ class LocalCache(Generic[V]):
         """A consistent snapshot of the counters."""
         with self._lock:
             return CacheStats(
-                hits=self._hits,
+                hits=self._hits + len(self._touched),
                 misses=self._misses,
                 size=len(self._data),
                 maxsize=int(self._data.maxsize),
@@ -563,7 +601,7 @@ class LocalCache(Generic[V]):
 
     def __repr__(self) -> str:
         state = "connected" if self._connected else "disconnected"
-        counts = f"hits={self._hits} misses={self._misses}"
+        counts = f"hits={self.hits} misses={self._misses}"
         return f"<LocalCache {len(self)}/{self.maxsize} entries, {state}, {counts}>"
 
     # -- internals; the caller holds the lock ---------------------------------------------------------------
@@ -580,14 +618,45 @@ class LocalCache(Generic[V]):
     def _put(self, key: bytes, entry: CachedEntry[V]) -> None:
         if entry.stale:
             entry = replace(entry, stale=False)
+        self._replay_touches()  # an eviction this may cause must see the recent hits
         self._data[key] = entry
+        if self._use_hot and self._connected:
+            self._hot[key] = entry
 
     def _drop(self, key: bytes) -> bool:
+        self._hot.pop(key, None)
         try:
             del self._data[key]
         except KeyError:  # missing, or a TTLCache entry that had expired (deleted all the same)
             return False
         return True
+
+    def _hot_forget(self, key: bytes) -> None:
+        self._hot.pop(key, None)
+
+    def _replay_touches(self) -> None:
+        """Count the hot hits logged since the last replay and move their keys up the LRU order."""
+        touched = self._touched
+        n = len(touched)
+        if not n:
+            return
+        keys = touched[:n]
+        del touched[:n]  # in place: the hot path holds this very list; appends meanwhile are kept
+        self._hits += n
+        # Only the most recent distinct keys move up: a replay of every key would cost what the hot path saved
+        # (a cachetools lookup each). A key read often is among them; when hits spread evenly over many keys, no
+        # order among those keys would mean much anyway.
+        recent: dict[bytes, None] = {}
+        for key in reversed(keys):  # newest first
+            if key not in recent:
+                recent[key] = None
+                if len(recent) >= _TOUCH_REPLAY:
+                    break
+        data = self._data
+        lookup = self._lookup
+        for key in reversed(recent):  # oldest of them first: the newest ends up the most recently used
+            if key in data:
+                lookup(key)
 
     def _bump(self, key: bytes) -> None:
         flight = self._inflight.get(key)
@@ -607,6 +676,7 @@ class LocalCache(Generic[V]):
             del self._inflight[key]
 
     def _clear(self) -> None:
+        self._hot.clear()
         self._data.clear()
         self._epoch += 1
 

@@ -469,9 +469,9 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
     def __getitem__(self, key: str) -> V:
         hit = self._peek(key)
         if hit is not None:
-            if hit.value is ABSENT:
+            value = hit.value
+            if value is ABSENT:
                 raise KeyError(key)
-            value: V = hit.value
             return value
         return self._run(self._async.getitem(key))
 

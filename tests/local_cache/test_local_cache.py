@@ -753,3 +753,64 @@ def test_two_threads_smoke() -> None:
 
 def _index(version: HybridLogicalClock) -> int:
     return (version.wall_ms - 1_700_000_000_000) * 3 + version.counter
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the hot map: hits served without the lock, in step with the entries
+
+
+def test_hot_hits_are_counted_and_their_log_stays_bounded() -> None:
+    c: LocalCache[str] = LocalCache(maxsize=10)
+    for i, key in enumerate([b"a", b"b", b"c"]):
+        c.store_write(key, entry(key.decode(), i))
+    for n in range(10_000):
+        assert c.get([b"a", b"b", b"c"][n % 3]) is not None
+    assert c.hits == c.stats().hits == 10_000
+    assert c.misses == 0
+    assert len(c._touched) < 1024  # replayed into the LRU order as it grows
+
+
+def test_a_key_read_often_survives_a_stream_of_new_keys() -> None:
+    c: LocalCache[str] = LocalCache(maxsize=50)
+    c.store_write(b"hot", entry("hot", 0))
+    for i in range(1, 2_000):
+        assert c.get(b"hot") is not None, f"evicted after {i} new keys"
+        c.store_write(b"k%d" % i, entry(str(i), i))
+    assert c.size == 50
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["write", "delete-event", "set-event", "invalidate", "get", "disconnect", "reconnect", "clear"]
+        ),
+        st.integers(min_value=0, max_value=5),
+    ),
+    max_size=60,
+)
+
+
+@given(OPS, st.integers(min_value=1, max_value=4))
+def test_the_hot_map_serves_exactly_what_the_locked_path_would(ops: list[tuple[str, int]], maxsize: int) -> None:
+    c: LocalCache[str] = LocalCache(maxsize=maxsize)
+    for version, (op, i) in enumerate(ops, start=1):
+        key = b"k%d" % i
+        if op == "write":
+            c.store_write(key, entry(f"w{version}", version))
+        elif op == "delete-event":
+            c.apply_event(KeyEvent(key, KeyOperation.DELETE, None, v(version)), bytes.decode)
+        elif op == "set-event":
+            c.apply_event(KeyEvent(key, KeyOperation.SET, b"e%d" % version, v(version)), bytes.decode)
+        elif op == "invalidate":
+            c.invalidate(key)
+        elif op == "get":
+            c.get(key)
+        elif op == "disconnect":
+            c.disconnected()
+        elif op == "reconnect":
+            c.reconnected()
+        else:
+            c.clear()
+        held = {k: c.peek(k) for k in (b"k%d" % j for j in range(6))}
+        expected = {k: e for k, e in held.items() if e is not None} if c.connected else {}
+        assert c._hot == expected
