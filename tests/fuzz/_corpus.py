@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+from sskv_mapping._protocol import mqtt_packets as _packets
 from sskv_mapping._protocol import resp3
 from sskv_mapping._protocol.commands import (
     Command,
@@ -31,7 +32,13 @@ from sskv_mapping._protocol.commands import (
 )
 from sskv_mapping._protocol.errors import ERROR_TEXTS
 from sskv_mapping._protocol.hlc import HybridLogicalClock
-from sskv_mapping._protocol.mqtt_publish import InboundMessage, MalformedPacketError, decode_publish, publish_properties
+from sskv_mapping._protocol.mqtt_publish import (
+    InboundMessage,
+    MalformedPacketError,
+    decode_publish,
+    mqtt_str,
+    publish_properties,
+)
 from sskv_mapping._protocol.notifications import KeyOperation, encode_notification, parse_notification
 from sskv_mapping._protocol.topics import NOTIFY_PREFIX, notification_topic
 from sskv_mapping.errors import ProtocolError, RequestSyntaxError, ServiceError
@@ -40,12 +47,14 @@ __all__ = [
     "HLC_SEEDS",
     "MUST_FAIL",
     "NOTIFICATION_SEEDS",
+    "PACKET_STREAM_SEEDS",
     "PUBLISH_SEEDS",
     "REPLY_SEEDS",
     "REQUEST_SEEDS",
     "Reject",
     "check_hlc",
     "check_notification",
+    "check_packet_stream",
     "check_publish",
     "check_reply",
     "check_request",
@@ -539,3 +548,49 @@ def check_publish(data: bytes) -> bool:
     again = encode_publish(message.topic.encode("utf-8"), message.qos, mid, properties, message.payload)
     assert decode_publish(again[0], again[1:]) == (message, mid), f"{data!r:.300} did not round-trip"
     return True
+
+
+# -- the packet stream (``_protocol/mqtt_packets.py``) ------------------------------------------------------------
+
+#: whole packets as a broker sends them: CONNACK (with properties), PUBACK (short and with a reason), SUBACK,
+#: UNSUBACK, PINGRESP, DISCONNECT with a reason string, and two PUBLISHes back to back
+PACKET_STREAM_SEEDS: list[bytes] = [
+    b"\x20\x09\x00\x00\x06\x21\x00\x14\x13\x00\x3c",
+    b"\x40\x02\x00\x07" + b"\x40\x03\x00\x08\x10",
+    b"\x90\x05\x00\x01\x00\x01\x80" + b"\xb0\x03\x00\x02\x00",
+    b"\xd0\x00" + b"\xe0\x08\x8b\x06\x1f\x00\x03bye",
+    _packets.publish_packet(
+        mqtt_str("clients/c/r"), b"$1\r\nv\r\n", 1, 9, publish_properties(b"c" * 16, None, [], None, None)
+    )
+    + _packets.publish_packet(mqtt_str("a/b"), b"", 0, 0, publish_properties(None, None, [("__ts", "1:0:n")], None, 5)),
+]
+
+
+def check_packet_stream(data: bytes) -> int:
+    """The bytes as a broker's stream: cut whole and cut at ``data[0]`` give the same packets, and every packet
+    decodes by its type or raises ``MalformedPacketError`` -- nothing else escapes. Returns the packets read."""
+    packets = _packets
+    try:
+        whole = packets.PacketSplitter().feed(data)
+    except MalformedPacketError:
+        return 0
+    cut = data[0] % (len(data) + 1) if data else 0
+    splitter = packets.PacketSplitter()
+    assert splitter.feed(data[:cut]) + splitter.feed(data[cut:]) == whole, f"{data!r:.200} cut at {cut}"
+    decoders = {
+        packets.CONNACK: packets.decode_connack,
+        packets.PUBACK: packets.decode_ack,
+        packets.SUBACK: packets.decode_suback,
+        packets.UNSUBACK: packets.decode_suback,
+        packets.DISCONNECT_TYPE: packets.decode_disconnect,
+    }
+    for first, body in whole:
+        kind = first >> 4
+        try:
+            if kind == packets.PUBLISH:
+                decode_publish(first, body)
+            elif kind in decoders:
+                decoders[kind](body)
+        except MalformedPacketError:
+            pass
+    return len(whole)

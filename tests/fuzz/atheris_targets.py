@@ -1,4 +1,4 @@
-"""atheris (libFuzzer, coverage-guided) targets for the four parsers of hostile input.
+"""atheris (libFuzzer, coverage-guided) targets for the five parsers of hostile input.
 
 Targets (each feeds one input to the oracles of ``tests/fuzz/_corpus.py``: only ``ProtocolError`` may escape
 a parser, ``ServiceError`` the service-side command parser, and the library must agree with the reference
@@ -9,7 +9,9 @@ parsers and round-trip what it accepts):
 * ``hlc``: ``HybridLogicalClock.parse`` of the bytes, and of the same bytes as ``str`` with surrogate escapes;
 * ``notification``: ``parse_notification`` of ``topic SEP payload [SEP ts]`` (``SEP`` = ``b"\\n~~\\n"``);
 * ``publish``: ``decode_publish`` (the MQTT PUBLISH decoder) of the bytes as a packet's first byte and the rest
-  (only ``MalformedPacketError`` may escape; what it accepts re-encodes and decodes to the same message).
+  (only ``MalformedPacketError`` may escape; what it accepts re-encodes and decodes to the same message);
+* ``packets``: the bytes as a broker's stream (``PacketSplitter``: the same packets however the stream is cut;
+  each packet decoded by its type; only ``MalformedPacketError`` may escape).
 
 Run a longer session from the repository root (any libFuzzer flag may follow the target name)::
 
@@ -50,11 +52,13 @@ with _instrument:
     from ._corpus import (
         HLC_SEEDS,
         NOTIFICATION_SEEDS,
+        PACKET_STREAM_SEEDS,
         PUBLISH_SEEDS,
         REPLY_SEEDS,
         REQUEST_SEEDS,
         check_hlc,
         check_notification,
+        check_packet_stream,
         check_publish,
         check_reply,
         check_request,
@@ -83,11 +87,16 @@ def fuzz_publish(data: bytes) -> None:
     check_publish(data)
 
 
+def fuzz_packets(data: bytes) -> None:
+    check_packet_stream(data)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "resp3": fuzz_resp3,
     "hlc": fuzz_hlc,
     "notification": fuzz_notification,
     "publish": fuzz_publish,
+    "packets": fuzz_packets,
 }
 
 
@@ -101,6 +110,8 @@ def seeds(target: str) -> list[bytes]:
         return [join_notification(*note) for note in NOTIFICATION_SEEDS]
     if target == "publish":
         return list(PUBLISH_SEEDS)
+    if target == "packets":
+        return list(PACKET_STREAM_SEEDS)
     raise KeyError(target)
 
 

@@ -31,11 +31,13 @@ from sskv_mapping.errors import ProtocolError
 from ._corpus import (
     HLC_SEEDS,
     NOTIFICATION_SEEDS,
+    PACKET_STREAM_SEEDS,
     PUBLISH_SEEDS,
     REPLY_SEEDS,
     REQUEST_SEEDS,
     check_hlc,
     check_notification,
+    check_packet_stream,
     check_publish,
     check_reply,
     check_request,
@@ -472,3 +474,16 @@ def test_malformed_publish_error_is_a_protocol_error() -> None:
     with pytest.raises(ProtocolError):
         decode_publish(0x30, b"\x00\x05ab")
     assert issubclass(MalformedPacketError, ProtocolError)
+
+
+# -- the packet stream: PacketSplitter and the decoders of what a broker sends -------------------------------------
+
+
+@budget(500)
+@given(st.sampled_from(PACKET_STREAM_SEEDS).flatmap(mutate_publish))
+@example(b"")
+@example(b"\x40\xff\xff\xff\xff\x01")  # a five-byte Remaining Length
+@example(b"\x20\x03\x00\x00\x09")  # CONNACK properties longer than the packet
+@example(b"\x90\x03\x00\x01\x01\xff")  # SUBACK property length past the end
+def test_mutated_packet_streams_split_and_decode_strictly(data: bytes) -> None:
+    check_packet_stream(data)

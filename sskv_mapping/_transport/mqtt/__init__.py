@@ -1,23 +1,18 @@
 """Layer 2 (transport): the ONLY package that imports aiomqtt/paho (this module and ``_fastpath``).
 
+The stock transport. The client and the emulator use :class:`~sskv_mapping._transport.stream.StreamConnection`
+(our own MQTT 5 on an asyncio ``Protocol``) unless ``SSKV_MQTT_FASTPATH=0`` is set (``_transport/choice.py``):
+then they use this one, with none of its shortcuts, and ``nox -s stock-paho`` runs the client/emulator suites so --
+a second, independent implementation of the same contract. Tools and tests may also build it directly.
+
 One :class:`MqttConnection` is one MQTT 5 session with a broker, owned by an ``aiomqtt.Client``. Inbound
 PUBLISHes are converted to plain :class:`InboundMessage` values and handed to a callback *synchronously*,
-inside the read callback (no queue hop, no pump task per message: the request path stays short). Foreign
-exceptions are mapped to the sskv_mapping tree here (``raise X from exc``) and never leak.
-
-The request path does not go through aiomqtt's per-message machinery nor paho's ``Properties``: PUBLISH
-properties are encoded and decoded by the pure codec ``_protocol/mqtt_publish.py`` (byte-identical to paho,
-``tests/transport/test_mqtt_fastpath.py``), and :class:`~._fastpath.PahoHooks` shortcuts a few paho steps per
-connection. aiomqtt still owns the connection (CONNECT/TLS/auth, SUBSCRIBE, keepalive, DISCONNECT, reading the
-socket); see :class:`~._fastpath.PahoHooks` for what changed and why. ``_fastpath.py`` is the only module that
-touches aiomqtt's or paho's private names.
-
-``SSKV_MQTT_FASTPATH=0`` in the environment (read by :meth:`MqttConnection.connect`, for each connection)
-turns the performance shortcuts off: paho's own packet handlers, reads and writes, and inbound PUBLISHes
-through aiomqtt's ``Message`` and :func:`_convert`. What correctness needs stays (PUBACK waits and refusals,
-Receive Maximum, a disconnect before CONNACK failing at once; paho's public callbacks), as does the encoding
-of outbound PUBLISH properties by the pure codec (a ``Properties`` whose ``pack()`` returns them). For telling
-a fast-path bug from anything else: ``nox -s stock-paho`` runs the client/emulator suites this way.
+inside the read callback. Foreign exceptions are mapped to the sskv_mapping tree here (``raise X from exc``) and
+never leak. PUBLISH properties are encoded by the pure codec ``_protocol/mqtt_publish.py`` (byte-identical to
+paho, ``tests/transport/test_mqtt_fastpath.py``). With the variable unset, :class:`~._fastpath.PahoHooks` also
+shortcuts a few paho steps (packet handlers, batched reads and writes) for the callers that use this transport
+directly; ``_fastpath.py`` is the only module that touches aiomqtt's or paho's private names. What correctness needs
+is there either way (PUBACK waits and refusals, Receive Maximum, a disconnect before CONNACK failing at once).
 
 Reconnection is the caller's business (the client layer): a connection that dropped reports it through
 :meth:`MqttConnection.wait_closed` and is then discarded.
