@@ -188,13 +188,13 @@ class ReadTicket:
 class _EvictingLRU(LRUCache[bytes, Any]):
     """An ``LRUCache`` that reports what it evicts (the hot map must forget it too)."""
 
-    def __init__(self, maxsize: int, evicted: Callable[[bytes], None]) -> None:
+    def __init__(self, maxsize: int, evicted: Callable[[bytes, None], object]) -> None:
         super().__init__(maxsize)
         self._evicted = evicted
 
     def popitem(self) -> tuple[bytes, Any]:
         key, value = super().popitem()
-        self._evicted(key)
+        self._evicted(key, None)
         return key, value
 
 
@@ -202,6 +202,34 @@ class _EvictingLRU(LRUCache[bytes, Any]):
 _TOUCH_LOG_MAX = 1024
 #: how many distinct keys, the most recently touched, a replay moves up the LRU order
 _TOUCH_REPLAY = 64
+
+
+def _held(data: Cache[bytes, CachedEntry[V]], key: bytes) -> CachedEntry[V] | None:
+    """The entry ``data`` holds for ``key`` without an LRU update (``in`` on a TTLCache honours its ttl)."""
+    return Cache.__getitem__(data, key) if key in data else None
+
+
+def _entries(data: Cache[bytes, CachedEntry[V]]) -> list[tuple[bytes, CachedEntry[V]]]:
+    return [(k, Cache.__getitem__(data, k)) for k in list(Cache.__iter__(data))]
+
+
+def _drain_touches(touched: list[bytes]) -> tuple[int, list[bytes]]:
+    """Empty the hot hits' log: ``(hits logged, the most recent distinct keys, oldest first)``.
+
+    Only the :data:`_TOUCH_REPLAY` most recent distinct keys move up the LRU order: replaying every key would cost
+    what the hot path saved (a cachetools lookup each). A key read often is among them; when hits spread evenly over
+    many keys, no order among those keys would mean much anyway.
+    """
+    n = len(touched)
+    keys = touched[:n]
+    del touched[:n]  # in place: the hot path holds this very list; appends meanwhile are kept
+    recent: dict[bytes, None] = {}
+    for key in reversed(keys):  # newest first
+        if key not in recent:
+            recent[key] = None
+            if len(recent) >= _TOUCH_REPLAY:
+                break
+    return n, list(reversed(recent))
 
 
 def _key_text(key: bytes) -> str:
@@ -261,7 +289,7 @@ class LocalCache(Generic[V]):
         self._hot: dict[bytes, CachedEntry[V]] = {}
         self._touched: list[bytes] = []
         self._data: Cache[bytes, CachedEntry[V]] = (
-            _EvictingLRU(maxsize, self._hot_forget) if ttl is None else TTLCache(maxsize, float(ttl), timer=clock)
+            _EvictingLRU(maxsize, self._hot.pop) if ttl is None else TTLCache(maxsize, float(ttl), timer=clock)
         )
         self._use_hot = ttl is None
         self._lookup: Callable[[bytes], CachedEntry[V]] = self._data.__getitem__
@@ -381,7 +409,7 @@ class LocalCache(Generic[V]):
             self._release(key, flight)
             if changed:
                 return False
-            old = self._stored(key)
+            old = _held(self._data, key)
             new_v = entry.version
             old_v = None if old is None else old.version
             if raced:
@@ -426,7 +454,7 @@ class LocalCache(Generic[V]):
             if entry.version is None:
                 self._drop(key)
                 return False
-            old = self._stored(key)
+            old = _held(self._data, key)
             if old is not None and old.version is not None and entry.version < old.version:
                 return False
             self._put(key, entry)
@@ -482,7 +510,7 @@ class LocalCache(Generic[V]):
     def holds(self, key: bytes) -> bool:
         """Whether ``key`` has an entry (served or not) or a read in flight: notifications for it matter."""
         with self._lock:
-            return key in self._inflight or self._stored(key) is not None
+            return key in self._inflight or _held(self._data, key) is not None
 
     def clear(self) -> None:
         """Forget every entry; reads in flight will not be stored. The hit/miss counters are kept."""
@@ -527,7 +555,7 @@ class LocalCache(Generic[V]):
     def peek(self, key: bytes) -> CachedEntry[V] | None:
         """The entry held for ``key``, even if it could not be served now; no counting, no LRU update."""
         with self._lock:
-            return self._stored(key)
+            return _held(self._data, key)
 
     def expire(self) -> int:
         """Drop every entry past its ``expires_at`` or local ``ttl`` now; returns how many were dropped."""
@@ -536,7 +564,7 @@ class LocalCache(Generic[V]):
             if isinstance(self._data, TTLCache):
                 self._data.expire()
             now = self._clock()
-            for key in [k for k, e in self._items() if e.expires_at is not None and e.expires_at <= now]:
+            for key in [k for k, e in _entries(self._data) if e.expires_at is not None and e.expires_at <= now]:
                 self._drop(key)
             return before - Cache.__len__(self._data)
 
@@ -594,7 +622,7 @@ class LocalCache(Generic[V]):
         with self._lock:
             if not (self._connected or self._serve_stale):
                 return False
-            entry = self._stored(key)
+            entry = _held(self._data, key)
             if entry is None:
                 return False
             return entry.expires_at is None or entry.expires_at > self._clock()
@@ -605,15 +633,6 @@ class LocalCache(Generic[V]):
         return f"<LocalCache {len(self)}/{self.maxsize} entries, {state}, {counts}>"
 
     # -- internals; the caller holds the lock ---------------------------------------------------------------
-
-    def _stored(self, key: bytes) -> CachedEntry[V] | None:
-        # ``in`` on a TTLCache honours the local ttl; Cache.__getitem__ reads without an LRU update
-        if key not in self._data:
-            return None
-        return Cache.__getitem__(self._data, key)
-
-    def _items(self) -> list[tuple[bytes, CachedEntry[V]]]:
-        return [(k, Cache.__getitem__(self._data, k)) for k in list(Cache.__iter__(self._data))]
 
     def _put(self, key: bytes, entry: CachedEntry[V]) -> None:
         if entry.stale:
@@ -631,32 +650,14 @@ class LocalCache(Generic[V]):
             return False
         return True
 
-    def _hot_forget(self, key: bytes) -> None:
-        self._hot.pop(key, None)
-
     def _replay_touches(self) -> None:
         """Count the hot hits logged since the last replay and move their keys up the LRU order."""
-        touched = self._touched
-        n = len(touched)
-        if not n:
-            return
-        keys = touched[:n]
-        del touched[:n]  # in place: the hot path holds this very list; appends meanwhile are kept
+        n, keys = _drain_touches(self._touched)
         self._hits += n
-        # Only the most recent distinct keys move up: a replay of every key would cost what the hot path saved
-        # (a cachetools lookup each). A key read often is among them; when hits spread evenly over many keys, no
-        # order among those keys would mean much anyway.
-        recent: dict[bytes, None] = {}
-        for key in reversed(keys):  # newest first
-            if key not in recent:
-                recent[key] = None
-                if len(recent) >= _TOUCH_REPLAY:
-                    break
         data = self._data
-        lookup = self._lookup
-        for key in reversed(recent):  # oldest of them first: the newest ends up the most recently used
+        for key in keys:  # oldest of them first: the newest ends up the most recently used
             if key in data:
-                lookup(key)
+                self._lookup(key)
 
     def _bump(self, key: bytes) -> None:
         flight = self._inflight.get(key)
@@ -665,7 +666,7 @@ class LocalCache(Generic[V]):
 
     def _wants(self, key: bytes, version: HybridLogicalClock) -> bool:
         """Whether an event of ``version`` should be stored: key held (or being read) and event newer."""
-        old = self._stored(key)
+        old = _held(self._data, key)
         if old is None:
             return key in self._inflight
         return old.version is None or version > old.version

@@ -232,3 +232,13 @@ def test_every_module_says_what_it_must_not_import_and_keeps_to_it(name: str) ->
         assert sorted(m for m in ours if m not in allowed) == []
         assert sorted(foreign - set(sys.stdlib_module_names) - {"__future__"}) == []
     assert checked, f"{name}: no phrase of {sentence!r} is known to this test; add it to PHRASES"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_class_is_over_450_lines(name: str) -> None:
+    # a newcomer owns a class in a day: past this size, split it along its concepts (see _watches, _keeper)
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    sizes = {
+        n.name: n.end_lineno - n.lineno + 1 for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.end_lineno
+    }
+    assert {cls: size for cls, size in sizes.items() if size > 450} == {}

@@ -60,6 +60,47 @@ _DEFAULT_RECEIVE_MAXIMUM = 65_535
 _TOPIC_FIELDS_MAX = 256  # length-prefixed topics kept encoded (the request topic and a few response topics)
 
 
+_TOPIC_FIELDS: dict[str, bytes] = {}
+
+
+def _topic_field(topic: str) -> bytes:
+    """A topic name, checked and length-prefixed; the few a process publishes to are kept encoded."""
+    field = _TOPIC_FIELDS.get(topic)
+    if field is None:
+        if not topic or "+" in topic or "#" in topic:
+            raise ConfigurationError(f"cannot publish to {topic[:200]!r}: not a valid topic name")
+        try:
+            field = mqtt_str(topic)
+        except (ConfigurationError, UnicodeEncodeError) as exc:
+            raise ConfigurationError(f"cannot publish to {topic[:200]!r}: {exc}") from None
+        if len(_TOPIC_FIELDS) >= _TOPIC_FIELDS_MAX:
+            _TOPIC_FIELDS.clear()
+        _TOPIC_FIELDS[topic] = field
+    return field
+
+
+def _log_connect(s: ConnectionSettings, with_token: bool) -> None:
+    """The CONNECT at DEBUG: what was sent, never the password or the token."""
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "%s: sending CONNECT (keepalive %d s, user name %s, password %s, authentication method %s)",
+            s.client_id,
+            s.keepalive,
+            "set" if s.username is not None else "none",
+            "set" if s.password is not None else "none",
+            "K8S-SAT" if with_token else "none",
+        )
+
+
+def _settle(closed: asyncio.Future[None]) -> None:
+    """The connection is over on our side: ``closed`` resolves if it had not, and a drop it recorded is marked
+    retrieved (the caller reports the failure itself, or closed on purpose: a drop before then is no news)."""
+    if not closed.done():
+        closed.set_result(None)
+    elif not closed.cancelled():
+        closed.exception()
+
+
 class StreamConnection(asyncio.Protocol):
     """One MQTT 5 connection (see the module docstring). Not reusable: after it closes or drops, make a new one.
 
@@ -95,7 +136,6 @@ class StreamConnection(asyncio.Protocol):
         self._receive_maximum = _DEFAULT_RECEIVE_MAXIMUM
         self._next_id = 0
         self._sub_waiters: dict[int, asyncio.Future[list[int]]] = {}
-        self._topics: dict[str, bytes] = {}
         self._keepalive_handle: asyncio.TimerHandle | None = None
         self._flushes_seen = 0
         self._ping_sent: float | None = None
@@ -141,15 +181,7 @@ class StreamConnection(asyncio.Protocol):
                 await loop.create_connection(lambda: self, s.host, s.port, ssl=ctx, server_hostname=server_name(s))
                 assert self._transport is not None
                 self._transport.write(connect)
-                if log.isEnabledFor(logging.DEBUG):  # what was sent, never the password or the token
-                    log.debug(
-                        "%s: sending CONNECT (keepalive %d s, user name %s, password %s, authentication method %s)",
-                        s.client_id,
-                        s.keepalive,
-                        "set" if s.username is not None else "none",
-                        "set" if s.password is not None else "none",
-                        "K8S-SAT" if token is not None else "none",
-                    )
+                _log_connect(s, token is not None)
                 connack = await asyncio.shield(self._connack)
                 log.debug("%s: received CONNACK (%s)", s.client_id, packets.reason_name(connack.reason))
         except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
@@ -175,10 +207,7 @@ class StreamConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.abort()
         if self._closed is not None:
-            if not self._closed.done():
-                self._closed.set_result(None)
-            elif not self._closed.cancelled():
-                self._closed.exception()  # retrieved
+            _settle(self._closed)
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------------------
 
@@ -346,20 +375,6 @@ class StreamConnection(asyncio.Protocol):
                 return self._next_id
         raise ConnectionLostError("no free MQTT packet identifier")  # pragma: no cover - 65,535 in flight
 
-    def _topic_field(self, topic: str) -> bytes:
-        field = self._topics.get(topic)
-        if field is None:
-            if not topic or "+" in topic or "#" in topic:
-                raise ConfigurationError(f"cannot publish to {topic[:200]!r}: not a valid topic name")
-            try:
-                field = mqtt_str(topic)
-            except (ConfigurationError, UnicodeEncodeError) as exc:
-                raise ConfigurationError(f"cannot publish to {topic[:200]!r}: {exc}") from None
-            if len(self._topics) >= _TOPIC_FIELDS_MAX:
-                self._topics.clear()
-            self._topics[topic] = field
-        return field
-
     # -- publish ------------------------------------------------------------------------------------------------
 
     def _require(self) -> None:
@@ -382,7 +397,7 @@ class StreamConnection(asyncio.Protocol):
         self._require()
         if qos not in (0, 1):
             raise ConfigurationError(f"QoS {qos} is not supported (0 or 1)")
-        field = self._topic_field(topic)
+        field = _topic_field(topic)
         props = publish_properties(correlation_data, response_topic, user_properties, content_type, message_expiry)
         if len(field) + 2 + len(props) + len(payload) > packets.MAX_PACKET:
             raise ConfigurationError(f"cannot publish to {topic[:200]!r}: the packet would be over 256 MB")
@@ -442,17 +457,13 @@ class StreamConnection(asyncio.Protocol):
     ) -> None:
         """Publish and, at QoS 1, wait for PUBACK (:class:`ConnectionLostError` if the connection ends first,
         :class:`PublishRefusedError` if the broker refuses it)."""
-        if qos == 0:
-            self._publish(
-                topic, payload, 0, correlation_data, response_topic, user_properties, content_type, message_expiry,
-                None, False,
-            )  # fmt: skip
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[None] | None = asyncio.get_running_loop().create_future() if qos else None
         self._publish(
             topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry,
             fut, True,
         )  # fmt: skip
+        if fut is None:
+            return
         try:
             async with asyncio.timeout(timeout):
                 await fut
@@ -534,7 +545,4 @@ class StreamConnection(asyncio.Protocol):
                 with contextlib.suppress(TimeoutError, ConnectionLostError):
                     async with asyncio.timeout(5):
                         await asyncio.shield(self._closed)
-            if not self._closed.done():
-                self._closed.set_result(None)
-            if not self._closed.cancelled():
-                self._closed.exception()  # mark retrieved: a drop before close() is no longer news
+            _settle(self._closed)
