@@ -9,6 +9,7 @@ Must not import anything outside the standard library (nor any other module of s
 
     StateStoreError
     ├── ConfigurationError (ValueError)      bad arguments, bad settings; raised before anything is sent
+    │   └── ValueTooLargeError               a request larger than the broker (or max_payload) allows
     ├── ClientStateError (RuntimeError)      closed client, call from the wrong thread, ...
     ├── TransportError
     │   ├── BrokerConnectError               could not connect (refused, TLS, auth)
@@ -79,6 +80,7 @@ __all__ = [
     "TransportError",
     "UnknownCommandError",
     "UnsupportedVersionError",
+    "ValueTooLargeError",
     "WrongNumberOfArgumentsError",
 ]
 
@@ -89,6 +91,25 @@ class StateStoreError(Exception):
 
 class ConfigurationError(StateStoreError, ValueError):
     """Bad arguments or settings; raised before anything is sent."""
+
+
+class ValueTooLargeError(ConfigurationError):
+    """A request would be larger than the broker accepts (its CONNACK Maximum Packet Size) or than the
+    client's ``max_payload``: it is refused before anything is sent, the connection stays up and the calls in
+    flight are untouched. ``size`` is the request's size in bytes and ``limit`` the limit it exceeds (both
+    counted the same way: the whole MQTT packet for the broker's limit, the command for ``max_payload``)."""
+
+    def __init__(self, message: str, *, size: int, limit: int) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
+
+    def __reduce__(self) -> tuple[object, ...]:  # keyword-only fields survive pickling (multiprocessing)
+        return (_rebuild_too_large, (str(self), self.size, self.limit))
+
+
+def _rebuild_too_large(message: str, size: int, limit: int) -> ValueTooLargeError:
+    return ValueTooLargeError(message, size=size, limit=limit)
 
 
 class ClientStateError(StateStoreError, RuntimeError):

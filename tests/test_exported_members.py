@@ -86,6 +86,7 @@ EXPECTED = {
     "RequestSyntaxError",
     "NotAuthorizedError",
     "UnknownCommandError",
+    "ValueTooLargeError",
     "WrongNumberOfArgumentsError",
     "MissingTimestampError",
     "MalformedTimestampError",
