@@ -28,7 +28,6 @@ Must not import aiomqtt/paho nor anything above ``_transport``.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import socket
@@ -37,6 +36,7 @@ from typing import Any
 
 from .._protocol import mqtt_packets as packets
 from .._protocol.mqtt_publish import InboundMessage, MalformedPacketError, decode_publish, mqtt_str, publish_properties
+from .._protocol.mqtt_session import KEEPALIVE_DEAD, KEEPALIVE_PING, MqttSession
 from ..errors import (
     BrokerConnectError,
     ClientStateError,
@@ -55,8 +55,6 @@ __all__ = ["StreamConnection"]
 log = logging.getLogger("sskv_mapping.transport")
 
 _NO_MATCHING_SUBSCRIBERS = 0x10
-#: MQTT's own limit on QoS 1 messages in flight (16-bit packet ids) when the broker states none
-_DEFAULT_RECEIVE_MAXIMUM = 65_535
 _TOPIC_FIELDS_MAX = 256  # length-prefixed topics kept encoded (the request topic and a few response topics)
 
 
@@ -101,6 +99,16 @@ def _settle(closed: asyncio.Future[None]) -> None:
         closed.exception()
 
 
+#: What the session keeps per QoS 1 publish or SUBSCRIBE: the future to resolve (a PUBACK or SUBACK wait, or
+#: publish_nowait's ``refusal``) or None, and whether a caller awaits it (publish, subscribe) -- those fail when
+#: the connection drops; a refusal future belongs to its requester, which learns of the drop by wait_closed.
+_Token = tuple["asyncio.Future[Any] | None", bool]
+
+
+def _abandoned(token: _Token) -> bool:
+    return token[0] is not None and token[0].done()
+
+
 class StreamConnection(asyncio.Protocol):
     """One MQTT 5 connection (see the module docstring). Not reusable: after it closes or drops, make a new one.
 
@@ -113,7 +121,7 @@ class StreamConnection(asyncio.Protocol):
         self._on_message = on_message
         self._loop: asyncio.AbstractEventLoop | None = None
         self._transport: asyncio.Transport | None = None
-        self._splitter = packets.PacketSplitter()
+        self._session: MqttSession[_Token] = MqttSession(keepalive=settings.keepalive)
         self._connack: asyncio.Future[packets.Connack] | None = None
         self._closed: asyncio.Future[None] | None = None
         self._closing = False
@@ -124,21 +132,7 @@ class StreamConnection(asyncio.Protocol):
         self._dispatching = False
         self._answered = False  # a handler published during the current data_received
         self._burst = False  # a write left at once this loop iteration: the others wait for the flush callback
-        self._flushes = 0  # writes made; the keepalive timer compares it between ticks
-        # QoS 1 publishes: packet id -> the future waiting for its PUBACK (publish) or failed by a refusal
-        # (publish_nowait's ``refusal``), or None when nobody waits
-        self._inflight: dict[int, asyncio.Future[Any] | None] = {}
-        self._acked: dict[int, bool] = {}  # packet id -> whether publish() (not publish_nowait) waits on it
-        # QoS 1 publishes beyond the broker's Receive Maximum: (topic field, payload, properties, waiter, waited)
-        self._waiting: collections.deque[tuple[bytes, bytes, bytes, asyncio.Future[Any] | None, bool]] = (
-            collections.deque()
-        )
-        self._receive_maximum = _DEFAULT_RECEIVE_MAXIMUM
-        self._next_id = 0
-        self._sub_waiters: dict[int, asyncio.Future[list[int]]] = {}
         self._keepalive_handle: asyncio.TimerHandle | None = None
-        self._flushes_seen = 0
-        self._ping_sent: float | None = None
         self._lost_reason = ""
 
     # -- properties ---------------------------------------------------------------------------------------------
@@ -150,6 +144,11 @@ class StreamConnection(asyncio.Protocol):
     @property
     def connected(self) -> bool:
         return self._transport is not None and self._closed is not None and not self._closed.done()
+
+    @property
+    def max_packet_size(self) -> int | None:
+        """The broker's Maximum Packet Size from CONNACK (None: it stated none, or no CONNACK yet)."""
+        return self._session.max_packet_size
 
     def __repr__(self) -> str:
         state = "connected" if self.connected else "not connected"
@@ -168,9 +167,8 @@ class StreamConnection(asyncio.Protocol):
         self._connack = loop.create_future()
         ctx = ssl_context(s)
         token = read_sat_token(s)
-        connect = packets.connect_packet(
+        connect = self._session.connect_packet(
             s.client_id,
-            keepalive=s.keepalive,
             username=s.username,
             password=s.password,
             auth_method="K8S-SAT" if token is not None else None,
@@ -193,13 +191,10 @@ class StreamConnection(asyncio.Protocol):
         if connack.reason >= 0x80:
             self._abort()
             raise BrokerConnectError(f"could not connect to {s.url}: {packets.reason_name(connack.reason)}")
-        maximum = connack.properties.get(0x21)
-        if isinstance(maximum, int) and maximum > 0:
-            self._receive_maximum = maximum
-        keepalive = connack.properties.get(0x13)  # Server Keep Alive overrides ours
-        interval = keepalive if isinstance(keepalive, int) else s.keepalive
-        if interval > 0:
-            self._keepalive_handle = loop.call_later(interval / 2, self._keepalive, interval)
+        session = self._session
+        session.start(loop.time())
+        if session.tick_interval > 0:
+            self._keepalive_handle = loop.call_later(session.tick_interval, self._keepalive)
 
     def _abort(self) -> None:
         """connect() failed: close whatever is open; the failure is connect()'s to report, not wait_closed()'s."""
@@ -220,8 +215,9 @@ class StreamConnection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
+        session = self._session
         try:
-            received = self._splitter.feed(data)
+            received = session.feed(data)
         except MalformedPacketError as exc:
             self._protocol_error(str(exc))
             return
@@ -233,19 +229,22 @@ class StreamConnection(asyncio.Protocol):
                 if kind == packets.PUBLISH:
                     self._publish_received(first, body)
                 elif kind == packets.PUBACK:
-                    packet_id, reason = packets.decode_ack(body)
-                    self._acknowledged(packet_id, reason)
+                    token, reason = session.puback(body)
+                    if token is not None:
+                        self._acknowledged(token, reason)
+                    if session.queued:
+                        for packet, _ in session.release(_abandoned):
+                            self._send(packet)
                 elif kind in (packets.SUBACK, packets.UNSUBACK):
-                    packet_id, codes = packets.decode_suback(body)
-                    waiter = self._sub_waiters.pop(packet_id, None)
-                    if waiter is not None and not waiter.done():
-                        waiter.set_result(codes)
+                    token, codes = session.acknowledged_request(body)
+                    if token is not None and token[0] is not None and not token[0].done():
+                        token[0].set_result(codes)
                 elif kind == packets.PINGRESP:
-                    self._ping_sent = None
+                    session.pingresp()
                 elif kind == packets.CONNACK:
                     if self._connack is None or self._connack.done():
                         raise MalformedPacketError("a second CONNACK")
-                    self._connack.set_result(packets.decode_connack(body))
+                    self._connack.set_result(session.connack(body))
                 elif kind == packets.DISCONNECT_TYPE:
                     reason, text = packets.decode_disconnect(body)
                     self._lost_reason = f"the broker disconnected us: {text or packets.reason_name(reason)}"
@@ -302,15 +301,9 @@ class StreamConnection(asyncio.Protocol):
         # The PUBACK waits of publish() and the SUBACK/UNSUBACK waits fail now. A refusal future belongs to its
         # requester, whose pending call the client fails when it learns of the drop (wait_closed).
         lost = ConnectionLostError(f"connection to {self.settings.url} lost: {reason}")
-        waits = [w for pid, w in self._inflight.items() if self._acked.get(pid)]
-        waits += [w for _, _, _, w, waited in self._waiting if waited]
-        for waiter in [*waits, *self._sub_waiters.values()]:
-            if waiter is not None and not waiter.done():
+        for waiter, waited in self._session.lost():
+            if waited and waiter is not None and not waiter.done():
                 waiter.set_exception(lost)
-        self._inflight.clear()
-        self._acked.clear()
-        self._waiting.clear()
-        self._sub_waiters.clear()
         if self._closed is not None and not self._closed.done():
             if self._closing:
                 self._closed.set_result(None)
@@ -349,31 +342,24 @@ class StreamConnection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         transport.write(out[0] if len(out) == 1 else b"".join(out))
-        self._flushes += 1
+        self._session.writes += 1
 
-    def _keepalive(self, interval: int) -> None:
-        """Every ``interval / 2`` s: a PINGREQ if nothing was written since the last tick; the connection is
-        dropped when a PINGREQ's PINGRESP has not come by the tick ``interval`` s after it."""
+    def _keepalive(self) -> None:
+        """The session's keepalive tick (see :meth:`MqttSession.tick`): a PINGREQ, or the link declared dead --
+        the calls in flight fail at once with :class:`ConnectionLostError` and the client reconnects."""
         loop = self._loop
         if loop is None or self._transport is None:
             return
-        now = loop.time()
-        if self._ping_sent is not None and now - self._ping_sent >= interval:
-            self._lost_reason = f"no PINGRESP within {interval} s"
+        session = self._session
+        action = session.tick(loop.time())
+        if action == KEEPALIVE_DEAD:
+            self._lost_reason = f"no PINGRESP within {session.keepalive / 2:g} s (keepalive {session.keepalive} s)"
+            log.warning("dropping the connection to %s: %s", self.settings.url, self._lost_reason)
             self._transport.abort()
             return
-        if self._ping_sent is None and self._flushes == self._flushes_seen:
-            self._ping_sent = now
+        if action == KEEPALIVE_PING:
             self._send(packets.PINGREQ)
-        self._flushes_seen = self._flushes
-        self._keepalive_handle = loop.call_later(interval / 2, self._keepalive, interval)
-
-    def _packet_id(self) -> int:
-        for _ in range(65_535):
-            self._next_id = self._next_id % 65_535 + 1
-            if self._next_id not in self._inflight and self._next_id not in self._sub_waiters:
-                return self._next_id
-        raise ConnectionLostError("no free MQTT packet identifier")  # pragma: no cover - 65,535 in flight
+        self._keepalive_handle = loop.call_later(session.tick_interval, self._keepalive)
 
     # -- publish ------------------------------------------------------------------------------------------------
 
@@ -399,29 +385,14 @@ class StreamConnection(asyncio.Protocol):
             raise ConfigurationError(f"QoS {qos} is not supported (0 or 1)")
         field = _topic_field(topic)
         props = publish_properties(correlation_data, response_topic, user_properties, content_type, message_expiry)
-        if len(field) + 2 + len(props) + len(payload) > packets.MAX_PACKET:
-            raise ConfigurationError(f"cannot publish to {topic[:200]!r}: the packet would be over 256 MB")
-        if qos == 0:
-            self._send(packets.publish_packet(field, payload, 0, 0, props))
-            return
-        if len(self._inflight) >= self._receive_maximum:
-            # the broker takes only so many unacknowledged QoS 1 PUBLISHes ([MQTT-3.3.4-7]): wait for a PUBACK
-            self._waiting.append((field, payload, props, waiter, waited))
-            return
-        self._send_qos1(field, payload, props, waiter, waited)
+        # None: beyond the broker's Receive Maximum, it waits in the session for a PUBACK ([MQTT-3.3.4-7])
+        packet = self._session.publish(field, payload, qos, props, (waiter, waited))
+        if packet is not None:
+            self._send(packet)
 
-    def _send_qos1(
-        self, field: bytes, payload: bytes, props: bytes, waiter: asyncio.Future[Any] | None, waited: bool
-    ) -> None:
-        packet_id = self._packet_id()
-        self._inflight[packet_id] = waiter
-        if waited:
-            self._acked[packet_id] = True
-        self._send(packets.publish_packet(field, payload, 1, packet_id, props))
-
-    def _acknowledged(self, packet_id: int, reason: int) -> None:
-        waiter = self._inflight.pop(packet_id, None)
-        waited = self._acked.pop(packet_id, False)
+    @staticmethod
+    def _acknowledged(token: _Token, reason: int) -> None:
+        waiter, waited = token
         if waiter is not None and not waiter.done():
             if reason >= 0x80:
                 # e.g. 0x87 Not authorized: the broker's ACL denied the PUBLISH, nothing was delivered
@@ -436,11 +407,6 @@ class StreamConnection(asyncio.Protocol):
                 # accepted, but delivered to nobody: the state store is not subscribed (not started, or restarting
                 # and not yet re-subscribed) -- a definite "not delivered": the requester may send it again
                 waiter.set_exception(ServiceUnavailableError("no subscriber took the PUBLISH (PUBACK 0x10)"))
-        while self._waiting and len(self._inflight) < self._receive_maximum:
-            field, payload, props, next_waiter, next_waited = self._waiting.popleft()
-            if next_waiter is not None and next_waiter.done():
-                continue  # its caller gave up meanwhile
-            self._send_qos1(field, payload, props, next_waiter, next_waited)
 
     async def publish(
         self,
@@ -496,9 +462,8 @@ class StreamConnection(asyncio.Protocol):
     async def _acked_request(self, build: Callable[[int], bytes], what: str, timeout: float) -> list[int]:
         self._require()
         assert self._loop is not None
-        packet_id = self._packet_id()
         waiter: asyncio.Future[list[int]] = self._loop.create_future()
-        self._sub_waiters[packet_id] = waiter
+        packet_id = self._session.request_id((waiter, True))
         self._send(build(packet_id))
         try:
             async with asyncio.timeout(timeout):
@@ -506,7 +471,7 @@ class StreamConnection(asyncio.Protocol):
         except TimeoutError:
             raise RequestTimeoutError(f"{what} timed out on {self.settings.url}") from None
         finally:
-            self._sub_waiters.pop(packet_id, None)
+            self._session.forget_request(packet_id)
 
     async def subscribe(self, filters: Iterable[str], qos: int = 1, timeout: float = 10.0) -> None:
         """Subscribe and wait for SUBACK; a refused filter raises :class:`TransportError`."""

@@ -161,10 +161,12 @@ async def test_a_burst_arrives_whole_and_in_order(
     await receiver.subscribe(["t/stream/burst"])
     for i in range(2000):  # far beyond the broker's Receive Maximum: the rest wait for PUBACKs
         sender.publish_nowait("t/stream/burst", i.to_bytes(4, "big"))
-    assert len(sender._inflight) <= sender._receive_maximum
+    session = sender._session
+    assert len(session.inflight) <= session.send_quota
+    assert session.queued  # mosquitto's Receive Maximum (20 by default) held the rest back
     await eventually(lambda: len(received) == 2000)
     assert [int.from_bytes(m.payload, "big") for m in received] == list(range(2000))
-    await eventually(lambda: not sender._inflight and not sender._waiting)
+    await eventually(lambda: not session.inflight and not session.queued)
 
 
 async def test_a_publish_nobody_subscribed_to_fails_its_refusal_future(
