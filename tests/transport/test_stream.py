@@ -112,10 +112,13 @@ def test_publish_packet_round_trips_through_the_decoder() -> None:
 Pair = tuple[StreamConnection, StreamConnection, list[InboundMessage]]
 
 
-@pytest.fixture
+@pytest.fixture(params=["tuned", "stock"])
 async def pair(
-    mosquitto: MosquittoBroker,
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[tuple[StreamConnection, StreamConnection, list[InboundMessage]]]:
+    """Two connections on the session broker, and on the stock-configured one (no set_tcp_nodelay)."""
+    mosquitto: MosquittoBroker = request.getfixturevalue("mosquitto" if request.param == "tuned" else "stock_mosquitto")
+    request.applymarker(pytest.mark.broker)
     received: list[InboundMessage] = []
     sender = StreamConnection(ConnectionSettings(mosquitto.host, mosquitto.port), lambda m: None)
     receiver = StreamConnection(ConnectionSettings(mosquitto.host, mosquitto.port), received.append)
