@@ -60,6 +60,9 @@ class ConnectionSettings:
     sat_token_file: str | None = None
     keepalive: int = 60
     connect_timeout: float = 10.0
+    #: what we declare in CONNECT as our Receive Maximum: QoS 1 PUBLISHes the broker may send us unacknowledged
+    #: (responses and notifications; each is acknowledged as soon as it is read). 1..65535.
+    receive_maximum: int = 256
 
     def __post_init__(self) -> None:
         if not self.client_id or ":" in self.client_id:
@@ -70,6 +73,10 @@ class ConnectionSettings:
             raise ConfigurationError(f"port out of range: {self.port}")
         if self.keepalive < 0 or self.connect_timeout <= 0:
             raise ConfigurationError("keepalive must be >= 0 and connect_timeout > 0")
+        if isinstance(self.receive_maximum, bool) or not isinstance(self.receive_maximum, int):
+            raise ConfigurationError(f"receive_maximum must be an int, not {self.receive_maximum!r}")
+        if not 0 < self.receive_maximum <= 65535:
+            raise ConfigurationError(f"receive_maximum must be 1..65535, not {self.receive_maximum}")
         if self.password is not None and self.username is None:
             raise ConfigurationError("a password needs a username")
 

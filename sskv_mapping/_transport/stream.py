@@ -125,7 +125,10 @@ class StreamConnection(asyncio.Protocol):
         self._on_message = on_message
         self._loop: asyncio.AbstractEventLoop | None = None
         self._transport: asyncio.Transport | None = None
-        self._session: MqttSession[_Token] = MqttSession(keepalive=settings.keepalive)
+        self._session: MqttSession[_Token] = MqttSession(
+            keepalive=settings.keepalive,
+            receive_maximum=settings.receive_maximum,
+        )
         self._connack: asyncio.Future[packets.Connack] | None = None
         self._closed: asyncio.Future[None] | None = None
         self._closing = False

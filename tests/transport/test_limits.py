@@ -1,0 +1,71 @@
+"""Our own limits, as the broker sees them: CONNECT declares our Receive Maximum and Maximum Packet Size (from
+ConnectionSettings), and an inbound packet over our limit drops the connection as soon as its header is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from sskv_mapping._protocol import mqtt_packets as packets
+from sskv_mapping._transport.settings import ConnectionSettings
+from sskv_mapping._transport.stream import StreamConnection
+from sskv_mapping.errors import ConfigurationError
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@pytest.fixture
+async def fake_broker() -> AsyncIterator[Callable[[Handler], Awaitable[int]]]:
+    servers: list[asyncio.Server] = []
+
+    async def start(handler: Handler) -> int:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        servers.append(server)
+        port: int = server.sockets[0].getsockname()[1]
+        return port
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+async def _read_connect(reader: asyncio.StreamReader) -> dict[int, object]:
+    first = await reader.readexactly(2)
+    length, shift, byte = first[1] & 0x7F, 7, first[1]
+    while byte & 0x80:
+        byte = (await reader.readexactly(1))[0]
+        length |= (byte & 0x7F) << shift
+        shift += 7
+    body = await reader.readexactly(length)
+    props, _ = packets._properties(body, 10)  # after "MQTT", version, flags, keepalive
+    return props
+
+
+async def test_connect_declares_receive_maximum_and_maximum_packet_size(
+    fake_broker: Callable[[Handler], Awaitable[int]],
+) -> None:
+    declared: list[dict[int, object]] = []
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        declared.append(await _read_connect(reader))
+        writer.write(b"\x20\x03\x00\x00\x00")
+        await reader.read()
+
+    port = await fake_broker(accept)
+    for settings, expected in (
+        (ConnectionSettings("127.0.0.1", port), (256, packets.MAX_PACKET + 5)),
+        (ConnectionSettings("127.0.0.1", port, receive_maximum=17), (17, packets.MAX_PACKET + 5)),
+    ):
+        conn = StreamConnection(settings, lambda m: None)
+        await conn.connect()
+        await conn.close()
+        assert (declared[-1][0x21], declared[-1][0x27]) == expected
+
+
+def test_settings_refuse_limits_out_of_range() -> None:
+    for bad in (0, 65536, -1, True, 2.5):
+        with pytest.raises(ConfigurationError, match="receive_maximum"):
+            ConnectionSettings(receive_maximum=bad)  # type: ignore[arg-type]
