@@ -128,6 +128,7 @@ class StreamConnection(asyncio.Protocol):
         self._session: MqttSession[_Token] = MqttSession(
             keepalive=settings.keepalive,
             receive_maximum=settings.receive_maximum,
+            max_inbound_packet_size=settings.max_inbound_packet_size,
         )
         self._connack: asyncio.Future[packets.Connack] | None = None
         self._closed: asyncio.Future[None] | None = None

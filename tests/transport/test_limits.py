@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from sskv_mapping._protocol import mqtt_packets as packets
-from sskv_mapping._transport.settings import ConnectionSettings
+from sskv_mapping._protocol.mqtt_publish import varint
+from sskv_mapping._transport.settings import MAX_PACKET_SIZE, ConnectionSettings
 from sskv_mapping._transport.stream import StreamConnection
-from sskv_mapping.errors import ConfigurationError
+from sskv_mapping.errors import ConfigurationError, ConnectionLostError
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -56,8 +57,8 @@ async def test_connect_declares_receive_maximum_and_maximum_packet_size(
 
     port = await fake_broker(accept)
     for settings, expected in (
-        (ConnectionSettings("127.0.0.1", port), (256, packets.MAX_PACKET + 5)),
-        (ConnectionSettings("127.0.0.1", port, receive_maximum=17), (17, packets.MAX_PACKET + 5)),
+        (ConnectionSettings("127.0.0.1", port), (256, MAX_PACKET_SIZE)),
+        (ConnectionSettings("127.0.0.1", port, receive_maximum=17, max_inbound_packet_size=4096), (17, 4096)),
     ):
         conn = StreamConnection(settings, lambda m: None)
         await conn.connect()
@@ -69,3 +70,35 @@ def test_settings_refuse_limits_out_of_range() -> None:
     for bad in (0, 65536, -1, True, 2.5):
         with pytest.raises(ConfigurationError, match="receive_maximum"):
             ConnectionSettings(receive_maximum=bad)  # type: ignore[arg-type]
+    for bad in (0, 1023, MAX_PACKET_SIZE + 1, False, 4096.0):
+        with pytest.raises(ConfigurationError, match="max_inbound_packet_size"):
+            ConnectionSettings(max_inbound_packet_size=bad)  # type: ignore[arg-type]
+
+
+async def test_an_inbound_packet_over_our_limit_drops_the_connection_at_its_header(
+    fake_broker: Callable[[Handler], Awaitable[int]],
+) -> None:
+    """The broker announces a 1 MiB PUBLISH to a client that declared 4 KiB, and sends only its header: the
+    client drops the connection at once, without waiting for (or buffering) the body."""
+    body_sent = asyncio.Event()
+
+    async def oversend(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_connect(reader)
+        writer.write(b"\x20\x03\x00\x00\x00")
+        await reader.read(1024)  # the client's first publish: it has its CONNACK
+        writer.write(b"\x30" + varint(1 << 20))  # a PUBLISH of 1 MiB announced; its body never comes
+        await writer.drain()
+        await reader.read()  # until the client closes
+        body_sent.set()
+
+    port = await fake_broker(oversend)
+    conn = StreamConnection(ConnectionSettings("127.0.0.1", port, max_inbound_packet_size=4096), lambda m: None)
+    await conn.connect()
+    conn.publish_nowait("t/hello", b"x", qos=0)
+    with pytest.raises(ConnectionLostError, match="over the limit"):
+        async with asyncio.timeout(10):
+            await conn.wait_closed()
+    assert conn._session.splitter.pending <= 8  # the header only
+    async with asyncio.timeout(10):
+        await body_sent.wait()  # the fake broker saw the connection closed
+    await conn.close()
