@@ -5,15 +5,19 @@ ConnectionSettings), and an inbound packet over our limit drops the connection a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
+from _support.procs import start_emulator
 
 from sskv_mapping._protocol import mqtt_packets as packets
-from sskv_mapping._protocol.mqtt_publish import varint
+from sskv_mapping._protocol.mqtt_publish import InboundMessage, mqtt_str, varint
+from sskv_mapping._transport.loopback import LoopbackBroker
 from sskv_mapping._transport.settings import MAX_PACKET_SIZE, ConnectionSettings
 from sskv_mapping._transport.stream import StreamConnection
-from sskv_mapping.errors import ConfigurationError, ConnectionLostError
+from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
+from sskv_mapping.emulator.broker import MosquittoBroker
+from sskv_mapping.errors import ConfigurationError, ConnectionLostError, ValueTooLargeError
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -101,4 +105,85 @@ async def test_an_inbound_packet_over_our_limit_drops_the_connection_at_its_head
     assert conn._session.splitter.pending <= 8  # the header only
     async with asyncio.timeout(10):
         await body_sent.wait()  # the fake broker saw the connection closed
+    await conn.close()
+
+
+# -- the broker's limit: its CONNACK Maximum Packet Size caps what we send ---------------------------------------
+
+BROKER_LIMIT = 10_000
+
+
+@pytest.fixture(scope="module")
+def small_broker() -> Iterator[MosquittoBroker]:
+    """A mosquitto that takes packets of 10,000 bytes at most (and says so in CONNACK), with an emulator."""
+    broker = MosquittoBroker(extra_config=[f"max_packet_size {BROKER_LIMIT}"])
+    with broker, start_emulator(broker.host, broker.port):
+        yield broker
+
+
+async def test_a_publish_over_the_brokers_limit_fails_locally_and_the_connection_stays(
+    small_broker: MosquittoBroker,
+) -> None:
+    received: list[InboundMessage] = []
+    arrived = asyncio.Event()
+
+    def on_message(message: InboundMessage) -> None:
+        received.append(message)
+        arrived.set()
+
+    settings = ConnectionSettings(small_broker.host, small_broker.port)
+    sender = StreamConnection(settings, lambda m: None)
+    receiver = StreamConnection(settings.replace(client_id=settings.client_id + "r"), on_message)
+    await sender.connect()
+    await receiver.connect()
+    try:
+        assert sender.max_packet_size == BROKER_LIMIT
+        await receiver.subscribe(["t/limit"])
+        fits = b"x" * (BROKER_LIMIT - 100)
+        too_big = b"x" * BROKER_LIMIT
+        expected = len(packets.publish_packet(mqtt_str("t/limit"), too_big, 1, 1, b"\x00"))
+        with pytest.raises(ValueTooLargeError) as raised:
+            await sender.publish("t/limit", too_big)
+        assert (raised.value.size, raised.value.limit) == (expected, BROKER_LIMIT)
+        with pytest.raises(ValueTooLargeError):
+            sender.publish_nowait("t/limit", too_big, qos=0)
+        await sender.publish("t/limit", fits)  # the same connection goes on
+        async with asyncio.timeout(10):
+            await arrived.wait()
+        assert [m.payload for m in received] == [fits] and sender.connected
+    finally:
+        await sender.close()
+        await receiver.close()
+
+
+async def test_a_set_over_the_brokers_limit_raises_while_a_concurrent_get_succeeds(
+    small_broker: MosquittoBroker,
+) -> None:
+    async with AsyncStateStoreClient(small_broker.host, small_broker.port, timeout=20) as client:
+        await client.set("small-limit-key", b"small")
+        get = asyncio.create_task(client.get("small-limit-key"))
+        with pytest.raises(ValueTooLargeError) as raised:
+            await client.set("small-limit-big", b"v" * BROKER_LIMIT)
+        assert raised.value.limit == BROKER_LIMIT and raised.value.size > BROKER_LIMIT
+        entry = await get
+        assert entry is not None and entry.value == b"small"
+        assert await client.get("small-limit-big") is None  # nothing was written
+        assert client.reconnects == 0 and client.state is ConnectionState.CONNECTED
+
+
+async def test_the_loopback_enforces_a_brokers_limit_the_same_way() -> None:
+    broker = LoopbackBroker()
+    conn = broker.connection(ConnectionSettings(), lambda m: None)
+    await conn.connect()
+    assert conn.max_packet_size is None
+    await conn.publish("t/limit", b"x" * 100_000)  # no limit by default
+    broker.max_packet_size = BROKER_LIMIT
+    expected = len(packets.publish_packet(mqtt_str("t/limit"), b"x" * BROKER_LIMIT, 1, 1, b"\x00"))
+    with pytest.raises(ValueTooLargeError) as raised:
+        conn.publish_nowait("t/limit", b"x" * BROKER_LIMIT)
+    assert (raised.value.size, raised.value.limit) == (expected, BROKER_LIMIT)
+    with pytest.raises(ValueTooLargeError):
+        await conn.publish("t/limit", b"x" * BROKER_LIMIT)
+    await conn.publish("t/limit", b"x" * (BROKER_LIMIT - 100))
+    assert conn.connected
     await conn.close()
