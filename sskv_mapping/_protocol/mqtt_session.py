@@ -64,6 +64,7 @@ class MqttSession(Generic[T]):
         "max_inbound_packet_size",
         "max_packet_size",
         "queued",
+        "queued_bytes",
         "reads",
         "receive_maximum",
         "send_quota",
@@ -91,6 +92,8 @@ class MqttSession(Generic[T]):
         self.inflight: dict[int, T] = {}
         #: QoS 1 publishes beyond the broker's Receive Maximum: (topic field, payload, properties, token)
         self.queued: collections.deque[tuple[bytes, bytes, bytes, T]] = collections.deque()
+        #: the size of what ``queued`` holds (the transport counts it in its write backlog)
+        self.queued_bytes = 0
         self._acks: dict[int, T] = {}  # SUBSCRIBE/UNSUBSCRIBE packet id -> token
         self._next_id = 0
         #: reads and writes so far: the transport counts them (an integer add on the hot path, no clock read)
@@ -138,6 +141,7 @@ class MqttSession(Generic[T]):
             return packets.publish_packet(topic_field, payload, 0, 0, properties)
         if len(self.inflight) >= self.send_quota:
             self.queued.append((topic_field, payload, properties, token))
+            self.queued_bytes += remaining
             return None
         packet_id = self._packet_id()
         self.inflight[packet_id] = token
@@ -216,6 +220,7 @@ class MqttSession(Generic[T]):
         queued, inflight = self.queued, self.inflight
         while queued and len(inflight) < self.send_quota:
             field, payload, props, token = queued.popleft()
+            self.queued_bytes -= len(field) + len(payload) + len(props) + 2
             if abandoned(token):
                 continue
             packet_id = self._packet_id()
@@ -277,5 +282,6 @@ class MqttSession(Generic[T]):
         tokens = [*self.inflight.values(), *(entry[3] for entry in self.queued), *self._acks.values()]
         self.inflight.clear()
         self.queued.clear()
+        self.queued_bytes = 0
         self._acks.clear()
         return tokens

@@ -47,6 +47,7 @@ from ..errors import (
     RequestTimeoutError,
     ServiceUnavailableError,
     TransportError,
+    WriteBufferFullError,
 )
 from .settings import ConnectionSettings
 from .tls import read_sat_token, server_name, ssl_context
@@ -54,6 +55,14 @@ from .tls import read_sat_token, server_name, ssl_context
 __all__ = ["StreamConnection"]
 
 log = logging.getLogger("sskv_mapping.transport")
+
+#: Write flow control: asyncio pauses our writing above the high-water mark of its buffer and resumes it below
+#: the low one (``pause_writing``/``resume_writing``); ``publish`` waits while paused. ``publish_nowait`` never
+#: waits: it raises :class:`WriteBufferFullError` when the write backlog (the transport's buffer, this
+#: iteration's pending output and the publishes held for the broker's Receive Maximum) would pass the bound.
+WRITE_HIGH_WATER = 1 << 20
+WRITE_LOW_WATER = 256 << 10
+WRITE_BOUND = 16 << 20
 
 #: Linux's TCP_QUICKACK (absent elsewhere): see ``StreamConnection.connection_made``.
 _TCP_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
@@ -113,7 +122,84 @@ def _abandoned(token: _Token) -> bool:
     return token[0] is not None and token[0].done()
 
 
-class StreamConnection(asyncio.Protocol):
+def _acknowledged(token: _Token, reason: int) -> None:
+    """A PUBACK for the publish of ``token``: resolve or fail its future."""
+    waiter, waited = token
+    if waiter is not None and not waiter.done():
+        if reason >= 0x80:
+            # e.g. 0x87 Not authorized: the broker's ACL denied the PUBLISH, nothing was delivered
+            waiter.set_exception(
+                PublishRefusedError(f"the broker refused the PUBLISH: {packets.reason_name(reason)} (0x{reason:02X})")
+            )
+        elif waited:
+            waiter.set_result(None)
+        elif reason == _NO_MATCHING_SUBSCRIBERS:
+            # accepted, but delivered to nobody: the state store is not subscribed (not started, or restarting
+            # and not yet re-subscribed) -- a definite "not delivered": the requester may send it again
+            waiter.set_exception(ServiceUnavailableError("no subscriber took the PUBLISH (PUBACK 0x10)"))
+
+
+def _tune_socket(sock: Any) -> Callable[[], None] | None:
+    """TCP_NODELAY on a TCP socket; returns what re-arms TCP_QUICKACK after a read (None where there is none).
+
+    NODELAY: without it every round trip waits for our own Nagle (~40 ms). QUICKACK: a broker on its default
+    settings (mosquitto without set_tcp_nodelay: Debian's service, the official image) writes with Nagle on, so
+    a second small write waits for the ACK of the first, and Linux delays that ACK by up to 40 ms when it has no
+    data to send with it -- 44 ms per existing-key write, 440 ms per new dict key. We cannot set the broker's
+    socket options, but we can ACK at once: setting TCP_QUICKACK sends the pending ACK now. Linux leaves quick-ACK
+    mode as it sees fit, so it is set again after every read (one setsockopt, ~1 us, per read callback); setting
+    it before the read would not do, the kernel decided on the delayed ACK when the data came.
+    """
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if _TCP_QUICKACK is None:
+        return None
+    return functools.partial(sock.setsockopt, socket.IPPROTO_TCP, _TCP_QUICKACK, 1)
+
+
+class _WriteFlow(asyncio.Protocol):
+    """asyncio's write flow control for :class:`StreamConnection`: ``pause_writing``/``resume_writing`` keep
+    ``_paused``; a publish that may wait awaits :meth:`_wait_writable`; ``read_flow_control`` also pauses
+    reading meanwhile (a responder takes no new requests while its replies cannot leave)."""
+
+    _transport: asyncio.Transport | None
+    _paused: bool
+    _writable: asyncio.Future[None] | None  # resolved at resume_writing (or at the end)
+    read_flow_control: bool
+    settings: ConnectionSettings
+
+    def pause_writing(self) -> None:
+        self._paused = True
+        if self.read_flow_control and self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake_writers()
+        if self.read_flow_control and self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    def _wake_writers(self) -> None:
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
+
+    async def _wait_writable(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+        """Wait for the transport to take writes again (resume_writing), within ``timeout``."""
+        try:
+            async with asyncio.timeout(timeout):
+                while self._paused:
+                    if self._writable is None:
+                        self._writable = loop.create_future()
+                    await asyncio.shield(self._writable)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"publish timed out on {self.settings.url}: the broker did not take our writes (nothing was sent)"
+            ) from None
+
+
+class StreamConnection(_WriteFlow):
     """One MQTT 5 connection (see the module docstring). Not reusable: after it closes or drops, make a new one.
 
     ``on_message`` is called on the event loop thread for every inbound PUBLISH, inside the read callback; it
@@ -143,6 +229,14 @@ class StreamConnection(asyncio.Protocol):
         self._keepalive_handle: asyncio.TimerHandle | None = None
         self._lost_reason = ""
         self._quickack: Callable[[], None] | None = None
+        self._out_bytes = 0  # bytes in _out
+        self._paused = False  # the transport asked us to stop writing (its buffer is over the high-water mark)
+        self._writable = None
+        #: the bound on the write backlog past which publish_nowait raises WriteBufferFullError
+        self.write_bound = WRITE_BOUND
+        #: stop reading while writing is paused: a responder (the emulator) then takes no new requests while its
+        #: replies cannot leave, so its backlog stays bounded; a requester keeps reading (its responses)
+        self.read_flow_control = False
 
     # -- properties ---------------------------------------------------------------------------------------------
 
@@ -218,19 +312,8 @@ class StreamConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            # without it every round trip waits for Nagle (~40 ms)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if _TCP_QUICKACK is not None:
-                # A broker on its default settings (mosquitto without set_tcp_nodelay: Debian's service, the
-                # official image) writes with Nagle on: a second small write waits for the ACK of the first,
-                # and Linux delays that ACK by up to 40 ms when it has no data to send with it -- 44 ms per
-                # existing-key write, 440 ms per new dict key. We cannot set the broker's socket options, but
-                # we can ACK at once: TCP_QUICKACK sends the pending ACK now. Linux resets it as it sees fit,
-                # so it is set again after every read (one setsockopt, ~1 us, per read callback). Setting
-                # it before reading would not do: the kernel decided on the delayed ACK when the data came.
-                self._quickack = functools.partial(sock.setsockopt, socket.IPPROTO_TCP, _TCP_QUICKACK, 1)
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
+        self._quickack = _tune_socket(transport.get_extra_info("socket"))
 
     def data_received(self, data: bytes) -> None:
         if self._quickack is not None:
@@ -254,7 +337,7 @@ class StreamConnection(asyncio.Protocol):
                 elif kind == packets.PUBACK:
                     token, reason = session.puback(body)
                     if token is not None:
-                        self._acknowledged(token, reason)
+                        _acknowledged(token, reason)
                     if session.queued:
                         for packet, _ in session.release(_abandoned):
                             self._send(packet)
@@ -307,8 +390,16 @@ class StreamConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.abort()
 
+    def _backlog(self) -> int:
+        """Bytes waiting to be written: the transport's buffer, our pending output, the held publishes."""
+        transport = self._transport
+        buffered = transport.get_write_buffer_size() if transport is not None else 0
+        return buffered + self._out_bytes + self._session.queued_bytes
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        self._paused = False
+        self._wake_writers()  # a publish waiting for room now finds the connection gone
         if self._keepalive_handle is not None:
             self._keepalive_handle.cancel()
         if self._flush_handle is not None:
@@ -337,6 +428,7 @@ class StreamConnection(asyncio.Protocol):
 
     def _send(self, packet: bytes) -> None:
         self._out.append(packet)
+        self._out_bytes += len(packet)
         if self._dispatching:
             self._answered = True
             return
@@ -361,6 +453,7 @@ class StreamConnection(asyncio.Protocol):
         if not out:
             return
         self._out = []
+        self._out_bytes = 0
         transport = self._transport
         if transport is None or transport.is_closing():
             return
@@ -408,28 +501,15 @@ class StreamConnection(asyncio.Protocol):
             raise ConfigurationError(f"QoS {qos} is not supported (0 or 1)")
         field = _topic_field(topic)
         props = publish_properties(correlation_data, response_topic, user_properties, content_type, message_expiry)
+        if not waited and self._backlog() + len(payload) > self.write_bound:
+            raise WriteBufferFullError(
+                f"cannot publish to {topic[:200]!r}: {self._backlog():,} bytes wait to be written to "
+                f"{self.settings.url} (the bound is {self.write_bound:,}); the broker is not reading"
+            )
         # None: beyond the broker's Receive Maximum, it waits in the session for a PUBACK ([MQTT-3.3.4-7])
         packet = self._session.publish(field, payload, qos, props, (waiter, waited))
         if packet is not None:
             self._send(packet)
-
-    @staticmethod
-    def _acknowledged(token: _Token, reason: int) -> None:
-        waiter, waited = token
-        if waiter is not None and not waiter.done():
-            if reason >= 0x80:
-                # e.g. 0x87 Not authorized: the broker's ACL denied the PUBLISH, nothing was delivered
-                waiter.set_exception(
-                    PublishRefusedError(
-                        f"the broker refused the PUBLISH: {packets.reason_name(reason)} (0x{reason:02X})"
-                    )
-                )
-            elif waited:
-                waiter.set_result(None)
-            elif reason == _NO_MATCHING_SUBSCRIBERS:
-                # accepted, but delivered to nobody: the state store is not subscribed (not started, or restarting
-                # and not yet re-subscribed) -- a definite "not delivered": the requester may send it again
-                waiter.set_exception(ServiceUnavailableError("no subscriber took the PUBLISH (PUBACK 0x10)"))
 
     async def publish(
         self,
@@ -445,8 +525,13 @@ class StreamConnection(asyncio.Protocol):
         timeout: float = 10.0,
     ) -> None:
         """Publish and, at QoS 1, wait for PUBACK (:class:`ConnectionLostError` if the connection ends first,
-        :class:`PublishRefusedError` if the broker refuses it)."""
-        fut: asyncio.Future[None] | None = asyncio.get_running_loop().create_future() if qos else None
+        :class:`PublishRefusedError` if the broker refuses it). While the transport's buffer is over its
+        high-water mark it first waits for room (:class:`RequestTimeoutError` after ``timeout``, nothing sent);
+        over the broker's Maximum Packet Size, :class:`ValueTooLargeError` (nothing sent)."""
+        loop = asyncio.get_running_loop()
+        if self._paused:
+            await self._wait_writable(loop, timeout)
+        fut: asyncio.Future[None] | None = loop.create_future() if qos else None
         self._publish(
             topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry,
             fut, True,
@@ -474,7 +559,8 @@ class StreamConnection(asyncio.Protocol):
     ) -> None:
         """Queue a publish and return at once (see :meth:`~sskv_mapping._transport.base.Connection.publish_nowait`):
         a refusing PUBACK fails ``refusal`` with :class:`PublishRefusedError`, one that reached no subscriber
-        (0x10) with :class:`ServiceUnavailableError`."""
+        (0x10) with :class:`ServiceUnavailableError`. Never waits: when the write backlog would pass
+        :attr:`write_bound` (the broker stopped reading), :class:`WriteBufferFullError` and nothing is kept."""
         self._publish(
             topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry,
             refusal if qos else None, False,
