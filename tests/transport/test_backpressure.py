@@ -68,3 +68,35 @@ async def test_a_broker_that_stops_reading_bounds_the_backlog_and_makes_publish_
     finally:
         os.kill(pid, signal.SIGCONT)
         await conn.close()
+
+
+async def test_a_responder_stops_reading_while_its_writes_are_paused() -> None:
+    """read_flow_control (the emulator's connection): no new requests are read while replies cannot leave."""
+    drain = asyncio.Event()
+
+    async def slow_reader(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1024)  # the CONNECT
+        writer.write(b"\x20\x03\x00\x00\x00")
+        await drain.wait()  # not reading: our peer's writes pile up
+        while await reader.read(1 << 20):
+            pass
+
+    server = await asyncio.start_server(slow_reader, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    conn = StreamConnection(ConnectionSettings("127.0.0.1", port, keepalive=0), lambda m: None)
+    conn.read_flow_control = True
+    try:
+        await conn.connect()
+        transport = conn._transport
+        assert transport is not None and transport.is_reading()
+        while not conn._paused:
+            conn.publish_nowait("t/replies", PAYLOAD, qos=0)
+            await asyncio.sleep(0)
+        assert not transport.is_reading()
+        drain.set()
+        async with asyncio.timeout(30):
+            await conn.publish("t/replies", b"after", qos=0)  # waits for resume_writing
+        assert not conn._paused and transport.is_reading()
+    finally:
+        await conn.close()
+        server.close()
