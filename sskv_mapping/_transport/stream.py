@@ -9,16 +9,27 @@ hand-off. A connection has one owner of its socket, so keeping paho for CONNECT,
 and writing around it is not possible (an established ``ssl.SSLSocket`` cannot be handed to asyncio either).
 Here instead:
 
-* **receive**: ``data_received`` gets whatever the socket had; :class:`~sskv_mapping._protocol.mqtt_packets.
-  PacketSplitter` cuts every whole packet out of it, and each is dispatched at once -- a PUBLISH to the
-  handler (a response resolves its future, a notification reaches its watch), a PUBACK to its waiter -- with
-  no extra loop hop;
+* **session**: what MQTT makes a connection remember (packet ids, QoS 1 in flight and the broker's Receive
+  Maximum queue, SUBACK waits, the packet-size limits both ways, reassembly, keepalive decisions) is the pure
+  :class:`~sskv_mapping._protocol.mqtt_session.MqttSession`; this ``Protocol`` keeps the socket, the futures
+  and the timers, and asks the session what to send and what an inbound packet means. Enhanced
+  authentication on the live connection (AUTH, re-authentication) goes the same way: an ``AUTH`` branch in
+  ``data_received``'s dispatch beside CONNACK, the state in the session, a ``reauthenticate`` here;
+* **receive**: ``data_received`` gets whatever the socket had (and re-arms TCP_QUICKACK: a broker on its
+  default settings writes with Nagle on); the session cuts every whole packet out of it, and each is dispatched
+  at once -- a PUBLISH to the handler (a response resolves its future, a notification reaches its watch), a
+  PUBACK to its waiter -- with no extra loop hop; a packet over our Maximum Packet Size drops the connection
+  at its header;
 * **send**: a packet is appended to an output list; the list leaves in one ``write`` at the end of the
   current ``data_received`` (a handler's responses and the PUBACKs go out together) or, outside it, in one
   ``call_soon`` callback (the requests a burst of woken tasks makes in one loop iteration leave together);
+  a packet over the broker's Maximum Packet Size is refused before anything is sent (``ValueTooLargeError``);
+  while asyncio pauses our writing, ``publish`` waits and ``publish_nowait`` refuses past a bound
+  (``WriteBufferFullError``);
 * CONNECT with TLS (asyncio's SSL transport, with the TLS settings' context and server name), user name /
   password or MQTT 5 enhanced authentication (``K8S-SAT``, the token re-read at every connect), keepalive
-  (PINGREQ when the connection was quiet, a connection whose PINGRESP does not come is dropped), the
+  (by bytes received: PINGREQ after half an interval without a read, the link dropped when its PINGRESP does
+  not come within half an interval more, whatever was written), the
   broker's Receive Maximum (QoS 1 publishes beyond it wait for PUBACKs), SUBSCRIBE/UNSUBSCRIBE with their
   acknowledgements, DISCONNECT. Reconnection is the client's (:mod:`sskv_mapping._keeper`).
 
