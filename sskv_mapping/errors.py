@@ -16,6 +16,7 @@ Must not import anything outside the standard library (nor any other module of s
     │   ├── ConnectionLostError              the connection dropped while the call was in flight
     │   ├── PublishRefusedError              the broker refused the request's PUBLISH (an ACL)
     │   ├── ServiceUnavailableError          nothing serves the state store on that broker (now)
+    │   ├── WriteBufferFullError             the connection's write backlog is at its bound: nothing sent
     │   └── RequestTimeoutError (TimeoutError)
     ├── ProtocolError                        a reply, notification or header that does not parse
     │   └── UnsupportedVersionError          protocol major version other than 1
@@ -81,6 +82,7 @@ __all__ = [
     "UnknownCommandError",
     "UnsupportedVersionError",
     "ValueTooLargeError",
+    "WriteBufferFullError",
     "WrongNumberOfArgumentsError",
 ]
 
@@ -142,6 +144,14 @@ class ServiceUnavailableError(TransportError):
     deadline: the state store was not serving on that broker, the request reached nobody and nothing was
     written. Raised after about a second when the service never answered this client (a bare broker), else when
     the call's own timeout ran out while the service was restarting."""
+
+
+class WriteBufferFullError(TransportError):
+    """The connection's write backlog (what waits to be written to the broker: the socket's buffer and the
+    publishes held for the broker's Receive Maximum) is at its bound, because the broker stopped reading or
+    stopped acknowledging. Raised by a publish that must not wait (``publish_nowait``: a request on the hot path,
+    the emulator's replies) instead of growing the backlog without limit; nothing was sent, the connection stays
+    up. A publish that may wait waits instead, within its deadline."""
 
 
 class ProtocolError(StateStoreError):

@@ -87,6 +87,7 @@ EXPECTED = {
     "NotAuthorizedError",
     "UnknownCommandError",
     "ValueTooLargeError",
+    "WriteBufferFullError",
     "WrongNumberOfArgumentsError",
     "MissingTimestampError",
     "MalformedTimestampError",

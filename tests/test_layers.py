@@ -31,7 +31,13 @@ LAYERS: list[tuple[str, set[str]]] = [
             "_protocol.hlc",
             "_protocol.notifications",
         }
-        | {"_protocol.resp3", "_protocol.topics", "_protocol.mqtt_publish", "_protocol.mqtt_packets"},
+        | {
+            "_protocol.resp3",
+            "_protocol.topics",
+            "_protocol.mqtt_publish",
+            "_protocol.mqtt_packets",
+            "_protocol.mqtt_session",
+        },
     ),
     (
         "transport",

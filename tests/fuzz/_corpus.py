@@ -39,6 +39,7 @@ from sskv_mapping._protocol.mqtt_publish import (
     mqtt_str,
     publish_properties,
 )
+from sskv_mapping._protocol.mqtt_session import MqttSession
 from sskv_mapping._protocol.notifications import KeyOperation, encode_notification, parse_notification
 from sskv_mapping._protocol.topics import NOTIFY_PREFIX, notification_topic
 from sskv_mapping.errors import ProtocolError, RequestSyntaxError, ServiceError
@@ -58,6 +59,7 @@ __all__ = [
     "check_publish",
     "check_reply",
     "check_request",
+    "check_session_stream",
     "encode_publish",
     "encode_reply",
     "expected_decode",
@@ -594,3 +596,46 @@ def check_packet_stream(data: bytes) -> int:
         except MalformedPacketError:
             pass
     return len(whole)
+
+
+def check_session_stream(data: bytes) -> int:
+    """The bytes as a broker's stream fed to the sans-IO session (``MqttSession``) with publishes in flight and
+    queued behind a Receive Maximum of 2: every packet dispatched as the transport does (CONNACK, PUBACK then
+    release, SUBACK, PINGRESP); only ``MalformedPacketError`` escapes, the Receive Maximum always holds, and
+    every token comes back exactly once (by a PUBACK or SUBACK, or at the end from ``lost``). Returns the
+    packets dispatched."""
+    session: MqttSession[int] = MqttSession(keepalive=10, max_inbound_packet_size=4096)
+    session.connack(b"\x00\x00\x03\x21\x00\x02")  # the broker's Receive Maximum: 2
+    field = mqtt_str("a/b")
+    for token in range(5):
+        session.publish(field, b"x", 1, b"\x00", token)
+    sub = session.request_id(100)
+    assert sub not in session.inflight
+    returned: list[int] = []
+    count = 0
+    try:
+        for first, body in session.feed(data):
+            count += 1
+            kind = first >> 4
+            try:
+                if kind == _packets.CONNACK:
+                    session.connack(body)
+                elif kind == _packets.PUBACK:
+                    acked_publish, _ = session.puback(body)
+                    if acked_publish is not None:
+                        returned.append(acked_publish)
+                    session.release(lambda t: False)  # now in flight: back by their PUBACK or from lost()
+                elif kind in (_packets.SUBACK, _packets.UNSUBACK):
+                    acked, _ = session.acknowledged_request(body)
+                    if acked is not None:
+                        returned.append(acked)
+                elif kind == _packets.PINGRESP:
+                    session.pingresp()
+            except MalformedPacketError:
+                pass
+            assert len(session.inflight) <= max(session.send_quota, 2)
+    except MalformedPacketError:
+        pass
+    lost = session.lost()
+    assert sorted(returned + lost) == [0, 1, 2, 3, 4, 100], (returned, lost)
+    return count
