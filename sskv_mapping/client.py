@@ -805,6 +805,17 @@ class StateStoreClient(BlockingTwin):
         finally:
             self._run(_close_pages(pages))
 
+    def scan(
+        self,
+        pattern: KeyLike,
+        *,
+        timeout: float | UnsetType | None = UNSET,
+        page_timeout: float | UnsetType | None = UNSET,
+    ) -> Iterator[bytes]:
+        """Like the async twin: every key matching ``pattern`` (one hop to the loop thread per page, not per key)."""
+        pages = self.scan_pages(pattern, timeout=timeout, page_timeout=page_timeout)
+        return (key for page in pages for key in page)
+
     @property
     def supports_scan(self) -> bool | None:
         return self._async.supports_scan
