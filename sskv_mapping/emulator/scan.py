@@ -11,6 +11,8 @@ The choices where §8 leaves the service's behaviour open (each documented in th
   must match. Matching is per character of the UTF-8 key; a key that is not UTF-8 is still matched, each invalid
   byte counting as one character (the service is reported to list only UTF-8 keys: the emulator is more lenient).
   An unclosed ``[`` is an invalid pattern: ``-ERR syntax error`` (as is an empty pattern or an empty token).
+  The pattern is parsed here (these rules, not ``fnmatch``'s); the parsed elements run as an anchored regular
+  expression built from them, so the per-key cost is the C regex engine's.
 * **Order and pages**: the keys are kept in a sorted list (bytes order), updated incrementally with ``bisect`` on
   every new and removed key, so a page costs what it examines, not the size of the store. A page holds up to
   ``page_size`` matching keys and examines at most ``max(10 * page_size, 64)`` keys: a sparse pattern gives empty
@@ -31,6 +33,7 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,53 +68,50 @@ class _Class:
         return hit != self.negate
 
 
-_Element = str | _Class | None  # a literal character, a class, "?" as the empty string, or _STAR
+_Element = str | _Class | None  # a literal character, a class, "?" as the empty string, or _STAR (None)
 
 
 @dataclass(frozen=True, slots=True)
 class Glob:
-    """A compiled pattern: ``prefix`` (its literal beginning, bytes) and its elements."""
+    """A compiled pattern: ``prefix`` (its literal beginning, bytes) and a matcher for what follows it."""
 
     prefix: bytes
-    elements: tuple[_Element, ...]
+    #: the elements after the literal prefix (a key in the prefix's range only needs these matched)
+    rest: tuple[_Element, ...]
     #: "prefix*": every key with the prefix matches (no per-key work)
     prefix_only: bool
+    _fullmatch: Callable[[str], object]
 
     def matches(self, key: bytes) -> bool:
+        return key.startswith(self.prefix) and self.matches_rest(key)
+
+    def matches_rest(self, key: bytes) -> bool:
+        """Does ``key``, known to start with the prefix, match?"""
         if self.prefix_only:
-            return key.startswith(self.prefix)
-        return _match(self.elements, key.decode("utf-8", "surrogateescape"))
+            return True
+        return self._fullmatch(key[len(self.prefix) :].decode("utf-8", "surrogateescape")) is not None
 
 
-def _one(element: _Element, ch: str) -> bool:
-    if isinstance(element, str):
-        return element == "" or element == ch
-    assert element is not None
-    return element(ch)
+def _class_regex(cls: _Class) -> str:
+    parts = [re.escape(ch) for ch in sorted(cls.members)]
+    parts += [f"{re.escape(lo)}-{re.escape(hi)}" for lo, hi in cls.ranges if lo <= hi]  # a reversed range: none
+    if not parts:
+        return "." if cls.negate else "(?!)"
+    return "[" + ("^" if cls.negate else "") + "".join(parts) + "]"
 
 
-def _match(elements: tuple[_Element, ...], text: str) -> bool:
-    """Greedy match with backtracking to the last ``*`` (linear in practice, O(len * elements) at worst)."""
-    i = j = 0
-    star = -1
-    mark = 0
-    n, m = len(text), len(elements)
-    while i < n:
-        if j < m and elements[j] is not _STAR and _one(elements[j], text[i]):
-            i += 1
-            j += 1
-        elif j < m and elements[j] is _STAR:
-            star, mark = j, i
-            j += 1
-        elif star >= 0:
-            j = star + 1
-            mark += 1
-            i = mark
+def _regex(elements: tuple[_Element, ...]) -> str:
+    """The elements as a regular expression (DOTALL, matched whole): the rules are this module's, the regex
+    engine only runs them."""
+    out = []
+    for element in elements:
+        if element is _STAR:
+            out.append(".*")
+        elif isinstance(element, str):
+            out.append(re.escape(element) if element else ".")
         else:
-            return False
-    while j < m and elements[j] is _STAR:
-        j += 1
-    return j == m
+            out.append(_class_regex(element))
+    return "".join(out)
 
 
 def _bracket(text: str, i: int) -> tuple[_Class, int]:
@@ -162,7 +162,9 @@ def compile_glob(pattern: bytes) -> Glob:
             elements.append(ch)
             i += 1
     prefix_only = cut >= 0 and pattern[cut:] == b"*"
-    return Glob(prefix, tuple(elements), prefix_only)
+    skip = len(prefix.decode("utf-8", "surrogateescape"))  # the prefix's elements: one literal per character
+    rest = tuple(elements[skip:])
+    return Glob(prefix, rest, prefix_only, re.compile(_regex(rest), re.DOTALL).fullmatch)
 
 
 def glob_match(pattern: bytes, key: bytes) -> bool:
@@ -235,7 +237,7 @@ class KeySpace:
             examined += 1
             i += 1
             last = key
-            if glob.matches(key) and live(key):
+            if glob.matches_rest(key) and live(key):
                 found.append(key)
         return found, last, i < n and keys[i].startswith(prefix)
 
