@@ -11,7 +11,9 @@ store larger than what it lists), and each is listed with ``client.scan(escape_g
 * per page against a ``client.get`` round trip measured in the same run (the machines are shared and noisy):
   a page costs a round trip plus its keys;
 * the same namespace listed with a glob that is not a prefix (``ns/*7``): the matcher looks at every key of the
-  namespace; pages come back with fewer keys (some empty), the count of examined keys bounds each page.
+  namespace; pages come back with fewer keys (some empty), the count of examined keys bounds each page;
+* the emulator core alone (in this process, no broker, no client): the service side's cost of a page at each
+  size -- flat from 1k to 100k keys if a page costs what it examines, not the store.
 
 This is a script, not a test.
 """
@@ -114,14 +116,51 @@ async def measure(host: str, port: int, sizes: list[int], repeats: int) -> list[
     return rows
 
 
+def measure_core(sizes: list[int], page_size: int, repeats: int) -> None:
+    """The emulator core alone: a whole listing through ``EmulatorCore.handle``, per page."""
+    from sskv_mapping._protocol.commands import Scan
+    from sskv_mapping._protocol.resp3 import encode_request
+    from sskv_mapping.emulator.core import EmulatorCore
+
+    core = EmulatorCore(scan_page_size=page_size)
+    ts = {"__ts": f"{time.time_ns() // 1_000_000}:0:bench"}
+    spaces = {n: f"core-{n}/".encode() for n in sizes}
+    for n, ns in spaces.items():
+        for i in range(n):
+            core.handle("bench", encode_request(b"SET", ns + b"%07d" % i, b"v"), ts)
+    for n, ns in spaces.items():
+        times, pages = [], 0
+        for _ in range(repeats):
+            token, pages = None, 0
+            t0 = time.perf_counter()
+            while True:
+                cmd = Scan(escape_glob(ns) + b"*", token)
+                token = cmd.decode(core.handle("bench", cmd.encode(), ts).payload).token
+                pages += 1
+                if token is None:
+                    break
+            times.append(time.perf_counter() - t0)
+        median = statistics.median(times)
+        print(
+            f"  core alone, page size {page_size:>3}: {n:>7,} keys  {pages:>6,} pages  {median * 1000:>8.1f} ms  "
+            f"{median / pages * 1e6:7.1f} us/page",
+            flush=True,
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="namespace sizes, comma-separated")
     parser.add_argument("--page-sizes", default="100,10", help="emulator --scan-page-size values (100: default)")
     parser.add_argument("--repeats", type=int, default=5, help="listings per row (median; halved at 100k)")
+    parser.add_argument("--core-only", action="store_true", help="measure the emulator core alone, no broker")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"machine: {machine()}", flush=True)
+    for page_size in (int(p) for p in args.page_sizes.split(",")):
+        measure_core(sizes, page_size, args.repeats)
+    if args.core_only:
+        return 0
     with MosquittoBroker() as broker:
         for page_size in (int(p) for p in args.page_sizes.split(",")):
             print(f"emulator --scan-page-size {page_size}:", flush=True)

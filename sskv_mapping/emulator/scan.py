@@ -49,7 +49,7 @@ DEFAULT_SCAN_PAGE_SIZE = 100
 #: The ``-ERR`` text for a continuation token that does not verify (the service's text is unknown).
 INVALID_TOKEN_TEXT = "invalid scan continuation token"
 
-_STAR = None  # an element of a compiled glob: None is "*", else a one-character test
+_STAR = None  # an element of a parsed glob: None is "*"; a str or a _Class stands for one character
 _TOKEN_FORMAT = 1
 _MAC_SIZE = 8
 _MAX_EMPTY_PAGES = 255
@@ -62,10 +62,6 @@ class _Class:
     negate: bool
     members: frozenset[str]
     ranges: tuple[tuple[str, str], ...]
-
-    def __call__(self, ch: str) -> bool:
-        hit = ch in self.members or any(lo <= ch <= hi for lo, hi in self.ranges)
-        return hit != self.negate
 
 
 _Element = str | _Class | None  # a literal character, a class, "?" as the empty string, or _STAR (None)
@@ -188,7 +184,11 @@ class KeySpace:
     def __init__(self, *, page_size: int = DEFAULT_SCAN_PAGE_SIZE, empty_pages: int = 0, secret: bytes | None = None):
         if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
             raise ValueError("the SCAN page size must be an int >= 1")
-        if isinstance(empty_pages, bool) or not isinstance(empty_pages, int) or not 0 <= empty_pages <= 255:
+        if (
+            isinstance(empty_pages, bool)
+            or not isinstance(empty_pages, int)
+            or not 0 <= empty_pages <= _MAX_EMPTY_PAGES
+        ):
             raise ValueError(f"empty_pages must be an int in 0..{_MAX_EMPTY_PAGES}")
         self.page_size = page_size
         self.empty_pages = empty_pages
