@@ -27,6 +27,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from ._backoff import Backoff
+from ._keeper import ConnectionKeeper, ConnectionState
 from ._protocol.commands import Scan
 from .errors import ConnectionLostError, RequestTimeoutError, UnsupportedCommandError
 
@@ -52,13 +53,19 @@ class ScanSupport:
     remembered for the new connection.
     """
 
-    __slots__ = ("epoch", "page_retries", "supported")
+    __slots__ = ("_keeper", "epoch", "page_retries", "supported")
 
-    def __init__(self) -> None:
+    def __init__(self, keeper: ConnectionKeeper | None = None) -> None:
+        self._keeper = keeper
         self.supported: bool | None = None
         self.epoch = 0
         #: pages asked again after a timeout or a dropped connection (all listings of this client)
         self.page_retries = 0
+
+    def may_come_back(self) -> bool:
+        """Can a lost connection still come back? Not for a client with ``reconnect=False`` that dropped (or a
+        closed one): a page that lost its connection there is not asked again, the caller hears at once."""
+        return self._keeper is None or self._keeper.state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTING)
 
     def forget(self) -> None:
         self.supported = None
@@ -103,6 +110,8 @@ async def scan_pages(
             raise
         except _RETRYABLE as exc:
             spent += loop.time() - started
+            if isinstance(exc, ConnectionLostError) and not support.may_come_back():
+                raise
             if timeout is not None and spent >= timeout:
                 raise RequestTimeoutError(
                     f"the SCAN of {pattern[:80]!r} did not finish within {timeout} s (last page: {exc})"

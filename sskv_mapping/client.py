@@ -265,7 +265,7 @@ class AsyncStateStoreClient:
         #: responses whose version was too far ahead of this machine's clock to merge (its clock is behind)
         self.clock_drift_warnings = 0
         self.bad_notifications = 0
-        self._scan = ScanSupport()
+        self._scan = ScanSupport(self._keeper)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import pytest
 from sskv_mapping import (
     AsyncStateStoreClient,
     ConfigurationError,
+    ConnectionLostError,
     RequestTimeoutError,
     UnsupportedCommandError,
     escape_glob,
@@ -166,3 +167,23 @@ async def test_escape_glob_lists_a_namespace_with_glob_characters_exactly() -> N
         assert sorted([k async for k in client.scan(escape_glob("n[s]*?/") + b"*")]) == mine
         # unescaped, the same bytes are a glob that matches the other namespace, not this one
         assert sorted([k async for k in client.scan(b"n[s]*?/*")]) == [b"ns*?/000", b"ns*?/001", b"ns*?/002"]
+
+
+async def test_a_lost_connection_that_cannot_come_back_fails_the_listing_at_once() -> None:
+    # reconnect=False (as the CLI): no retry until the listing's deadline, the caller hears at once
+    async with InProcessStateStore(scan_page_size=2) as store, store.client(reconnect=False) as client:
+        await fill(client, "lost/", 5)
+        loop = asyncio.get_running_loop()
+
+        def drop_on_second_page(cmd: Scan) -> bool:
+            if cmd.token is None:
+                return False
+            loop.call_soon(store.broker._sessions[client.client_id].drop)
+            return True
+
+        drop_requests(store, drop_on_second_page)
+        pages = client.scan_pages(b"lost/*", timeout=300)
+        assert len(await anext(pages)) == 2
+        with pytest.raises(ConnectionLostError):
+            await anext(pages)
+        assert client._scan.page_retries == 0  # not asked again until the listing's 300 s ran out
