@@ -9,8 +9,8 @@ with the first reply that carries no token. The pager bounds a listing by *time*
   between retries -- not the time the caller spends between pages, so a slow consumer does not fail a listing;
 * a page that timed out or whose connection dropped is asked again with the *same* token (the SDKs keep the token
   for exactly this), after a short backoff, while the listing's budget lasts -- unless the connection cannot
-  come back (a client with ``reconnect=False`` that dropped): then the caller hears at once. ``unknown command`` on a later page
-  (the service changed under the listing) stays a plain :class:`UnknownCommandError`.
+  come back (a client with ``reconnect=False`` that dropped): then the caller hears at once. ``unknown command``
+  on a later page (the service changed under the listing) stays a plain :class:`UnknownCommandError`.
 
 The first page is the capability test: ``unknown command`` there is :class:`UnsupportedCommandError`, remembered
 for the connection (:class:`ScanSupport`), so later listings fail at once without a request; the client forgets it
