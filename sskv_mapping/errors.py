@@ -16,6 +16,7 @@ Must not import anything outside the standard library (nor any other module of s
     │   ├── ConnectionLostError              the connection dropped while the call was in flight
     │   ├── PublishRefusedError              the broker refused the request's PUBLISH (an ACL)
     │   ├── ServiceUnavailableError          nothing serves the state store on that broker (now)
+    │   ├── ReauthenticationError            the broker refused (or ignored) a K8S-SAT re-authentication
     │   └── RequestTimeoutError (TimeoutError)
     ├── ProtocolError                        a reply, notification or header that does not parse
     │   └── UnsupportedVersionError          protocol major version other than 1
@@ -70,6 +71,7 @@ __all__ = [
     "ProtocolError",
     "PublishRefusedError",
     "QuotaExceededError",
+    "ReauthenticationError",
     "RequestSyntaxError",
     "RequestTimeoutError",
     "RpcStatusError",
@@ -142,6 +144,12 @@ class ServiceUnavailableError(TransportError):
     deadline: the state store was not serving on that broker, the request reached nobody and nothing was
     written. Raised after about a second when the service never answered this client (a bare broker), else when
     the call's own timeout ran out while the service was restarting."""
+
+
+class ReauthenticationError(TransportError):
+    """A re-authentication on a live connection (MQTT 5 AUTH, method ``K8S-SAT``, sent before the presented
+    token expires) was refused or not answered in time. The connection is dropped with it; the client reconnects
+    as after any drop, reading the token again for its CONNECT."""
 
 
 class ProtocolError(StateStoreError):

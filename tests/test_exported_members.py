@@ -74,6 +74,7 @@ EXPECTED = {
     "ConnectionLostError",
     "PublishRefusedError",
     "ServiceUnavailableError",
+    "ReauthenticationError",
     "RequestTimeoutError",
     "ProtocolError",
     "UnsupportedVersionError",
