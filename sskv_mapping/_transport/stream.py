@@ -17,7 +17,8 @@ Here instead:
   current ``data_received`` (a handler's responses and the PUBACKs go out together) or, outside it, in one
   ``call_soon`` callback (the requests a burst of woken tasks makes in one loop iteration leave together);
 * CONNECT with TLS (asyncio's SSL transport, with the TLS settings' context and server name), user name /
-  password or MQTT 5 enhanced authentication (``K8S-SAT``, the token re-read at every connect), keepalive
+  password or MQTT 5 enhanced authentication (``K8S-SAT``, the token re-read at every connect, and
+  re-authentication with AUTH on the live connection before it expires: ``sat.py``), keepalive
   (PINGREQ when the connection was quiet, a connection whose PINGRESP does not come is dropped), the
   broker's Receive Maximum (QoS 1 publishes beyond it wait for PUBACKs), SUBSCRIBE/UNSUBSCRIBE with their
   acknowledgements, DISCONNECT. Reconnection is the client's (:mod:`sskv_mapping._keeper`).
@@ -47,6 +48,7 @@ from ..errors import (
     ServiceUnavailableError,
     TransportError,
 )
+from .sat import SatSession
 from .settings import ConnectionSettings
 from .tls import read_sat_token, server_name, ssl_context
 
@@ -140,6 +142,7 @@ class StreamConnection(asyncio.Protocol):
         self._flushes_seen = 0
         self._ping_sent: float | None = None
         self._lost_reason = ""
+        self._sat = SatSession(settings, self.reauthenticate)  # K8S-SAT re-authentication (AUTH), see sat.py
 
     # -- properties ---------------------------------------------------------------------------------------------
 
@@ -200,6 +203,7 @@ class StreamConnection(asyncio.Protocol):
         interval = keepalive if isinstance(keepalive, int) else s.keepalive
         if interval > 0:
             self._keepalive_handle = loop.call_later(interval / 2, self._keepalive, interval)
+        self._sat.start(token, self._closed)
 
     def _abort(self) -> None:
         """connect() failed: close whatever is open; the failure is connect()'s to report, not wait_closed()'s."""
@@ -252,8 +256,8 @@ class StreamConnection(asyncio.Protocol):
                     if self._transport is not None:
                         self._transport.close()
                     return
-                else:  # AUTH (no enhanced-authentication exchange is spoken), or a packet only a broker receives
-                    raise MalformedPacketError(f"unexpected packet type {kind}")
+                else:  # AUTH (a re-authentication's answer: sat.py), or a packet only a broker receives
+                    self._sat.received(first, body)
         except MalformedPacketError as exc:
             self._protocol_error(str(exc))
         finally:
@@ -279,9 +283,9 @@ class StreamConnection(asyncio.Protocol):
         if first & 0x02:
             self._out.append(packets.puback_packet(packet_id))
 
-    def _protocol_error(self, text: str) -> None:
+    def _protocol_error(self, text: str, what: str = "malformed packet from the broker") -> None:
         log.warning("dropping the connection to %s: %s", self.settings.url, text)
-        self._lost_reason = f"malformed packet from the broker: {text}"
+        self._lost_reason = f"{what}: {text}"
         if self._transport is not None:
             self._transport.abort()
 
@@ -352,8 +356,7 @@ class StreamConnection(asyncio.Protocol):
         self._flushes += 1
 
     def _keepalive(self, interval: int) -> None:
-        """Every ``interval / 2`` s: a PINGREQ if nothing was written since the last tick; the connection is
-        dropped when a PINGREQ's PINGRESP has not come by the tick ``interval`` s after it."""
+        """Every ``interval / 2`` s: PINGREQ if nothing was written since the last tick; no PINGRESP by then: drop."""
         loop = self._loop
         if loop is None or self._transport is None:
             return
@@ -490,6 +493,10 @@ class StreamConnection(asyncio.Protocol):
             topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry,
             refusal if qos else None, False,
         )  # fmt: skip
+
+    async def reauthenticate(self, token: bytes, timeout: float) -> None:
+        """AUTH 0x19 (K8S-SAT, ``token``), AUTH 0x00 back; else :class:`ReauthenticationError`, the link dropped."""
+        await self._sat.exchange(token, timeout, self._send, self._protocol_error)
 
     # -- subscriptions ------------------------------------------------------------------------------------------
 
