@@ -80,6 +80,7 @@ CONNECTION_OPTIONS: tuple[str, ...] = (
     "sat_token_file",
     "keepalive",
     "connect_timeout",
+    "sat_token_provider",
 )
 _CONNECTION_KEYS = frozenset(CONNECTION_OPTIONS)
 
@@ -174,6 +175,8 @@ class AsyncStateStoreClient:
     Args:
         host, port: the broker. ``client_id`` defaults to a random ``sskv-…`` id.
         username, password, tls, sat_token_file: authentication (see :class:`ConnectionSettings`).
+        sat_token_provider: instead of ``sat_token_file``, a callable returning the current K8S-SAT token (for a
+            token that lives in no file); called on the event loop at each connect and re-authentication.
         timeout: default per-call timeout in seconds (``None``: wait forever).
         reconnect: reconnect automatically with exponential backoff after a drop.
         clock: wall clock in ms for the hybrid logical clock (injectable for tests).
@@ -205,6 +208,7 @@ class AsyncStateStoreClient:
         settings: ConnectionSettings | None = None,
         connection_factory: ConnectionFactory | None = None,
         max_payload: int | None = DEFAULT_MAX_PAYLOAD,
+        sat_token_provider: Callable[[], str | bytes] | None = None,
     ) -> None:
         if settings is None:
             extra: dict[str, Any] = {}
@@ -217,6 +221,7 @@ class AsyncStateStoreClient:
                 password=password,
                 tls=tls,
                 sat_token_file=sat_token_file,
+                sat_token_provider=sat_token_provider,
                 **extra,
             )
         _check_timeout(timeout)
@@ -637,6 +642,7 @@ class StateStoreClient(BlockingTwin):
         settings: ConnectionSettings | None = None,
         connection_factory: ConnectionFactory | None = None,
         max_payload: int | None = DEFAULT_MAX_PAYLOAD,
+        sat_token_provider: Callable[[], str | bytes] | None = None,
     ) -> None:
         super().__init__()
         self._async = AsyncStateStoreClient(
@@ -655,6 +661,7 @@ class StateStoreClient(BlockingTwin):
             settings=settings,
             connection_factory=connection_factory,
             max_payload=max_payload,
+            sat_token_provider=sat_token_provider,
         )
 
     @classmethod

@@ -197,11 +197,12 @@ class SatSession:
 
     def stop(self) -> None:
         self._over = True
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
         if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_exception(ConnectionLostError("the connection ended during a re-authentication"))
+            # an exchange under way fails (and is logged) as such; its task then ends by itself
+            self._waiter.set_exception(ConnectionLostError("the connection ended"))
+        elif self._task is not None:
+            self._task.cancel()
+        self._task = None
 
     def received(self, first: int, body: bytes) -> None:
         """A packet the connection does not otherwise handle (called inside its read callback)."""
@@ -230,7 +231,7 @@ class SatSession:
         except TimeoutError:
             failure = f"no answer within {timeout:g} s"
         except ConnectionLostError as exc:
-            raise ReauthenticationError(f"K8S-SAT re-authentication on {url} failed: {exc}") from exc
+            failure = f"the connection ended before the answer ({exc})"  # e.g. the broker's DISCONNECT 0x87
         else:
             if auth.reason == AUTH_SUCCESS and auth.method in (None, SAT_METHOD):
                 self.accepted += 1
@@ -243,12 +244,11 @@ class SatSession:
                 failure += f": {auth.reason_string[:200]}"
         finally:
             self._waiter = None
-        log.warning(
-            "%s: K8S-SAT re-authentication on %s failed (%s); reconnecting with the token read again",
-            self._settings.client_id, url, failure,
-        )  # fmt: skip
-        drop(failure, "K8S-SAT re-authentication failed")
-        raise ReauthenticationError(f"K8S-SAT re-authentication on {url} failed: {failure}")
+        error = ReauthenticationError(f"K8S-SAT re-authentication on {url} failed: {failure}")
+        log.warning("%s: %s; reconnecting with the token read again", self._settings.client_id, error)
+        if not self._over:
+            drop(failure, "K8S-SAT re-authentication failed")
+        raise error
 
     async def _keep_fresh(self, presented: bytes) -> None:
         s = self._settings
