@@ -28,7 +28,7 @@ from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.emulator.server import EmulatorServer
 
 from ._sat_front import SatFront, make_jwt
-from .test_k8s_sat import StateEvents, rotate
+from .test_k8s_sat import LogEvent, StateEvents, rotate
 
 #: a test token's lifetime (s); the rotator writes a fresh one every third of it, as the kubelet does (sooner)
 LIFETIME = 3.0
@@ -207,7 +207,7 @@ async def test_reauthenticate_raises_a_typed_error_and_drops_the_link(
 
 
 async def test_a_token_that_is_not_a_jwt_is_re_sent_only_when_the_file_changes(
-    broker_url: tuple[str, int], tmp_path: Path
+    broker_url: tuple[str, int], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     host, port = broker_url
     token_file = tmp_path / "token"
@@ -216,8 +216,16 @@ async def test_a_token_that_is_not_a_jwt_is_re_sent_only_when_the_file_changes(
     async with SatFront(port, upstream_host=host) as front:
         async with AsyncStateStoreClient(settings=settings.replace(port=front.port), timeout=5) as client:
             for n, token in enumerate(["opaque-two", "opaque-three"], start=1):
-                rotate(token_file, token)
-                await front.wait_until(lambda n=n: front.auths_accepted >= n, timeout=10)  # type: ignore[misc]
+                accepted = LogEvent("K8S-SAT re-authentication accepted")
+                logging.getLogger("sskv_mapping.transport").addHandler(accepted)
+                try:
+                    with caplog.at_level(logging.DEBUG, logger="sskv_mapping"):
+                        rotate(token_file, token)
+                        await front.wait_until(lambda n=n: front.auths_accepted >= n, timeout=10)  # type: ignore[misc]
+                        await asyncio.wait_for(accepted.event.wait(), 10)
+                finally:
+                    logging.getLogger("sskv_mapping.transport").removeHandler(accepted)
+                assert "opaque" not in caplog.text  # the token is in no log record
             # many polls of an unchanged file in between, and not one AUTH for them
             assert front.auths == [b"opaque-two", b"opaque-three"]
             assert client.reconnects == 0
