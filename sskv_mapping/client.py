@@ -81,6 +81,7 @@ CONNECTION_OPTIONS: tuple[str, ...] = (
     "keepalive",
     "connect_timeout",
     "sat_token_provider",
+    "sat_poll_interval",
 )
 _CONNECTION_KEYS = frozenset(CONNECTION_OPTIONS)
 
