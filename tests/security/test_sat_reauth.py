@@ -31,7 +31,7 @@ from ._sat_front import SatFront, make_jwt
 from .test_k8s_sat import LogEvent, StateEvents, rotate
 
 #: a test token's lifetime (s); the rotator writes a fresh one every third of it, as the kubelet does (sooner)
-LIFETIME = 3.0
+LIFETIME = 4.0
 EXPIRIES = 3
 
 
