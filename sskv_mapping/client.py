@@ -82,6 +82,8 @@ CONNECTION_OPTIONS: tuple[str, ...] = (
     "sat_token_file",
     "keepalive",
     "connect_timeout",
+    "sat_token_provider",
+    "sat_poll_interval",
 )
 _CONNECTION_KEYS = frozenset(CONNECTION_OPTIONS)
 
@@ -179,6 +181,8 @@ class AsyncStateStoreClient:
     Args:
         host, port: the broker. ``client_id`` defaults to a random ``sskv-…`` id.
         username, password, tls, sat_token_file: authentication (see :class:`ConnectionSettings`).
+        sat_token_provider: instead of ``sat_token_file``, a callable returning the current K8S-SAT token (for a
+            token that lives in no file); called on the event loop at each connect and re-authentication.
         timeout: default per-call timeout in seconds (``None``: wait forever).
         reconnect: reconnect automatically with exponential backoff after a drop.
         clock: wall clock in ms for the hybrid logical clock (injectable for tests).
@@ -210,6 +214,7 @@ class AsyncStateStoreClient:
         settings: ConnectionSettings | None = None,
         connection_factory: ConnectionFactory | None = None,
         max_payload: int | None = DEFAULT_MAX_PAYLOAD,
+        sat_token_provider: Callable[[], str | bytes] | None = None,
     ) -> None:
         if settings is None:
             extra: dict[str, Any] = {}
@@ -222,6 +227,7 @@ class AsyncStateStoreClient:
                 password=password,
                 tls=tls,
                 sat_token_file=sat_token_file,
+                sat_token_provider=sat_token_provider,
                 **extra,
             )
         _check_timeout(timeout)
@@ -679,6 +685,7 @@ class StateStoreClient(BlockingTwin):
         settings: ConnectionSettings | None = None,
         connection_factory: ConnectionFactory | None = None,
         max_payload: int | None = DEFAULT_MAX_PAYLOAD,
+        sat_token_provider: Callable[[], str | bytes] | None = None,
     ) -> None:
         super().__init__()
         self._async = AsyncStateStoreClient(
@@ -697,6 +704,7 @@ class StateStoreClient(BlockingTwin):
             settings=settings,
             connection_factory=connection_factory,
             max_payload=max_payload,
+            sat_token_provider=sat_token_provider,
         )
 
     @classmethod

@@ -17,6 +17,7 @@ Must not import anything outside the standard library (nor any other module of s
     │   ├── PublishRefusedError              the broker refused the request's PUBLISH (an ACL)
     │   ├── ServiceUnavailableError          nothing serves the state store on that broker (now)
     │   ├── WriteBufferFullError             the connection's write backlog is at its bound: nothing sent
+    │   ├── ReauthenticationError            the broker refused (or ignored) a K8S-SAT re-authentication
     │   └── RequestTimeoutError (TimeoutError)
     ├── ProtocolError                        a reply, notification or header that does not parse
     │   └── UnsupportedVersionError          protocol major version other than 1
@@ -72,6 +73,7 @@ __all__ = [
     "ProtocolError",
     "PublishRefusedError",
     "QuotaExceededError",
+    "ReauthenticationError",
     "RequestSyntaxError",
     "RequestTimeoutError",
     "RpcStatusError",
@@ -154,6 +156,12 @@ class WriteBufferFullError(TransportError):
     stopped acknowledging. Raised by a publish that must not wait (``publish_nowait``: a request on the hot path,
     the emulator's replies) instead of growing the backlog without limit; nothing was sent, the connection stays
     up. A publish that may wait waits instead, within its deadline."""
+
+
+class ReauthenticationError(TransportError):
+    """A re-authentication on a live connection (MQTT 5 AUTH, method ``K8S-SAT``, sent before the presented
+    token expires) was refused or not answered in time. The connection is dropped with it; the client reconnects
+    as after any drop, reading the token again for its CONNECT."""
 
 
 class ProtocolError(StateStoreError):

@@ -75,6 +75,7 @@ EXPECTED = {
     "ConnectionLostError",
     "PublishRefusedError",
     "ServiceUnavailableError",
+    "ReauthenticationError",
     "RequestTimeoutError",
     "ProtocolError",
     "UnsupportedVersionError",

@@ -1,12 +1,13 @@
 """Layer 1 (pure protocol): the MQTT 5 packets a state store client and the emulator exchange with a broker,
 as bytes -- CONNECT/CONNACK, SUBSCRIBE/SUBACK, UNSUBSCRIBE/UNSUBACK, PUBLISH (the properties and the inbound
-decoding are :mod:`~sskv_mapping._protocol.mqtt_publish`'s), PUBACK, PINGREQ/PINGRESP, DISCONNECT -- and
+decoding are :mod:`~sskv_mapping._protocol.mqtt_publish`'s), PUBACK, PINGREQ/PINGRESP, DISCONNECT, AUTH -- and
 :class:`PacketSplitter`, which cuts a byte stream into whole packets: one ``recv`` of many packets is parsed in
 one go (the transport's receive path, ``_transport/stream.py``).
 
-Only what this project needs of MQTT 5 (QoS 0 and 1, no retained messages, no topic aliases, no will, no
-enhanced-authentication exchange beyond the CONNECT's method and data). Anything else that arrives is a
-:class:`~sskv_mapping._protocol.mqtt_publish.MalformedPacketError`, never another exception.
+Only what this project needs of MQTT 5 (QoS 0 and 1, no retained messages, no topic aliases, no will; of enhanced
+authentication, what K8S-SAT needs: the CONNECT's method and data, and the AUTH packets of a re-authentication).
+Anything else that arrives is a :class:`~sskv_mapping._protocol.mqtt_publish.MalformedPacketError`, never another
+exception.
 
 Must not import aiomqtt/paho, asyncio, sockets nor anything above ``_protocol``.
 """
@@ -19,13 +20,19 @@ from dataclasses import dataclass, field
 from .mqtt_publish import MalformedPacketError, mqtt_bytes, mqtt_str, varint
 
 __all__ = [
+    "AUTH_CONTINUE",
+    "AUTH_REAUTHENTICATE",
+    "AUTH_SUCCESS",
     "DISCONNECT",
     "MAX_PACKET",
     "PINGREQ",
+    "Auth",
     "Connack",
     "PacketSplitter",
+    "auth_packet",
     "connect_packet",
     "decode_ack",
+    "decode_auth",
     "decode_connack",
     "decode_disconnect",
     "decode_suback",
@@ -405,3 +412,70 @@ class PacketSplitter:
     def pending(self) -> int:
         """Bytes of an incomplete packet kept for the next :meth:`feed`."""
         return len(self._buf)
+
+
+# -- AUTH (MQTT 5 §3.15): re-authentication on a live connection ------------------------------------------------
+
+#: AUTH reason codes: the exchange is over and the client is (re-)authenticated / one more step / the client
+#: starts a re-authentication
+AUTH_SUCCESS, AUTH_CONTINUE, AUTH_REAUTHENTICATE = 0x00, 0x18, 0x19
+_REASONS.update({0x18: "Continue authentication", 0x19: "Re-authenticate"})
+# the properties an AUTH may carry: Authentication Method, Authentication Data, Reason String, User Property
+_AUTH_PROPERTIES = frozenset({0x15, 0x16, 0x1F, 0x26})
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    """A decoded AUTH packet. ``reason`` is whatever byte the peer sent (a broker refusing a re-authentication
+    should send DISCONNECT, but the receiver decides what an unexpected code means, not the codec)."""
+
+    reason: int = AUTH_SUCCESS
+    method: str | None = None
+    data: bytes | None = None
+    reason_string: str | None = None
+
+
+def auth_packet(
+    reason: int, *, method: str | None = None, data: bytes | None = None, reason_string: str | None = None
+) -> bytes:
+    """AUTH with ``reason`` and the given properties; a bare success (0x00, no properties) is the two-byte form.
+    Authentication Data needs a method ([MQTT-3.15.2-1]: every AUTH names the method it continues)."""
+    if not 0 <= reason <= 0xFF:
+        raise MalformedPacketError(f"a reason code is one byte, not {reason}")
+    if data is not None and method is None:
+        raise MalformedPacketError("AUTH with Authentication Data needs an Authentication Method")
+    props = b""
+    if method is not None:
+        props += b"\x15" + mqtt_str(method)
+    if data is not None:
+        props += b"\x16" + mqtt_bytes(data)
+    if reason_string is not None:
+        props += b"\x1f" + mqtt_str(reason_string)
+    if reason == AUTH_SUCCESS and not props:
+        return b"\xf0\x00"
+    return _packet(0xF0, bytes((reason,)) + varint(len(props)) + props)
+
+
+def decode_auth(first: int, body: bytes) -> Auth:
+    """An AUTH packet's first byte and body -> :class:`Auth`; anything not an AUTH as MQTT 5 writes it (reserved
+    flags set, a property an AUTH may not carry, bytes after the properties) is a :class:`MalformedPacketError`."""
+    if first != 0xF0:
+        raise MalformedPacketError(f"not an AUTH packet (first byte 0x{first:02X})")
+    if not body:
+        return Auth()
+    reason = body[0]
+    if len(body) == 1:
+        return Auth(reason)
+    props, end = _properties(body, 1)
+    if end != len(body):
+        raise MalformedPacketError("bytes after the AUTH properties")
+    extra = set(props) - _AUTH_PROPERTIES
+    if extra:
+        raise MalformedPacketError(f"property 0x{min(extra):02X} is not allowed in AUTH")
+    method, data, text = props.get(0x15), props.get(0x16), props.get(0x1F)
+    return Auth(
+        reason,
+        method if isinstance(method, str) else None,
+        data if isinstance(data, bytes) else None,
+        text if isinstance(text, str) else None,
+    )

@@ -7,7 +7,9 @@ Secrets never appear in ``repr``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
@@ -61,7 +63,8 @@ class ConnectionSettings:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     tls: TlsSettings | None = None
-    #: MQTT 5 enhanced authentication, method ``K8S-SAT``: the token file is re-read on every connect.
+    #: MQTT 5 enhanced authentication, method ``K8S-SAT``: the token file is re-read on every connect, and the
+    #: connection re-authenticates (MQTT 5 AUTH) when it changes and before the presented token expires.
     sat_token_file: str | None = None
     keepalive: int = 60
     connect_timeout: float = 10.0
@@ -73,6 +76,12 @@ class ConnectionSettings:
     #: soon as its header is read. The default is MQTT's own ceiling: a GET must be able to return the largest
     #: value a client could set (up to the client's ``max_payload``, 255 MiB by default, plus the headers).
     max_inbound_packet_size: int = MAX_PACKET_SIZE
+    #: K8S-SAT from a callable instead of a file (a token that lives elsewhere): called, on the event loop (it
+    #: must not block), for each CONNECT and when a re-authentication is due; returns the current token.
+    sat_token_provider: Callable[[], str | bytes] | None = None
+    #: How often (seconds) the token file is read for a rotated token (more often for a token that lives less
+    #: than 8 of these); a JWT's source is also read a margin before its ``exp``. See ``_transport/sat.py``.
+    sat_poll_interval: float = 5.0
 
     def __post_init__(self) -> None:
         if not self.client_id or ":" in self.client_id:
@@ -94,6 +103,13 @@ class ConnectionSettings:
             )
         if self.password is not None and self.username is None:
             raise ConfigurationError("a password needs a username")
+        if self.sat_token_provider is not None and (
+            self.sat_token_file is not None or not callable(self.sat_token_provider)
+        ):
+            raise ConfigurationError("sat_token_provider must be a callable, and not given with sat_token_file")
+        poll = self.sat_poll_interval
+        if isinstance(poll, bool) or not isinstance(poll, int | float) or not (poll > 0 and math.isfinite(poll)):
+            raise ConfigurationError(f"sat_poll_interval must be a positive number of seconds, not {poll!r:.40}")
 
     def replace(self, **changes: object) -> ConnectionSettings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

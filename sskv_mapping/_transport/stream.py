@@ -27,7 +27,8 @@ Here instead:
   while asyncio pauses our writing, ``publish`` waits and ``publish_nowait`` refuses past a bound
   (``WriteBufferFullError``);
 * CONNECT with TLS (asyncio's SSL transport, with the TLS settings' context and server name), user name /
-  password or MQTT 5 enhanced authentication (``K8S-SAT``, the token re-read at every connect), keepalive
+  password or MQTT 5 enhanced authentication (``K8S-SAT``, the token re-read at every connect, and
+  re-authentication with AUTH on the live connection before it expires: ``sat.py``), keepalive
   (by bytes received: PINGREQ after half an interval without a read, the link dropped when its PINGRESP does
   not come within half an interval more, whatever was written), the
   broker's Receive Maximum (QoS 1 publishes beyond it wait for PUBACKs), SUBSCRIBE/UNSUBSCRIBE with their
@@ -60,6 +61,7 @@ from ..errors import (
     TransportError,
     WriteBufferFullError,
 )
+from .sat import SatSession
 from .settings import ConnectionSettings
 from .tls import read_sat_token, server_name, ssl_context
 
@@ -239,6 +241,7 @@ class StreamConnection(_WriteFlow):
         self._burst = False  # a write left at once this loop iteration: the others wait for the flush callback
         self._keepalive_handle: asyncio.TimerHandle | None = None
         self._lost_reason = ""
+        self._sat = SatSession(settings, self.reauthenticate)  # K8S-SAT re-authentication (AUTH), see sat.py
         self._quickack: Callable[[], None] | None = None
         self._out_bytes = 0  # bytes in _out
         self._paused = False  # the transport asked us to stop writing (its buffer is over the high-water mark)
@@ -309,6 +312,7 @@ class StreamConnection(_WriteFlow):
         session.start(loop.time())
         if session.tick_interval > 0:
             self._keepalive_handle = loop.call_later(session.tick_interval, self._keepalive)
+        self._sat.start(token, self._closed)
 
     def _abort(self) -> None:
         """connect() failed: close whatever is open; the failure is connect()'s to report, not wait_closed()'s."""
@@ -368,8 +372,8 @@ class StreamConnection(_WriteFlow):
                     if self._transport is not None:
                         self._transport.close()
                     return
-                else:  # AUTH (no enhanced-authentication exchange is spoken), or a packet only a broker receives
-                    raise MalformedPacketError(f"unexpected packet type {kind}")
+                else:  # AUTH (a re-authentication's answer: sat.py), or a packet only a broker receives
+                    self._sat.received(first, body)
         except MalformedPacketError as exc:
             self._protocol_error(str(exc))
         finally:
@@ -395,9 +399,9 @@ class StreamConnection(_WriteFlow):
         if first & 0x02:
             self._out.append(packets.puback_packet(packet_id))
 
-    def _protocol_error(self, text: str) -> None:
+    def _protocol_error(self, text: str, what: str = "malformed packet from the broker") -> None:
         log.warning("dropping the connection to %s: %s", self.settings.url, text)
-        self._lost_reason = f"malformed packet from the broker: {text}"
+        self._lost_reason = f"{what}: {text}"
         if self._transport is not None:
             self._transport.abort()
 
@@ -576,6 +580,10 @@ class StreamConnection(_WriteFlow):
             topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry,
             refusal if qos else None, False,
         )  # fmt: skip
+
+    async def reauthenticate(self, token: bytes, timeout: float) -> None:
+        """AUTH 0x19 (K8S-SAT, ``token``), AUTH 0x00 back; else :class:`ReauthenticationError`, the link dropped."""
+        await self._sat.exchange(token, timeout, self._send, self._protocol_error)
 
     # -- subscriptions ------------------------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """Layer 2 (transport): what both transports need to open a connection -- the TLS context from
 :class:`~sskv_mapping._transport.settings.TlsSettings`, the name the broker's certificate is checked against,
-and the K8S-SAT token (re-read at every connect, as the token file is rotated).
+and the K8S-SAT token (re-read at every connect, as the token file is rotated, and by ``sat.py`` for a
+re-authentication).
 
 Must not import aiomqtt/paho nor anything above ``_transport``.
 """
@@ -66,7 +67,20 @@ def server_name(settings: ConnectionSettings) -> str | None:
 
 
 def read_sat_token(settings: ConnectionSettings) -> bytes | None:
-    """The K8S-SAT token (``None`` without ``sat_token_file``); unreadable: :class:`BrokerConnectError`."""
+    """The current K8S-SAT token, surrounding whitespace stripped: the file's (``sat_token_file``, read now) or
+    what ``sat_token_provider`` returns; ``None`` without either. Unreadable, or a provider that fails:
+    :class:`BrokerConnectError` (never with the token in its text)."""
+    provider = settings.sat_token_provider
+    if provider is not None:
+        try:
+            token = provider()
+        except Exception as exc:
+            raise BrokerConnectError(f"the K8S-SAT token provider failed ({type(exc).__name__})") from exc
+        if isinstance(token, str):
+            return token.encode("utf-8").strip()
+        if isinstance(token, bytes | bytearray):
+            return bytes(token).strip()
+        raise BrokerConnectError(f"the K8S-SAT token provider returned {type(token).__name__}, not str or bytes")
     if settings.sat_token_file is None:
         return None
     try:

@@ -583,6 +583,7 @@ PACKET_STREAM_SEEDS: list[bytes] = [
     b"\x40\x02\x00\x07" + b"\x40\x03\x00\x08\x10",
     b"\x90\x05\x00\x01\x00\x01\x80" + b"\xb0\x03\x00\x02\x00",
     b"\xd0\x00" + b"\xe0\x08\x8b\x06\x1f\x00\x03bye",
+    _packets.auth_packet(0x00, method="K8S-SAT", reason_string="ok") + b"\xf0\x00" + b"\xf0\x01\x87",
     _packets.publish_packet(
         mqtt_str("clients/c/r"), b"$1\r\nv\r\n", 1, 9, publish_properties(b"c" * 16, None, [], None, None)
     )
@@ -613,6 +614,8 @@ def check_packet_stream(data: bytes) -> int:
         try:
             if kind == packets.PUBLISH:
                 decode_publish(first, body)
+            elif kind == packets.AUTH:
+                packets.decode_auth(first, body)
             elif kind in decoders:
                 decoders[kind](body)
         except MalformedPacketError:

@@ -14,6 +14,10 @@ shortcuts a few paho steps (packet handlers, batched reads and writes) for the c
 directly; ``_fastpath.py`` is the only module that touches aiomqtt's or paho's private names. What correctness needs
 is there either way (PUBACK waits and refusals, Receive Maximum, a disconnect before CONNACK failing at once).
 
+K8S-SAT: the token goes in each CONNECT, but paho has no way to send an MQTT 5 AUTH packet on a live connection,
+so there is no re-authentication here (``_transport/sat.py`` is the stream transport's): the broker closes the
+connection when the token expires and the client reconnects with the file read again. A warning says so once.
+
 Reconnection is the caller's business (the client layer): a connection that dropped reports it through
 :meth:`MqttConnection.wait_closed` and is then discarded.
 
@@ -179,10 +183,17 @@ def _reraise_lost_cancel() -> None:
         raise asyncio.CancelledError
 
 
+_reauth_warned = False
+
+
 def _connect_properties(settings: ConnectionSettings) -> Properties | None:
     token = read_sat_token(settings)
     if token is None:
         return None
+    global _reauth_warned
+    if not _reauth_warned:  # paho sends no AUTH packet: no K8S-SAT re-authentication here (see the docstring)
+        _reauth_warned = True
+        log.warning("the stock paho transport cannot re-authenticate K8S-SAT: expect a reconnect at token expiry")
     props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
     props.AuthenticationMethod = "K8S-SAT"
     props.AuthenticationData = token
