@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -48,6 +48,7 @@ from .errors import (
     RequestTimeoutError,
     ServiceUnavailableError,
     StateStoreError,
+    ValueTooLargeError,
 )
 
 __all__ = [
@@ -93,10 +94,10 @@ def _settings_from_url(url: str, kwargs: dict[str, Any]) -> ConnectionSettings:
 KeyLike = str | bytes | bytearray | memoryview
 
 
-#: Default ``max_payload``: MQTT's absolute packet limit (256 MiB) less 1 MiB of room for the PUBLISH headers
-#: (topic, correlation data, user properties). A broker with a smaller maximum packet size drops the whole
-#: connection on a larger request, so set ``max_payload`` below that broker's limit (see the client docstring).
-DEFAULT_MAX_PAYLOAD = 255 * 1024 * 1024
+#: Default ``max_payload``: ``None``, no limit of the client's own -- what the broker says is the limit: the
+#: transport refuses a PUBLISH packet (command, topic and properties together) larger than the broker's
+#: Maximum Packet Size from CONNACK with :class:`ValueTooLargeError`, before sending anything.
+DEFAULT_MAX_PAYLOAD: int | None = None
 
 # A request the broker delivered to nobody (PUBACK 0x10) is sent again after these pauses (seconds, doubling),
 # within the call's deadline; where the service never answered this client, for about _FAIL_FAST seconds.
@@ -179,12 +180,12 @@ class AsyncStateStoreClient:
         clock: wall clock in ms for the hybrid logical clock (injectable for tests).
         settings: a complete :class:`ConnectionSettings` instead of the individual arguments.
         connection_factory: how to build a connection (default: MQTT via aiomqtt).
-        max_payload: the largest request payload (the encoded command: key + value + a few dozen bytes)
-            the client sends; a larger request raises :class:`ConfigurationError` before anything is sent.
-            A broker drops the whole connection on a packet above its maximum packet size (mosquitto's
-            ``max_packet_size``, Azure IoT Operations' ``maxPacketSizeBytes``), which in-flight calls would
-            only see as a timeout: set this about 1 KiB below that limit. ``None``: no check. Default
-            ``DEFAULT_MAX_PAYLOAD`` (just under MQTT's own 256 MiB packet limit).
+        max_payload: a limit of the client's own on the request payload (the encoded command: key + value +
+            a few dozen bytes); a larger request raises :class:`ValueTooLargeError` before anything is sent.
+            Default ``None``: only the broker's limit applies -- its Maximum Packet Size from CONNACK
+            (mosquitto's ``max_packet_size``, Azure IoT Operations' ``maxPacketSizeBytes``), counted on the whole
+            PUBLISH packet (topic and properties add a few hundred bytes), raises the same error. Either way
+            the connection stays up and other calls are untouched.
     """
 
     def __init__(
@@ -204,7 +205,7 @@ class AsyncStateStoreClient:
         clock: Clock = system_clock_ms,
         settings: ConnectionSettings | None = None,
         connection_factory: ConnectionFactory | None = None,
-        max_payload: int | None = DEFAULT_MAX_PAYLOAD,
+        max_payload: int | None = None,
     ) -> None:
         if settings is None:
             extra: dict[str, Any] = {}
@@ -265,8 +266,19 @@ class AsyncStateStoreClient:
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> AsyncStateStoreClient:
-        """``AsyncStateStoreClient.from_url("mqtt://127.0.0.1:1883")`` (``mqtts://`` for TLS)."""
+        """``AsyncStateStoreClient.from_url("mqtt://127.0.0.1:1883")`` (``mqtts://`` for TLS); also a
+        connection string (``"HostName=aio-broker;TcpPort=1883;UseTls=false"``) or ``"env:"`` (the ``AIO_*``
+        variables), see :meth:`ConnectionSettings.from_url`."""
         return cls(settings=_settings_from_url(url, kwargs), **kwargs)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> AsyncStateStoreClient:
+        """A client configured as Azure IoT Operations apps are: from the ``AIO_*`` environment variables
+        (``os.environ`` unless ``environ`` is given; see :meth:`ConnectionSettings.from_environment`).
+        ``kwargs``: the client's other arguments (``timeout``, ``reconnect``...) and connection options that
+        replace what the environment says."""
+        conn = {k: kwargs.pop(k) for k in list(kwargs) if k in _CONNECTION_KEYS and kwargs[k] is not None}
+        return cls(settings=ConnectionSettings.from_environment(environ, **conn), **kwargs)
 
     @property
     def client_id(self) -> str:
@@ -359,9 +371,10 @@ class AsyncStateStoreClient:
             raise ConfigurationError(f"fencing_token must be a HybridLogicalClock, not {type(fencing_token).__name__}")
         payload = cmd.encode()
         if self.max_payload is not None and len(payload) > self.max_payload:
-            raise ConfigurationError(
-                f"the {cmd.VERB.decode()} request is {len(payload)} bytes, more than max_payload={self.max_payload}"
-                " (the broker would drop the connection on it)"
+            raise ValueTooLargeError(
+                f"the {cmd.VERB.decode()} request is {len(payload)} bytes, more than max_payload={self.max_payload}",
+                size=len(payload),
+                limit=self.max_payload,
             )
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
@@ -636,7 +649,7 @@ class StateStoreClient(BlockingTwin):
         clock: Clock = system_clock_ms,
         settings: ConnectionSettings | None = None,
         connection_factory: ConnectionFactory | None = None,
-        max_payload: int | None = DEFAULT_MAX_PAYLOAD,
+        max_payload: int | None = None,
     ) -> None:
         super().__init__()
         self._async = AsyncStateStoreClient(
@@ -659,8 +672,14 @@ class StateStoreClient(BlockingTwin):
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> StateStoreClient:
-        """``StateStoreClient.from_url("mqtt://127.0.0.1:1883")``."""
+        """``StateStoreClient.from_url("mqtt://127.0.0.1:1883")``; also a connection string or ``"env:"``."""
         return cls(settings=_settings_from_url(url, kwargs), **kwargs)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> StateStoreClient:
+        """The blocking twin of :meth:`AsyncStateStoreClient.from_environment`."""
+        conn = {k: kwargs.pop(k) for k in list(kwargs) if k in _CONNECTION_KEYS and kwargs[k] is not None}
+        return cls(settings=ConnectionSettings.from_environment(environ, **conn), **kwargs)
 
     @property
     def async_client(self) -> AsyncStateStoreClient:

@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     (
         "transport",
         {"_transport", "_transport.base", "_transport.settings", "_transport.rpc", "_transport.loopback", "_backoff"}
-        | {"_transport.tls", "_transport.stream"},
+        | {"_transport.tls", "_transport.stream", "_transport.aio_settings"},
     ),
     ("transport-io", {"_transport.mqtt", "_transport.mqtt._fastpath", "_transport.choice", "_sync"}),
     ("client parts", {"_watches", "_keeper"}),
