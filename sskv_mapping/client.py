@@ -30,6 +30,7 @@ from ._keys import store_key
 from ._protocol import headers, topics
 from ._protocol.commands import Delete, Get, Set, SetCondition, VDelete, VDeleteResult, _Base
 from ._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
+from ._protocol.mqtt_publish import mqtt_str, publish_properties, varint
 from ._protocol.notifications import KeyEvent, parse_notification
 from ._sync import BlockingTwin
 from ._transport.base import Connection, ConnectionFactory, InboundMessage
@@ -91,6 +92,12 @@ def _settings_from_url(url: str, kwargs: dict[str, Any]) -> ConnectionSettings:
     return ConnectionSettings.from_url(url, **{k: v for k, v in conn.items() if v is not None})
 
 
+def _settings_from_environment(environ: Mapping[str, str] | None, kwargs: dict[str, Any]) -> ConnectionSettings:
+    """Split connection arguments out of ``kwargs`` (in place): they replace what the environment says."""
+    conn = {k: kwargs.pop(k) for k in list(kwargs) if k in _CONNECTION_KEYS and kwargs[k] is not None}
+    return ConnectionSettings.from_environment(environ, **conn)
+
+
 KeyLike = str | bytes | bytearray | memoryview
 
 
@@ -105,6 +112,32 @@ _RESEND_BACKOFF_INITIAL = 0.01
 _RESEND_BACKOFF_MAX = 0.2
 _FAIL_FAST = 0.75
 _LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+#: check_set's margin over its packet size estimate: the timestamp's counter may grow a digit or two by the send
+_PACKET_SIZE_SLACK = 8
+
+
+def _check_max_payload(verb: bytes, payload: bytes, max_payload: int | None) -> None:
+    if max_payload is not None and len(payload) > max_payload:
+        raise ValueTooLargeError(
+            f"the {verb.decode()} request is {len(payload)} bytes, more than max_payload={max_payload}",
+            size=len(payload),
+            limit=max_payload,
+        )
+
+
+def _check_packet_estimate(response_topic: str, props: headers.UserProperties, payload: bytes, limit: int) -> None:
+    """Raise :class:`ValueTooLargeError` if a request PUBLISH with ``payload`` would be over ``limit`` bytes
+    (an upper bound: the correlation data and expiry have fixed sizes, the timestamp gets a few bytes' slack)."""
+    packed = publish_properties(bytes(16), response_topic, props, headers.CONTENT_TYPE, 0xFFFFFFFF)
+    remaining = len(mqtt_str(topics.REQUEST_TOPIC)) + 2 + len(packed) + len(payload)
+    size = 1 + len(varint(remaining)) + remaining + _PACKET_SIZE_SLACK
+    if size > limit:
+        raise ValueTooLargeError(
+            f"a SET of this value makes a PUBLISH of about {size} bytes, over the broker's maximum packet size "
+            f"({limit} bytes)",
+            size=size,
+            limit=limit,
+        )
 
 
 def _check_timeout(timeout: object) -> float | None:
@@ -277,8 +310,7 @@ class AsyncStateStoreClient:
         (``os.environ`` unless ``environ`` is given; see :meth:`ConnectionSettings.from_environment`).
         ``kwargs``: the client's other arguments (``timeout``, ``reconnect``...) and connection options that
         replace what the environment says."""
-        conn = {k: kwargs.pop(k) for k in list(kwargs) if k in _CONNECTION_KEYS and kwargs[k] is not None}
-        return cls(settings=ConnectionSettings.from_environment(environ, **conn), **kwargs)
+        return cls(settings=_settings_from_environment(environ, kwargs), **kwargs)
 
     @property
     def client_id(self) -> str:
@@ -370,12 +402,7 @@ class AsyncStateStoreClient:
         if fencing_token is not None and not isinstance(fencing_token, HybridLogicalClock):
             raise ConfigurationError(f"fencing_token must be a HybridLogicalClock, not {type(fencing_token).__name__}")
         payload = cmd.encode()
-        if self.max_payload is not None and len(payload) > self.max_payload:
-            raise ValueTooLargeError(
-                f"the {cmd.VERB.decode()} request is {len(payload)} bytes, more than max_payload={self.max_payload}",
-                size=len(payload),
-                limit=self.max_payload,
-            )
+        _check_max_payload(cmd.VERB, payload, self.max_payload)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         resend: Backoff | None = None  # made on the first undelivered request only: not a cost of every call
@@ -443,17 +470,21 @@ class AsyncStateStoreClient:
             # No PUBACK wait: the response is what we wait for, and a connection that drops fails this call
             # through the keeper. A refusing PUBACK (an ACL denial) or one that delivered to nobody (0x10) fails
             # the response future at once: no wait for the timeout.
-            conn.publish_nowait(
-                topics.REQUEST_TOPIC,
-                payload,
-                qos=1,
-                correlation_data=corr,
-                response_topic=self._response_topic,
-                user_properties=props,
-                content_type=headers.CONTENT_TYPE,
-                message_expiry=expiry,
-                refusal=fut,
-            )
+            try:
+                conn.publish_nowait(
+                    topics.REQUEST_TOPIC,
+                    payload,
+                    qos=1,
+                    correlation_data=corr,
+                    response_topic=self._response_topic,
+                    user_properties=props,
+                    content_type=headers.CONTENT_TYPE,
+                    message_expiry=expiry,
+                    refusal=fut,
+                )
+            except ValueTooLargeError:  # over the broker's Maximum Packet Size: refused here, nothing was sent
+                self.requests_sent -= 1
+                raise
             return await fut
         except _Expired:
             raise RequestTimeoutError(
@@ -509,6 +540,30 @@ class AsyncStateStoreClient:
             cmd, timeout=self._timeout(timeout), fencing_token=fencing_token, persist=persist
         )
         return SetResult(cmd.decode(payload), version)
+
+    def check_set(
+        self,
+        key: KeyLike,
+        value: bytes,
+        *,
+        condition: SetCondition | None = None,
+        ttl: TtlLike = None,
+        fencing_token: HybridLogicalClock | None = None,
+        persist: bool = False,
+    ) -> None:
+        """Raise :class:`ValueTooLargeError` if :meth:`set` with these arguments would be refused for its size,
+        without sending anything: over ``max_payload``, or a PUBLISH over the broker's Maximum Packet Size
+        (estimated from above, within a few bytes). For callers that write something else first (the dict's
+        index entry of a new key): a value that cannot be stored must not leave that behind. Not connected:
+        only ``max_payload`` is checked (the broker's limit is known after CONNACK)."""
+        payload = Set(store_key(key), _value_bytes(value), condition, ttl_to_ms(ttl)).encode()
+        _check_max_payload(b"SET", payload, self.max_payload)
+        conn = self._keeper.conn
+        # the transports' max_packet_size (the Connection protocol gains it with the stream transport's limits)
+        limit = getattr(conn, "max_packet_size", None) if conn is not None else None
+        if isinstance(limit, int):
+            props = headers.request_properties(self.client_id, self.hlc.current, fencing_token, persist)
+            _check_packet_estimate(self._response_topic, props, payload, limit)
 
     async def delete(
         self,
@@ -678,8 +733,7 @@ class StateStoreClient(BlockingTwin):
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> StateStoreClient:
         """The blocking twin of :meth:`AsyncStateStoreClient.from_environment`."""
-        conn = {k: kwargs.pop(k) for k in list(kwargs) if k in _CONNECTION_KEYS and kwargs[k] is not None}
-        return cls(settings=ConnectionSettings.from_environment(environ, **conn), **kwargs)
+        return cls(settings=_settings_from_environment(environ, kwargs), **kwargs)
 
     @property
     def async_client(self) -> AsyncStateStoreClient:

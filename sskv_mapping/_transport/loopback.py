@@ -128,6 +128,11 @@ class LoopbackConnection:
     def connected(self) -> bool:
         return self._closed is not None and not self._closed.done()
 
+    @property
+    def max_packet_size(self) -> int | None:
+        """No packets, no limit: always None."""
+        return None
+
     async def connect(self) -> None:
         if self._closed is not None:
             raise ClientStateError("LoopbackConnection.connect() may be called once")

@@ -36,7 +36,14 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .._protocol import mqtt_packets as packets
-from .._protocol.mqtt_publish import InboundMessage, MalformedPacketError, decode_publish, mqtt_str, publish_properties
+from .._protocol.mqtt_publish import (
+    InboundMessage,
+    MalformedPacketError,
+    decode_publish,
+    mqtt_str,
+    publish_properties,
+    varint,
+)
 from ..errors import (
     BrokerConnectError,
     ClientStateError,
@@ -46,6 +53,7 @@ from ..errors import (
     RequestTimeoutError,
     ServiceUnavailableError,
     TransportError,
+    ValueTooLargeError,
 )
 from .settings import ConnectionSettings
 from .tls import read_sat_token, server_name, ssl_context
@@ -101,6 +109,30 @@ def _settle(closed: asyncio.Future[None]) -> None:
         closed.exception()
 
 
+# -- h-config minimal check of the broker's Maximum Packet Size (h-stream owns the limits; the lead reconciles) --
+
+
+def _positive(value: object) -> int | None:
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _check_packet_size(limit: int | None, topic: str, field: bytes, qos: int, props: bytes, payload: bytes) -> None:
+    """Raise :class:`ValueTooLargeError` if the PUBLISH packet would exceed the broker's ``limit``."""
+    if limit is None:
+        return
+    remaining = len(field) + (2 if qos else 0) + len(props) + len(payload)
+    size = 1 + len(varint(remaining)) + remaining
+    if size > limit:
+        raise ValueTooLargeError(
+            f"a PUBLISH of {size} bytes to {topic[:200]!r} is over the broker's maximum packet size ({limit} bytes)",
+            size=size,
+            limit=limit,
+        )
+
+
+# -- end of the h-config minimal check --
+
+
 class StreamConnection(asyncio.Protocol):
     """One MQTT 5 connection (see the module docstring). Not reusable: after it closes or drops, make a new one.
 
@@ -134,6 +166,7 @@ class StreamConnection(asyncio.Protocol):
             collections.deque()
         )
         self._receive_maximum = _DEFAULT_RECEIVE_MAXIMUM
+        self.max_packet_size: int | None = None  # CONNACK's; h-config minimal check (h-stream owns the limits)
         self._next_id = 0
         self._sub_waiters: dict[int, asyncio.Future[list[int]]] = {}
         self._keepalive_handle: asyncio.TimerHandle | None = None
@@ -196,6 +229,7 @@ class StreamConnection(asyncio.Protocol):
         maximum = connack.properties.get(0x21)
         if isinstance(maximum, int) and maximum > 0:
             self._receive_maximum = maximum
+        self.max_packet_size = _positive(connack.properties.get(0x27))  # h-config minimal check
         keepalive = connack.properties.get(0x13)  # Server Keep Alive overrides ours
         interval = keepalive if isinstance(keepalive, int) else s.keepalive
         if interval > 0:
@@ -401,6 +435,7 @@ class StreamConnection(asyncio.Protocol):
         props = publish_properties(correlation_data, response_topic, user_properties, content_type, message_expiry)
         if len(field) + 2 + len(props) + len(payload) > packets.MAX_PACKET:
             raise ConfigurationError(f"cannot publish to {topic[:200]!r}: the packet would be over 256 MB")
+        _check_packet_size(self.max_packet_size, topic, field, qos, props, payload)  # h-config minimal check
         if qos == 0:
             self._send(packets.publish_packet(field, payload, 0, 0, props))
             return
