@@ -91,6 +91,7 @@ EXPECTED = {
     "MissingTimestampError",
     "MalformedTimestampError",
     "KeyLengthZeroError",
+    "ResponseTooLargeError",
     "RpcStatusError",
     "ClockDriftError",
     "LockError",

@@ -16,6 +16,7 @@ from ..errors import (
     NotAuthorizedError,
     QuotaExceededError,
     RequestSyntaxError,
+    ResponseTooLargeError,
     ServiceError,
     TimestampSkewError,
     UnknownCommandError,
@@ -37,6 +38,7 @@ _KNOWN: tuple[type[ServiceError], ...] = (
     MissingTimestampError,
     MalformedTimestampError,
     KeyLengthZeroError,
+    ResponseTooLargeError,
 )
 
 #: service text -> exception class, matched exactly.
