@@ -114,6 +114,9 @@ _FAIL_FAST = 0.75
 _LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 #: check_set's margin over its packet size estimate: the timestamp's counter may grow a digit or two by the send
 _PACKET_SIZE_SLACK = 8
+#: more than a SET request's packet adds to its key and value, besides four copies of the client id (in the
+#: response topic, __srcId, __partition and __ts): the request topic, command framing, the other properties
+_ROUGH_OVERHEAD = 2048
 
 
 def _check_max_payload(verb: bytes, payload: bytes, max_payload: int | None) -> None:
@@ -556,11 +559,17 @@ class AsyncStateStoreClient:
         (estimated from above, within a few bytes). For callers that write something else first (the dict's
         index entry of a new key): a value that cannot be stored must not leave that behind. Not connected:
         only ``max_payload`` is checked (the broker's limit is known after CONNACK)."""
-        payload = Set(store_key(key), _value_bytes(value), condition, ttl_to_ms(ttl)).encode()
-        _check_max_payload(b"SET", payload, self.max_payload)
         conn = self._keeper.conn
         # the transports' max_packet_size (the Connection protocol gains it with the stream transport's limits)
         limit = getattr(conn, "max_packet_size", None) if conn is not None else None
+        skey, svalue = store_key(key), _value_bytes(value)
+        if self.max_payload is None and (
+            not isinstance(limit, int)
+            or len(skey) + len(svalue) + 4 * len(self.client_id.encode()) + _ROUGH_OVERHEAD < limit
+        ):
+            return  # the usual case, without encoding anything: far under the limit, or no limit
+        payload = Set(skey, svalue, condition, ttl_to_ms(ttl)).encode()
+        _check_max_payload(b"SET", payload, self.max_payload)
         if isinstance(limit, int):
             props = headers.request_properties(self.client_id, self.hlc.current, fencing_token, persist)
             _check_packet_estimate(self._response_topic, props, payload, limit)

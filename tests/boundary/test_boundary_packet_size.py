@@ -98,6 +98,30 @@ async def test_a_too_large_set_fails_locally_while_a_concurrent_get_succeeds(
             await guard.close()
 
 
+async def test_check_set_is_an_upper_bound_within_a_few_bytes(broker: MosquittoBroker) -> None:
+    """What the dict uses before writing an index entry: it never lets through a SET the transport refuses, and
+    refuses at most a few bytes (its slack for the timestamp) that would have fit."""
+    async with AsyncStateStoreClient(broker.host, broker.port, timeout=5) as client:
+        key = f"edge-{uuid.uuid4().hex[:8]}".encode()
+
+        def passes(n: int) -> bool:
+            try:
+                client.check_set(key, b"z" * n)
+            except ValueTooLargeError:
+                return False
+            return True
+
+        low, high = 0, MAX_PACKET_SIZE  # passes(low), not passes(high)
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if passes(mid) else (low, mid)
+        assert (await client.set(key, b"z" * low)).applied  # check_set's yes is the transport's yes
+        with pytest.raises(ValueTooLargeError):
+            await client.set(key, b"z" * (low + 16))  # and its no is wrong by less than 16 bytes
+        assert client.reconnects == 0
+        await client.delete(key)
+
+
 async def test_an_explicit_max_payload_is_checked_on_the_command(
     broker: MosquittoBroker, observer: AsyncStateStoreClient
 ) -> None:
