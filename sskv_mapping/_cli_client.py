@@ -83,6 +83,13 @@ def _connection_args(p: argparse.ArgumentParser) -> None:
         help=f"broker URL, mqtt://host:port or mqtts://host:port (default: env SSKV_URL, else {DEFAULT_URL}, "
         "the local emulator stack)",
     )
+    g.add_argument(
+        "--from-env",
+        action="store_true",
+        help="configure the connection from the AIO_* environment variables, as Azure IoT Operations apps are "
+        "(AIO_BROKER_HOSTNAME, AIO_BROKER_TCP_PORT, AIO_MQTT_USE_TLS, AIO_SAT_FILE...); the options below "
+        "still override them. --url also takes a connection string (HostName=...;TcpPort=...;UseTls=false)",
+    )
     g.add_argument("--client-id", help="MQTT client id (default: a random sskv-… id)")
     g.add_argument("--username", default=os.environ.get("SSKV_USERNAME"), help="username (env SSKV_USERNAME)")
     g.add_argument(
@@ -102,6 +109,8 @@ def _connection_args(p: argparse.ArgumentParser) -> None:
 
 
 def _client(args: argparse.Namespace) -> AsyncStateStoreClient:
+    if args.from_env:
+        return AsyncStateStoreClient(settings=_env_settings(args), timeout=args.timeout, reconnect=False)
     tls = None
     if args.ca_file or args.cert_file or args.insecure or args.url.startswith(("mqtts:", "ssl:")):
         tls = TlsSettings(
@@ -120,6 +129,32 @@ def _client(args: argparse.Namespace) -> AsyncStateStoreClient:
         overrides["sat_token_file"] = args.sat_token_file
     settings = ConnectionSettings.from_url(args.url, **overrides)
     return AsyncStateStoreClient(settings=settings, timeout=args.timeout, reconnect=False)
+
+
+def _env_settings(args: argparse.Namespace) -> ConnectionSettings:
+    """``--from-env``: the AIO_* variables, then what the command line gives explicitly."""
+    settings = ConnectionSettings.from_environment()
+    overrides: dict[str, Any] = {}
+    if args.client_id:
+        overrides["client_id"] = args.client_id
+    if args.username:
+        overrides["username"] = args.username
+        password = os.environ.get(args.password_env)
+        if password:
+            overrides["password"] = password
+    if args.sat_token_file:
+        overrides["sat_token_file"] = args.sat_token_file
+    if args.ca_file or args.cert_file or args.key_file or args.insecure:
+        base = settings.tls or TlsSettings()
+        overrides["tls"] = TlsSettings(
+            ca_file=args.ca_file or base.ca_file,
+            cert_file=args.cert_file or base.cert_file,
+            key_file=args.key_file or base.key_file,
+            key_password=base.key_password if not args.key_file else None,
+            verify=base.verify and not args.insecure,
+            server_hostname=base.server_hostname,
+        )
+    return settings.replace(**overrides) if overrides else settings
 
 
 def _argv_bytes(text: str) -> bytes:

@@ -326,6 +326,9 @@ class NamespaceStore(Generic[V]):
             value = value.value
         ttl_ms = ttl_to_ms(ttl)
         if listed and self.index is not None:
+            # a value too large to store must not leave its key listed: refused before the index entry is written
+            exact_ttl = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)
+            self.client.check_set(data_key, raw, condition=condition, ttl=exact_ttl, fencing_token=fencing_token)
             # listing the key and watching it are independent: one round trip of waiting saved on a new key
             listing = self.index.add([(key, None if ttl_ms is None else self._wall_ms() + ttl_ms)])
             await asyncio.gather(listing, self._ensure_watch(data_key))

@@ -46,6 +46,7 @@ from ._protocol.commands import SetCondition
 from ._single_flight import Found, SingleFlight
 from ._store import Encoded, NamespaceStore
 from ._sync import BlockingTwin
+from ._transport.settings import ConnectionSettings
 from ._ttl import TtlArg, TtlConvention, check_ttl, expire_now, translate_ttl
 from .client import UNSET, AsyncStateStoreClient, StateStoreClient, TlsSettings
 from .codecs import Codec, JsonCodec, get_codec
@@ -180,12 +181,12 @@ class AsyncStateStoreCache(Generic[V]):
         tls: TlsSettings | None = None,
         timeout: float | None = 10.0,
         local_cache_size: int = 0,
+        settings: ConnectionSettings | None = None,
     ) -> AsyncStateStoreCache[Any]:
         """Connect a client of its own (closed with the cache) and open the cache; ``timeout``: seconds per
-        request (``None``: forever)."""
-        client = AsyncStateStoreClient(
-            host, port, client_id=client_id, username=username, password=password, tls=tls, timeout=timeout
-        )
+        request (``None``: forever); ``settings``: a :class:`ConnectionSettings` instead of host, port, etc."""
+        who: dict[str, Any] = {"client_id": client_id, "username": username, "password": password, "tls": tls}
+        client = AsyncStateStoreClient(host, port, timeout=timeout, settings=settings, **who)
         await client.connect()
         try:
             cache: AsyncStateStoreCache[Any] = cls(
@@ -610,11 +611,20 @@ class StateStoreCache(BlockingTwin, Generic[V]):
         tls: TlsSettings | None = None,
         timeout: float | None = 10.0,
         local_cache_size: int = 0,
+        settings: ConnectionSettings | None = None,
     ) -> StateStoreCache[Any]:
         """Connect a client of its own (closed with the cache) and open the cache; ``timeout``: seconds per
-        request (``None``: forever)."""
+        request (``None``: forever); ``settings``: a complete :class:`ConnectionSettings`
+        instead of host, port and credentials (e.g. ``ConnectionSettings.from_environment()``)."""
         client = StateStoreClient(
-            host, port, client_id=client_id, username=username, password=password, tls=tls, timeout=timeout
+            host,
+            port,
+            client_id=client_id,
+            username=username,
+            password=password,
+            tls=tls,
+            timeout=timeout,
+            settings=settings,
         )
         client.connect()
         try:

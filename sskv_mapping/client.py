@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -30,6 +30,7 @@ from ._keys import escape_glob, scan_pattern, store_key
 from ._protocol import headers, topics
 from ._protocol.commands import Delete, Get, Set, SetCondition, VDelete, VDeleteResult, _Base
 from ._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
+from ._protocol.mqtt_publish import mqtt_str, publish_properties, varint
 from ._protocol.notifications import KeyEvent, parse_notification
 from ._scan import ScanSupport, keys_of, scan_pages
 from ._sync import BlockingTwin
@@ -49,6 +50,7 @@ from .errors import (
     RequestTimeoutError,
     ServiceUnavailableError,
     StateStoreError,
+    ValueTooLargeError,
 )
 
 __all__ = [
@@ -94,13 +96,19 @@ def _settings_from_url(url: str, kwargs: dict[str, Any]) -> ConnectionSettings:
     return ConnectionSettings.from_url(url, **{k: v for k, v in conn.items() if v is not None})
 
 
+def _settings_from_environment(environ: Mapping[str, str] | None, kwargs: dict[str, Any]) -> ConnectionSettings:
+    """Split connection arguments out of ``kwargs`` (in place): they replace what the environment says."""
+    conn = {k: kwargs.pop(k) for k in list(kwargs) if k in _CONNECTION_KEYS and kwargs[k] is not None}
+    return ConnectionSettings.from_environment(environ, **conn)
+
+
 KeyLike = str | bytes | bytearray | memoryview
 
 
-#: Default ``max_payload``: MQTT's absolute packet limit (256 MiB) less 1 MiB of room for the PUBLISH headers
-#: (topic, correlation data, user properties). A broker with a smaller maximum packet size drops the whole
-#: connection on a larger request, so set ``max_payload`` below that broker's limit (see the client docstring).
-DEFAULT_MAX_PAYLOAD = 255 * 1024 * 1024
+#: Default ``max_payload``: ``None``, no limit of the client's own -- what the broker says is the limit: the
+#: transport refuses a PUBLISH packet (command, topic and properties together) larger than the broker's
+#: Maximum Packet Size from CONNACK with :class:`ValueTooLargeError`, before sending anything.
+DEFAULT_MAX_PAYLOAD: int | None = None
 
 #: A listing's default time budget (``scan(timeout=UNSET)``): this many times the client's request timeout.
 SCAN_TIMEOUT_FACTOR = 6
@@ -111,6 +119,35 @@ _RESEND_BACKOFF_INITIAL = 0.01
 _RESEND_BACKOFF_MAX = 0.2
 _FAIL_FAST = 0.75
 _LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+#: check_set's margin over its packet size estimate: the timestamp's counter may grow a digit or two by the send
+_PACKET_SIZE_SLACK = 8
+#: more than a SET request's packet adds to its key and value, besides four copies of the client id (in the
+#: response topic, __srcId, __partition and __ts): the request topic, command framing, the other properties
+_ROUGH_OVERHEAD = 2048
+
+
+def _check_max_payload(verb: bytes, payload: bytes, max_payload: int | None) -> None:
+    if max_payload is not None and len(payload) > max_payload:
+        raise ValueTooLargeError(
+            f"the {verb.decode()} request is {len(payload)} bytes, more than max_payload={max_payload}",
+            size=len(payload),
+            limit=max_payload,
+        )
+
+
+def _check_packet_estimate(response_topic: str, props: headers.UserProperties, payload: bytes, limit: int) -> None:
+    """Raise :class:`ValueTooLargeError` if a request PUBLISH with ``payload`` would be over ``limit`` bytes
+    (an upper bound: the correlation data and expiry have fixed sizes, the timestamp gets a few bytes' slack)."""
+    packed = publish_properties(bytes(16), response_topic, props, headers.CONTENT_TYPE, 0xFFFFFFFF)
+    remaining = len(mqtt_str(topics.REQUEST_TOPIC)) + 2 + len(packed) + len(payload)
+    size = 1 + len(varint(remaining)) + remaining + _PACKET_SIZE_SLACK
+    if size > limit:
+        raise ValueTooLargeError(
+            f"a SET of this value makes a PUBLISH of about {size} bytes, over the broker's maximum packet size "
+            f"({limit} bytes)",
+            size=size,
+            limit=limit,
+        )
 
 
 def _check_timeout(timeout: object) -> float | None:
@@ -188,12 +225,12 @@ class AsyncStateStoreClient:
         clock: wall clock in ms for the hybrid logical clock (injectable for tests).
         settings: a complete :class:`ConnectionSettings` instead of the individual arguments.
         connection_factory: how to build a connection (default: MQTT via aiomqtt).
-        max_payload: the largest request payload (the encoded command: key + value + a few dozen bytes)
-            the client sends; a larger request raises :class:`ConfigurationError` before anything is sent.
-            A broker drops the whole connection on a packet above its maximum packet size (mosquitto's
-            ``max_packet_size``, Azure IoT Operations' ``maxPacketSizeBytes``), which in-flight calls would
-            only see as a timeout: set this about 1 KiB below that limit. ``None``: no check. Default
-            ``DEFAULT_MAX_PAYLOAD`` (just under MQTT's own 256 MiB packet limit).
+        max_payload: a limit of the client's own on the request payload (the encoded command: key + value +
+            a few dozen bytes); a larger request raises :class:`ValueTooLargeError` before anything is sent.
+            Default ``None``: only the broker's limit applies -- its Maximum Packet Size from CONNACK
+            (mosquitto's ``max_packet_size``, Azure IoT Operations' ``maxPacketSizeBytes``), counted on the whole
+            PUBLISH packet (topic and properties add a few hundred bytes), raises the same error. Either way
+            the connection stays up and other calls are untouched.
     """
 
     def __init__(
@@ -213,7 +250,7 @@ class AsyncStateStoreClient:
         clock: Clock = system_clock_ms,
         settings: ConnectionSettings | None = None,
         connection_factory: ConnectionFactory | None = None,
-        max_payload: int | None = DEFAULT_MAX_PAYLOAD,
+        max_payload: int | None = None,
         sat_token_provider: Callable[[], str | bytes] | None = None,
     ) -> None:
         if settings is None:
@@ -277,8 +314,18 @@ class AsyncStateStoreClient:
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> AsyncStateStoreClient:
-        """``AsyncStateStoreClient.from_url("mqtt://127.0.0.1:1883")`` (``mqtts://`` for TLS)."""
+        """``AsyncStateStoreClient.from_url("mqtt://127.0.0.1:1883")`` (``mqtts://`` for TLS); also a
+        connection string (``"HostName=aio-broker;TcpPort=1883;UseTls=false"``) or ``"env:"`` (the ``AIO_*``
+        variables), see :meth:`ConnectionSettings.from_url`."""
         return cls(settings=_settings_from_url(url, kwargs), **kwargs)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> AsyncStateStoreClient:
+        """A client configured as Azure IoT Operations apps are: from the ``AIO_*`` environment variables
+        (``os.environ`` unless ``environ`` is given; see :meth:`ConnectionSettings.from_environment`).
+        ``kwargs``: the client's other arguments (``timeout``, ``reconnect``...) and connection options that
+        replace what the environment says."""
+        return cls(settings=_settings_from_environment(environ, kwargs), **kwargs)
 
     @property
     def client_id(self) -> str:
@@ -371,11 +418,7 @@ class AsyncStateStoreClient:
         if fencing_token is not None and not isinstance(fencing_token, HybridLogicalClock):
             raise ConfigurationError(f"fencing_token must be a HybridLogicalClock, not {type(fencing_token).__name__}")
         payload = cmd.encode()
-        if self.max_payload is not None and len(payload) > self.max_payload:
-            raise ConfigurationError(
-                f"the {cmd.VERB.decode()} request is {len(payload)} bytes, more than max_payload={self.max_payload}"
-                " (the broker would drop the connection on it)"
-            )
+        _check_max_payload(cmd.VERB, payload, self.max_payload)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         resend: Backoff | None = None  # made on the first undelivered request only: not a cost of every call
@@ -443,17 +486,21 @@ class AsyncStateStoreClient:
             # No PUBACK wait: the response is what we wait for, and a connection that drops fails this call
             # through the keeper. A refusing PUBACK (an ACL denial) or one that delivered to nobody (0x10) fails
             # the response future at once: no wait for the timeout.
-            conn.publish_nowait(
-                topics.REQUEST_TOPIC,
-                payload,
-                qos=1,
-                correlation_data=corr,
-                response_topic=self._response_topic,
-                user_properties=props,
-                content_type=headers.CONTENT_TYPE,
-                message_expiry=expiry,
-                refusal=fut,
-            )
+            try:
+                conn.publish_nowait(
+                    topics.REQUEST_TOPIC,
+                    payload,
+                    qos=1,
+                    correlation_data=corr,
+                    response_topic=self._response_topic,
+                    user_properties=props,
+                    content_type=headers.CONTENT_TYPE,
+                    message_expiry=expiry,
+                    refusal=fut,
+                )
+            except ValueTooLargeError:  # over the broker's Maximum Packet Size: refused here, nothing was sent
+                self.requests_sent -= 1
+                raise
             return await fut
         except _Expired:
             raise RequestTimeoutError(
@@ -509,6 +556,36 @@ class AsyncStateStoreClient:
             cmd, timeout=self._timeout(timeout), fencing_token=fencing_token, persist=persist
         )
         return SetResult(cmd.decode(payload), version)
+
+    def check_set(
+        self,
+        key: KeyLike,
+        value: bytes,
+        *,
+        condition: SetCondition | None = None,
+        ttl: TtlLike = None,
+        fencing_token: HybridLogicalClock | None = None,
+        persist: bool = False,
+    ) -> None:
+        """Raise :class:`ValueTooLargeError` if :meth:`set` with these arguments would be refused for its size,
+        without sending anything: over ``max_payload``, or a PUBLISH over the broker's Maximum Packet Size
+        (estimated from above, within a few bytes). For callers that write something else first (the dict's
+        index entry of a new key): a value that cannot be stored must not leave that behind. Not connected:
+        only ``max_payload`` is checked (the broker's limit is known after CONNACK)."""
+        conn = self._keeper.conn
+        # the transports' max_packet_size (the Connection protocol gains it with the stream transport's limits)
+        limit = conn.max_packet_size if conn is not None else None
+        skey, svalue = store_key(key), _value_bytes(value)
+        if self.max_payload is None and (
+            not isinstance(limit, int)
+            or len(skey) + len(svalue) + 4 * len(self.client_id.encode()) + _ROUGH_OVERHEAD < limit
+        ):
+            return  # the usual case, without encoding anything: far under the limit, or no limit
+        payload = Set(skey, svalue, condition, ttl_to_ms(ttl)).encode()
+        _check_max_payload(b"SET", payload, self.max_payload)
+        if isinstance(limit, int):
+            props = headers.request_properties(self.client_id, self.hlc.current, fencing_token, persist)
+            _check_packet_estimate(self._response_topic, props, payload, limit)
 
     async def delete(
         self,
@@ -684,7 +761,7 @@ class StateStoreClient(BlockingTwin):
         clock: Clock = system_clock_ms,
         settings: ConnectionSettings | None = None,
         connection_factory: ConnectionFactory | None = None,
-        max_payload: int | None = DEFAULT_MAX_PAYLOAD,
+        max_payload: int | None = None,
         sat_token_provider: Callable[[], str | bytes] | None = None,
     ) -> None:
         super().__init__()
@@ -709,8 +786,13 @@ class StateStoreClient(BlockingTwin):
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> StateStoreClient:
-        """``StateStoreClient.from_url("mqtt://127.0.0.1:1883")``."""
+        """``StateStoreClient.from_url("mqtt://127.0.0.1:1883")``; also a connection string or ``"env:"``."""
         return cls(settings=_settings_from_url(url, kwargs), **kwargs)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> StateStoreClient:
+        """The blocking twin of :meth:`AsyncStateStoreClient.from_environment`."""
+        return cls(settings=_settings_from_environment(environ, kwargs), **kwargs)
 
     @property
     def async_client(self) -> AsyncStateStoreClient:

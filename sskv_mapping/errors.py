@@ -35,6 +35,7 @@ Must not import anything outside the standard library (nor any other module of s
     │   ├── MissingTimestampError
     │   ├── MalformedTimestampError
     │   ├── KeyLengthZeroError
+    │   ├── ResponseTooLargeError            (the emulator) the answer would be over the broker's packet limit
     │   └── RpcStatusError                   ``__stat`` other than 200/204 (``.status``)
     ├── ClockDriftError                      our HLC would run more than 60 s ahead of the wall clock
     ├── LockError                            a lock could not be acquired/confirmed (never fails open)
@@ -76,6 +77,7 @@ __all__ = [
     "ReauthenticationError",
     "RequestSyntaxError",
     "RequestTimeoutError",
+    "ResponseTooLargeError",
     "RpcStatusError",
     "ServiceError",
     "ServiceUnavailableError",
@@ -294,6 +296,15 @@ class KeyLengthZeroError(ServiceError):
     """The key is empty."""
 
     TEXT = "the key length is zero"
+
+
+class ResponseTooLargeError(ServiceError):
+    """The answer to this request would be a packet over the broker's Maximum Packet Size (e.g. a GET of a
+    large value with a long response topic): the emulator answers this error instead of a packet the broker
+    would drop it for. The request itself was carried out (a SET applied, a DEL deleted); only its answer
+    could not be delivered."""
+
+    TEXT = "the response is too large for the broker's maximum packet size"
 
 
 class RpcStatusError(ServiceError):

@@ -25,6 +25,7 @@ from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.hlc import HybridLogicalClock
 from ._store import Encoded, NamespaceStore, StoreEntry
 from ._sync import BlockingTwin
+from ._transport.settings import ConnectionSettings
 from .client import AsyncStateStoreClient, StateStoreClient, TlsSettings
 from .codecs import Codec, JsonCodec, get_codec
 from .errors import StateStoreError
@@ -101,11 +102,20 @@ class AsyncStateStoreDict(Generic[V]):
         timeout: float | None = 10.0,
         local_cache_size: int = 10_000,
         stale_while_disconnected: bool = False,
+        settings: ConnectionSettings | None = None,
     ) -> AsyncStateStoreDict[Any]:
         """Connect a client of its own and open the namespace (closed with the dict); ``timeout``: seconds per
-        request (``None``: forever)."""
+        request (``None``: forever); ``settings``: a complete :class:`ConnectionSettings`
+        instead of host, port and credentials (e.g. ``ConnectionSettings.from_environment()``)."""
         client = AsyncStateStoreClient(
-            host, port, client_id=client_id, username=username, password=password, tls=tls, timeout=timeout
+            host,
+            port,
+            client_id=client_id,
+            username=username,
+            password=password,
+            tls=tls,
+            timeout=timeout,
+            settings=settings,
         )
         await client.connect()
         d: AsyncStateStoreDict[Any] = cls(
@@ -412,11 +422,20 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
         timeout: float | None = 10.0,
         local_cache_size: int = 10_000,
         stale_while_disconnected: bool = False,
+        settings: ConnectionSettings | None = None,
     ) -> StateStoreDict[Any]:
         """Connect a client of its own and open the namespace (closed with the dict); ``timeout``: seconds per
-        request (``None``: forever)."""
+        request (``None``: forever); ``settings``: a complete :class:`ConnectionSettings`
+        instead of host, port and credentials (e.g. ``ConnectionSettings.from_environment()``)."""
         client = StateStoreClient(
-            host, port, client_id=client_id, username=username, password=password, tls=tls, timeout=timeout
+            host,
+            port,
+            client_id=client_id,
+            username=username,
+            password=password,
+            tls=tls,
+            timeout=timeout,
+            settings=settings,
         )
         client.connect()
         try:

@@ -95,6 +95,7 @@ EXPECTED = {
     "MissingTimestampError",
     "MalformedTimestampError",
     "KeyLengthZeroError",
+    "ResponseTooLargeError",
     "RpcStatusError",
     "ClockDriftError",
     "LockError",

@@ -42,9 +42,9 @@ LAYERS: list[tuple[str, set[str]]] = [
     (
         "transport",
         {"_transport", "_transport.base", "_transport.settings", "_transport.rpc", "_transport.loopback", "_backoff"}
-        | {"_transport.tls", "_transport.stream", "_transport.sat"},
+        | {"_transport.tls", "_transport.stream", "_transport.sat", "_transport.aio_settings"},
     ),
-    ("transport-io", {"_transport.mqtt", "_transport.mqtt._fastpath", "_transport.choice", "_sync"}),
+    ("transport-io", {"_transport.mqtt", "_transport.mqtt._hooks", "_transport.choice", "_sync"}),
     ("client parts", {"_watches", "_keeper", "_scan"}),
     ("client", {"client"}),
     ("primitives", {"codecs", "local_cache", "_fanout", "_cache_stats", "lock"}),
@@ -156,7 +156,7 @@ def test_only_the_mqtt_transport_imports_aiomqtt_or_paho(name: str) -> None:
 def test_the_mqtt_package_is_what_imports_aiomqtt_and_paho() -> None:
     # the exemption above covers the package and nothing else (not a sibling such as ``_transport.mqtt_x``)
     importers = sorted(name for name in MODULES if _imports(name, MODULES[name])[1] & {"aiomqtt", "paho"})
-    assert importers == ["_transport.mqtt", "_transport.mqtt._fastpath"]
+    assert importers == ["_transport.mqtt", "_transport.mqtt._hooks"]
 
 
 @pytest.mark.parametrize("name", sorted(PURE))

@@ -16,13 +16,14 @@ from ..errors import (
     NotAuthorizedError,
     QuotaExceededError,
     RequestSyntaxError,
+    ResponseTooLargeError,
     ServiceError,
     TimestampSkewError,
     UnknownCommandError,
     WrongNumberOfArgumentsError,
 )
 
-__all__ = ["ERROR_TEXTS", "service_error"]
+__all__ = ["EMULATOR_TEXTS", "ERROR_TEXTS", "service_error"]
 
 _KNOWN: tuple[type[ServiceError], ...] = (
     TimestampSkewError,
@@ -42,10 +43,14 @@ _KNOWN: tuple[type[ServiceError], ...] = (
 #: service text -> exception class, matched exactly.
 ERROR_TEXTS: dict[str, type[ServiceError]] = {cls.TEXT: cls for cls in _KNOWN}
 
+#: the emulator's own texts, beyond the service's documented ones (protocol.md §3): a response it cannot send
+#: because it would be over its broker's Maximum Packet Size.
+EMULATOR_TEXTS: dict[str, type[ServiceError]] = {ResponseTooLargeError.TEXT: ResponseTooLargeError}
+
 
 def service_error(text: str) -> ServiceError:
     """Return the exception for a service ``-ERR`` text (exact match; unknown texts give the base class)."""
-    cls = ERROR_TEXTS.get(text)
+    cls = ERROR_TEXTS.get(text) or EMULATOR_TEXTS.get(text)
     if cls is None:
         return ServiceError(text)
     return cls(text)

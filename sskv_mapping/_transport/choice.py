@@ -2,12 +2,12 @@
 
 :class:`~sskv_mapping._transport.stream.StreamConnection` (the fast path, our own MQTT 5 on an asyncio
 ``Protocol``), unless ``SSKV_MQTT_FASTPATH=0`` is in the environment: then the stock aiomqtt/paho
-:class:`~sskv_mapping._transport.mqtt.MqttConnection` with none of its shortcuts. The emulator process inherits
+:class:`~sskv_mapping._transport.mqtt.MqttConnection`. The emulator process inherits
 the environment, so one variable switches both ends (``nox -s stock-paho``): a bug shared by both ends of our
 own fast path cannot hide behind it.
 
 Must not import aiomqtt/paho at import time (the stock transport is imported when chosen), nor anything above
-``_transport``.
+``_transport``. ``_transport/mqtt`` does not import this module (no import cycle).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .stream import StreamConnection
 
 __all__ = ["FASTPATH_ENV", "fast_path", "new_connection"]
 
-#: ``SSKV_MQTT_FASTPATH=0``: the stock aiomqtt/paho transport, without shortcuts, for client and emulator alike.
+#: ``SSKV_MQTT_FASTPATH=0``: the stock aiomqtt/paho transport, for client and emulator alike.
 FASTPATH_ENV = "SSKV_MQTT_FASTPATH"
 
 

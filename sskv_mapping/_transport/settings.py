@@ -7,20 +7,55 @@ Secrets never appear in ``repr``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ..errors import ConfigurationError
+from . import aio_settings
 
-__all__ = ["MAX_PACKET_SIZE", "MIN_PACKET_SIZE", "ConnectionSettings", "TlsSettings", "generate_client_id"]
+__all__ = [
+    "ENV_LOCATION",
+    "MAX_PACKET_SIZE",
+    "MIN_PACKET_SIZE",
+    "ConnectionSettings",
+    "TlsSettings",
+    "generate_client_id",
+]
 
 #: MQTT's largest packet: a Remaining Length of 268,435,455 bytes plus a five-byte fixed header.
 MAX_PACKET_SIZE = 268_435_460
 #: The smallest Maximum Packet Size we accept to declare: room for a response with a short value.
 MIN_PACKET_SIZE = 1024
+
+log = logging.getLogger("sskv_mapping.transport")
+
+#: The location that means "from the ``AIO_*`` environment variables" wherever a broker URL is accepted.
+ENV_LOCATION = "env:"
+
+_session_note_lock = threading.Lock()
+_session_noted = False
+
+
+def _note_clean_session(clean_start: bool, session_expiry: int) -> None:
+    """Say once per process that a persistent session was asked for and a clean one is used."""
+    global _session_noted
+    with _session_note_lock:
+        if _session_noted:
+            return
+        _session_noted = True
+    log.info(
+        "clean_start=%s, session_expiry=%d asked for (the Azure IoT Operations SDKs' default is a persistent "
+        "session): sskv_mapping does not resume sessions, it connects with a clean session each time and "
+        "re-subscribes and re-registers its watches itself",
+        clean_start,
+        session_expiry,
+    )
 
 
 def generate_client_id(prefix: str = "sskv") -> str:
@@ -82,6 +117,13 @@ class ConnectionSettings:
     #: How often (seconds) the token file is read for a rotated token (more often for a token that lives less
     #: than 8 of these); a JWT's source is also read a margin before its ``exp``. See ``_transport/sat.py``.
     sat_poll_interval: float = 5.0
+    #: What the Azure IoT Operations settings ask for (``AIO_MQTT_CLEAN_START``, default false there). Read and
+    #: validated; the connection is always made with a clean session (sessions are not resumed: the client
+    #: re-subscribes and re-registers its watches after each connect), and asking for anything else is said once
+    #: in the log.
+    clean_start: bool = True
+    #: ``AIO_MQTT_SESSION_EXPIRY`` (seconds, 0..2**32-1): read and validated like ``clean_start``.
+    session_expiry: int = 0
 
     def __post_init__(self) -> None:
         if not self.client_id or ":" in self.client_id:
@@ -110,13 +152,84 @@ class ConnectionSettings:
         poll = self.sat_poll_interval
         if isinstance(poll, bool) or not isinstance(poll, int | float) or not (poll > 0 and math.isfinite(poll)):
             raise ConfigurationError(f"sat_poll_interval must be a positive number of seconds, not {poll!r:.40}")
+        if not isinstance(self.clean_start, bool):
+            raise ConfigurationError(f"clean_start must be True or False, not {self.clean_start!r}")
+        if isinstance(self.session_expiry, bool) or not isinstance(self.session_expiry, int):
+            raise ConfigurationError(f"session_expiry must be whole seconds, not {self.session_expiry!r}")
+        if not 0 <= self.session_expiry <= 0xFFFFFFFF:
+            raise ConfigurationError(f"session_expiry must be between 0 and 4294967295, not {self.session_expiry}")
+        if not self.clean_start or self.session_expiry:
+            _note_clean_session(self.clean_start, self.session_expiry)
 
     def replace(self, **changes: object) -> ConnectionSettings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
     @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> ConnectionSettings:
+        """Settings from the ``AIO_*`` environment variables (``os.environ`` unless ``environ`` is given), as the
+        Azure IoT Operations SDKs read them, with their defaults:
+
+        - ``AIO_BROKER_HOSTNAME``: the broker's host (required)
+        - ``AIO_BROKER_TCP_PORT``: port, default 8883
+        - ``AIO_MQTT_USE_TLS``: ``true`` (default) or ``false``
+        - ``AIO_TLS_CA_FILE``: CA bundle (PEM) to verify the broker (default: the system's)
+        - ``AIO_TLS_CERT_FILE``, ``AIO_TLS_KEY_FILE``: an X.509 client certificate (PEM) and its key, together
+        - ``AIO_TLS_KEY_PASSWORD_FILE``: a file holding the key's pass phrase (read now)
+        - ``AIO_SAT_FILE``: K8S-SAT token file (re-read at each connect)
+        - ``AIO_MQTT_USERNAME``: user name
+        - ``AIO_MQTT_PASSWORD_FILE``: a file holding the password (read now; one trailing line break dropped)
+        - ``AIO_MQTT_CLIENT_ID``: client id (default, also when empty: a generated ``sskv-...`` id)
+        - ``AIO_MQTT_KEEP_ALIVE``: keepalive seconds, default 60
+        - ``AIO_MQTT_CLEAN_START`` (default ``false``) and ``AIO_MQTT_SESSION_EXPIRY`` (default 3600): read
+          and validated; sessions are not resumed, a clean session is used, and the log says so once
+
+        A variable set to the empty string counts as unset. A bad value raises :class:`ConfigurationError`
+        naming the variable. ``overrides`` replace fields afterwards (e.g. ``connect_timeout``).
+
+        Example:
+            >>> s = ConnectionSettings.from_environment(
+            ...     {"AIO_BROKER_HOSTNAME": "aio-broker", "AIO_BROKER_TCP_PORT": "1883", "AIO_MQTT_USE_TLS": "false"}
+            ... )
+            >>> (s.host, s.port, s.tls, s.keepalive)
+            ('aio-broker', 1883, None, 60)
+        """
+        return cls._from_aio(aio_settings.from_environment(environ), overrides)
+
+    @classmethod
+    def from_connection_string(cls, text: str, **overrides: object) -> ConnectionSettings:
+        """Settings from a connection string in the SDKs' format, the same names as their table (see
+        :meth:`from_environment`): ``HostName=aio-broker;TcpPort=1883;UseTls=false``, also ``CaFile``,
+        ``CertFile``, ``KeyFile``, ``KeyPasswordFile``, ``SatAuthFile``, ``Username``, ``PasswordFile``,
+        ``ClientId``, ``KeepAlive``, ``CleanStart``, ``SessionExpiry``. Keys are case-insensitive; an unknown
+        key or a bad value raises :class:`ConfigurationError` naming it.
+
+        Example:
+            >>> s = ConnectionSettings.from_connection_string("HostName=aio-broker;TcpPort=1883;UseTls=false")
+            >>> (s.host, s.port, s.tls)
+            ('aio-broker', 1883, None)
+        """
+        return cls._from_aio(aio_settings.from_connection_string(text), overrides)
+
+    @classmethod
+    def _from_aio(cls, kwargs: dict[str, Any], overrides: Mapping[str, object]) -> ConnectionSettings:
+        tls = kwargs.pop("tls", None)
+        if tls is not None:
+            kwargs["tls"] = TlsSettings(**tls)
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+    @classmethod
     def from_url(cls, url: str, **overrides: object) -> ConnectionSettings:
-        """``mqtt://[user[:password]@]host[:port]`` or ``mqtts://...`` (TLS, port 8883 by default)."""
+        """``mqtt://[user[:password]@]host[:port]`` or ``mqtts://...`` (TLS, port 8883 by default); also a
+        connection string (``HostName=aio-broker;TcpPort=1883;UseTls=false``, :meth:`from_connection_string`)
+        or ``"env:"`` (the ``AIO_*`` variables, :meth:`from_environment`), so that every place that takes a
+        broker URL takes those too."""
+        if not isinstance(url, str):
+            raise ConfigurationError(f"a broker URL is a string, not {type(url).__name__}")
+        if url.strip() == ENV_LOCATION:
+            return cls.from_environment(None, **overrides)
+        if aio_settings.is_connection_string(url):
+            return cls.from_connection_string(url, **overrides)
         parts = urlsplit(url)
         if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
             raise ConfigurationError(f"unsupported broker URL scheme {parts.scheme!r} (use mqtt:// or mqtts://)")

@@ -15,7 +15,13 @@ What it does, like the real service (protocol.md):
 * expires keys on a timer (sleeping until ``core.next_expiry()``), so watchers get DELETE even when nobody
   touches the key;
 * reconnects (with backoff) when the broker goes away, keeping the store;
-* optionally saves entries written with ``aio-persistence: true`` to a file and loads them at start.
+* optionally saves entries written with ``aio-persistence: true`` to a file and loads them at start;
+* never sends a packet over the broker's Maximum Packet Size (the broker would drop the emulator for it): a
+  response that would be too large (a big value, a long response topic) becomes the error reply
+  ``-ERR the response is too large for the broker's maximum packet size`` (the client raises
+  :class:`~sskv_mapping.errors.ResponseTooLargeError`), a notification that would be (its topic carries the
+  key hex-encoded, its payload the value) is dropped and logged. This is the emulator's own answer: the
+  service's behaviour there is not documented.
 
 Where it is more lenient than the service, by design:
 
@@ -43,12 +49,13 @@ from pathlib import Path
 from .._backoff import Backoff
 from .._protocol import headers
 from .._protocol.hlc import system_clock_ms
+from .._protocol.resp3 import encode_error
 from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic
 from .._transport.base import Connection, ConnectionFactory, InboundMessage
 from .._transport.choice import new_connection
 from .._transport.settings import ConnectionSettings
 from .._transport.stream import StreamConnection
-from ..errors import StateStoreError, TransportError
+from ..errors import ResponseTooLargeError, StateStoreError, TransportError, ValueTooLargeError
 from .broker import LOG_TOPIC_FILTER, parse_connection_log
 from .core import EmulatorCore, Notification
 
@@ -62,6 +69,10 @@ _UNSUPPORTED_VERSION_MESSAGE = "unsupported protocol version {!r}; this service 
 _RECONNECT_MIN_S = 0.05
 _RECONNECT_MAX_S = 2.0
 _PERSIST_DELAY_S = 0.05
+
+
+#: what a request whose response would be over the broker's Maximum Packet Size gets instead
+_TOO_LARGE_REPLY = encode_error(ResponseTooLargeError.TEXT)
 
 
 def client_id_from_response_topic(topic: str) -> str | None:
@@ -136,6 +147,7 @@ class EmulatorServer:
             "errors": 0,
             "notifications": 0,
             "publish_failures": 0,
+            "too_large": 0,
             "dropped_clients": 0,
             "connections": 0,
         }
@@ -364,9 +376,30 @@ class EmulatorServer:
                 user_properties=user_properties,
                 content_type=content_type,
             )
+        except ValueTooLargeError as exc:
+            # Over the broker's Maximum Packet Size: the broker would drop this connection for it. Refused by the
+            # transport before sending; a response becomes an error reply the requester can read, a notification
+            # is dropped. Either way the emulator stays connected.
+            self.stats["too_large"] += 1
+            self._too_large(topic, payload, correlation, content_type, exc)
         except StateStoreError as exc:
             self.stats["publish_failures"] += 1
             log.debug("a publish failed: %s", exc)
+
+    def _too_large(
+        self, topic: str, payload: bytes, correlation: bytes | None, content_type: str | None, exc: ValueTooLargeError
+    ) -> None:
+        what = "a notification" if correlation is None else "a response"
+        log.warning(
+            "%s to %r would be a %d-byte packet, over the broker's maximum packet size (%d bytes): %s",
+            what,
+            topic[:200],
+            exc.size,
+            exc.limit,
+            "dropped" if correlation is None or payload == _TOO_LARGE_REPLY else "answering an error instead",
+        )
+        if correlation is not None and payload != _TOO_LARGE_REPLY:  # never loops: the error reply is tried once
+            self._publish(topic, _TOO_LARGE_REPLY, correlation, headers.response_properties(None), content_type)
 
     # -- expiry and persistence -------------------------------------------------------------------------
 

@@ -40,6 +40,11 @@ def request_timeout(value: object, what: str = "request_timeout") -> float | Non
 def settings_from_options(location: str | None, options: dict[str, Any]) -> ConnectionSettings:
     """Connection settings from a broker URL (``mqtt://host:port``, ``mqtts://``) and framework options.
 
+    The one convention of every adapter for Azure IoT Operations: where a URL goes (Django's ``LOCATION``, the
+    others' ``url``), ``"env:"`` reads the ``AIO_*`` environment variables and a connection string
+    (``HostName=aio-broker;TcpPort=1883;UseTls=false``) is taken as the SDKs take it
+    (:meth:`ConnectionSettings.from_url`); the options given here apply on top.
+
     Options understood: ``client_id``, ``username``, ``password``, ``sat_token_file``, ``keepalive``,
     ``connect_timeout``, and ``tls`` (a :class:`TlsSettings` or a dict of its fields).
     """

@@ -143,7 +143,8 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
     """aiocache backend on the state store (default serializer: JSON, as for aiocache's Redis backend).
 
     Args:
-        url: the broker, ``mqtt://[user[:password]@]host[:port]`` or ``mqtts://...``.
+        url: the broker, ``mqtt://[user[:password]@]host[:port]``, ``mqtts://...``,
+            ``"env:"`` (the ``AIO_*`` environment variables) or an AIO connection string.
         endpoint, port: the broker's host and port instead of ``url`` (as ``Cache.from_url`` passes them).
         sskv_namespace: the state store namespace holding the entries (no ``/`` or ``#``).
         local_cache_size: keep up to this many hot entries in process, kept current by notifications.

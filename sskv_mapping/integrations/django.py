@@ -5,12 +5,17 @@ Settings::
     CACHES = {
         "default": {
             "BACKEND": "sskv_mapping.integrations.django.StateStoreCache",
-            "LOCATION": "mqtt://127.0.0.1:1883",      # mqtts://user:password@host:8883 for TLS
+            "LOCATION": "mqtt://127.0.0.1:1883",      # mqtts://user:password@host:8883 for TLS; "env:"
             "TIMEOUT": 300,                             # Django's rules: None = never, 0 = don't cache
             "KEY_PREFIX": "site",                       # KEY_PREFIX / VERSION / KEY_FUNCTION as usual
             "OPTIONS": {"namespace": "django"},
         },
     }
+
+``LOCATION``: a broker URL, a connection string in the Azure IoT Operations SDKs' format
+(``"HostName=aio-broker;TcpPort=1883;UseTls=false"``), or ``"env:"``: the ``AIO_*`` environment variables a
+deployment sets, read as the SDKs read them (:meth:`sskv_mapping.ConnectionSettings.from_environment`; a bad
+value is ``ImproperlyConfigured`` naming the variable). The connection options in ``OPTIONS`` apply on top.
 
 ``OPTIONS`` (all optional):
 
@@ -199,7 +204,10 @@ def _parse(location: str | None, options: Mapping[str, Any], default_timeout: in
         known = sorted(_CONNECTION_OPTIONS | _CACHE_OPTIONS)
         raise ConfigurationError(f"unknown OPTIONS {sorted(unknown)}; known: {', '.join(known)}")
     if location is not None and not isinstance(location, str):
-        raise ConfigurationError(f"LOCATION must be a broker URL such as mqtt://127.0.0.1:1883, not {location!r}")
+        raise ConfigurationError(
+            "LOCATION must be a broker URL such as mqtt://127.0.0.1:1883, a connection string or 'env:', "
+            f"not {location!r}"
+        )
     connection = settings_from_options(location or None, {k: options[k] for k in _CONNECTION_OPTIONS & set(options)})
     codec, codec_id = _codec_from_options(options)
     request_timeout = options.get("timeout", 10.0)

@@ -157,7 +157,8 @@ def statestore_lifespan(
     """A lifespan for ``FastAPI(lifespan=...)`` / ``Starlette(lifespan=...)`` that opens the app's state store.
 
     Args:
-        url: the broker, ``mqtt://[user[:password]@]host[:port]`` or ``mqtts://...``.
+        url: the broker, ``mqtt://[user[:password]@]host[:port]``, ``mqtts://...``,
+            ``"env:"`` (the ``AIO_*`` environment variables) or an AIO connection string.
         namespace: the default namespace of the dependencies.
         client: a client to use (not closed here) instead of connecting one on the app's loop.
         lifespan: the app's own lifespan, run inside this one (its lifespan state, if any, is passed on); it

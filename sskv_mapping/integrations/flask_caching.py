@@ -12,7 +12,8 @@ Example:
 Config keys read by :meth:`StateStoreCache.factory`:
 
 * ``CACHE_SSKV_URL``: the broker, ``mqtt://[user[:password]@]host[:port]`` or ``mqtts://...`` (default
-  ``mqtt://127.0.0.1:1883``).
+  ``mqtt://127.0.0.1:1883``); ``"env:"`` for the ``AIO_*`` environment variables of Azure IoT Operations, or a
+  connection string in its SDKs' format (``HostName=aio-broker;TcpPort=1883;UseTls=false``).
 * ``CACHE_KEY_PREFIX``: the state store namespace (Flask-Caching's default ``flask_cache_``); every app that
   names the same namespace shares the entries, and ``clear()`` deletes only this namespace. No ``/`` or ``#``.
 * ``CACHE_DEFAULT_TIMEOUT``: seconds or a timedelta; ``0`` never expires (Flask-Caching's convention,

@@ -143,7 +143,8 @@ class StateStoreStore(NamespacedStore):
     """A Litestar :class:`~litestar.stores.base.NamespacedStore` on the state store.
 
     Args:
-        url: the broker, ``mqtt://[user[:password]@]host[:port]`` or ``mqtts://...`` (ignored with ``client``).
+        url: the broker, ``mqtt://[user[:password]@]host[:port]``, ``mqtts://...``,
+            ``"env:"`` (the ``AIO_*`` environment variables) or an AIO connection string (ignored with ``client``).
         namespace: the root namespace (letters, digits, ``_``, ``-``); child namespaces are ``root.child``.
         client: an :class:`~sskv_mapping.AsyncStateStoreClient` to use (connected by its owner on the app's
             loop) instead of one the store connects in its lifespan.

@@ -691,3 +691,30 @@ def test_password_is_read_from_the_environment_and_never_printed(password_url: t
     assert json.loads(wrong_json.stdout)["error"] == "BrokerConnectError"
     check = sskv("get", "--url", url, "--username", "alice", k, env=good)
     assert check.stdout == b"secret-kept\n"
+
+
+# -- configured from the environment, as an Azure IoT Operations app is -----------------------------------------
+
+
+def test_from_env_reads_the_aio_variables(mosquitto: MosquittoBroker, store: StateStoreClient) -> None:
+    k = new_key("env")
+    aio = clean_env(
+        AIO_BROKER_HOSTNAME=mosquitto.host, AIO_BROKER_TCP_PORT=str(mosquitto.port), AIO_MQTT_USE_TLS="false"
+    )
+    done = sskv("set", "--from-env", k, "from the environment", env=aio)
+    assert done.returncode == EXIT_OK, done.stderr
+    no_traceback(done)
+    assert (entry := store.get(k)) is not None and entry.value == b"from the environment"
+    assert sskv("get", "--from-env", k, env=aio).stdout == b"from the environment\n"
+    # a connection string where the URL goes works the same
+    cs = f"HostName={mosquitto.host};TcpPort={mosquitto.port};UseTls=false"
+    assert sskv("get", "--url", cs, k).stdout == b"from the environment\n"
+
+
+def test_from_env_with_a_bad_variable_is_a_usage_error_naming_it() -> None:
+    bad = clean_env(AIO_BROKER_HOSTNAME="127.0.0.1", AIO_BROKER_TCP_PORT="not-a-port", AIO_MQTT_USE_TLS="false")
+    done = sskv("get", "--from-env", "k", env=bad)
+    assert done.returncode == EXIT_USAGE
+    assert "AIO_BROKER_TCP_PORT" in one_line_error(done)
+    missing = sskv("get", "--from-env", "k", env={k: v for k, v in bad.items() if not k.startswith("AIO_")})
+    assert missing.returncode == EXIT_USAGE and "AIO_BROKER_HOSTNAME is required" in one_line_error(missing)

@@ -8,7 +8,7 @@
 * Oracles (``check_*``): run the library parser on one input; a :class:`ProtocolError` (or, for the service
   side, a :class:`ServiceError`) is a fine outcome; any other exception propagates (a crash), and a broken
   invariant is an ``AssertionError``. An accepted input must also re-encode consistently (round trip). (The
-  PUBLISH decoder's differential check against paho is ``tests/transport/test_mqtt_fastpath.py``.)
+  PUBLISH decoder's differential check against paho is ``tests/transport/test_mqtt_stock.py``.)
 
 No hypothesis or atheris import here: atheris runs these in a bare subprocess.
 """

@@ -370,6 +370,41 @@ def test_bad_location_is_improperly_configured() -> None:
         caches["default"]
 
 
+def test_location_env_reads_the_aio_variables(broker_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``LOCATION: "env:"``: the connection comes from the AIO_* variables (as Azure IoT Operations sets them);
+    OPTIONS' connection options still apply on top."""
+    host, port = broker_url.removeprefix("mqtt://").rsplit(":", 1)
+    monkeypatch.setenv("AIO_BROKER_HOSTNAME", host)
+    monkeypatch.setenv("AIO_BROKER_TCP_PORT", port)
+    monkeypatch.setenv("AIO_MQTT_USE_TLS", "false")
+    entry = {"BACKEND": BACKEND, "LOCATION": "env:", "OPTIONS": {"namespace": namespace, "client_id": "dj-env"}}
+    with override_settings(CACHES={"default": entry}):
+        backend = caches["default"]
+        assert backend.client.async_client.settings.port == int(port)
+        backend.set("from-env", {"ok": 1})
+        assert backend.get("from-env") == {"ok": 1}
+
+
+def test_location_as_a_connection_string(broker_url: str, namespace: str) -> None:
+    host, port = broker_url.removeprefix("mqtt://").rsplit(":", 1)
+    location = f"HostName={host};TcpPort={port};UseTls=false"
+    with override_settings(
+        CACHES={"default": {"BACKEND": BACKEND, "LOCATION": location, "OPTIONS": {"namespace": namespace}}}
+    ):
+        caches["default"].set("from-cs", 7)
+        assert caches["default"].get("from-cs") == 7
+
+
+def test_a_bad_aio_variable_is_improperly_configured_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIO_BROKER_HOSTNAME", "127.0.0.1")
+    monkeypatch.setenv("AIO_BROKER_TCP_PORT", "eighty")
+    with (
+        override_settings(CACHES={"default": {"BACKEND": BACKEND, "LOCATION": "env:"}}),
+        pytest.raises(ImproperlyConfigured, match="AIO_BROKER_TCP_PORT"),
+    ):
+        caches["default"]
+
+
 # -- timeouts ---------------------------------------------------------------------------------------------
 
 

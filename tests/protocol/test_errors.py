@@ -27,6 +27,7 @@ from sskv_mapping.errors import (
     ProtocolError,
     QuotaExceededError,
     RequestSyntaxError,
+    ResponseTooLargeError,
     RpcStatusError,
     ServiceError,
     StateStoreError,
@@ -69,6 +70,15 @@ PROTOCOL_MD_TEXTS: list[tuple[str, type[ServiceError]]] = [
 def test_table_has_exactly_the_twelve_documented_texts() -> None:
     assert len(PROTOCOL_MD_TEXTS) == 12
     assert dict(PROTOCOL_MD_TEXTS) == ERROR_TEXTS
+
+
+def test_the_emulators_own_text_maps_to_its_class() -> None:
+    """Not one of the service's texts: the emulator's answer to a request whose response would be over its
+    broker's Maximum Packet Size."""
+    text = "the response is too large for the broker's maximum packet size"
+    exc = service_error(text)
+    assert type(exc) is ResponseTooLargeError and exc.text == text == ResponseTooLargeError.TEXT
+    assert text not in ERROR_TEXTS
 
 
 @pytest.mark.parametrize(("text", "cls"), PROTOCOL_MD_TEXTS, ids=[c.__name__ for _, c in PROTOCOL_MD_TEXTS])

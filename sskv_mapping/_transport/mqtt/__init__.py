@@ -1,22 +1,18 @@
-"""Layer 2 (transport): the ONLY package that imports aiomqtt/paho (this module and ``_fastpath``).
+"""Layer 2 (transport): the ONLY package that imports aiomqtt/paho (this module and ``_hooks``).
 
 The stock transport. The client and the emulator use :class:`~sskv_mapping._transport.stream.StreamConnection`
 (our own MQTT 5 on an asyncio ``Protocol``) unless ``SSKV_MQTT_FASTPATH=0`` is set (``_transport/choice.py``):
-then they use this one, with none of its shortcuts, and ``nox -s stock-paho`` runs the client/emulator suites so --
-a second, independent implementation of the same contract. Tools and tests may also build it directly.
+then they use this one, and ``nox -s stock-paho`` runs the client/emulator suites so -- a second, independent
+implementation of the same contract. Tools and tests may also build it directly.
 
-One :class:`MqttConnection` is one MQTT 5 session with a broker, owned by an ``aiomqtt.Client``. Inbound
-PUBLISHes are converted to plain :class:`InboundMessage` values and handed to a callback *synchronously*,
-inside the read callback. Foreign exceptions are mapped to the sskv_mapping tree here (``raise X from exc``) and
-never leak. PUBLISH properties are encoded by the pure codec ``_protocol/mqtt_publish.py`` (byte-identical to
-paho, ``tests/transport/test_mqtt_fastpath.py``). With the variable unset, :class:`~._fastpath.PahoHooks` also
-shortcuts a few paho steps (packet handlers, batched reads and writes) for the callers that use this transport
-directly; ``_fastpath.py`` is the only module that touches aiomqtt's or paho's private names. What correctness needs
-is there either way (PUBACK waits and refusals, Receive Maximum, a disconnect before CONNACK failing at once).
-
-K8S-SAT: the token goes in each CONNECT, but paho has no way to send an MQTT 5 AUTH packet on a live connection,
-so there is no re-authentication here (``_transport/sat.py`` is the stream transport's): the broker closes the
-connection when the token expires and the client reconnects with the file read again. A warning says so once.
+One :class:`MqttConnection` is one MQTT 5 session with a broker, owned by an ``aiomqtt.Client``; paho reads,
+decodes, encodes and writes every packet (PUBLISH properties included: paho's ``Properties``, not our codec, so
+that it is an oracle for ``_protocol/``, not our codec in disguise). Inbound PUBLISHes are converted to plain
+:class:`InboundMessage` values and handed to a callback *synchronously*, from aiomqtt's documented
+``queue_type`` hook. Foreign exceptions are mapped to the sskv_mapping tree here (``raise X from exc``) and never
+leak. What correctness needs and aiomqtt does not do is in :class:`~._hooks.PahoHooks` (PUBACK waits and
+refusals, Receive Maximum, the Maximum Packet Size, a disconnect before CONNACK failing at once);
+``_hooks.py`` is the only module that touches aiomqtt's or paho's private names.
 
 Reconnection is the caller's business (the client layer): a connection that dropped reports it through
 :meth:`MqttConnection.wait_closed` and is then discarded.
@@ -29,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 import ssl
 from collections.abc import Callable, Iterable, Sequence
@@ -42,7 +37,8 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from ..._protocol.mqtt_publish import InboundMessage, publish_properties
+from ..._protocol.mqtt_publish import InboundMessage, varint
+from ..._protocol.mqtt_publish import publish_properties as _property_bytes
 from ...errors import (
     BrokerConnectError,
     ClientStateError,
@@ -50,13 +46,13 @@ from ...errors import (
     ConnectionLostError,
     RequestTimeoutError,
     TransportError,
+    ValueTooLargeError,
 )
-from ..choice import FASTPATH_ENV
 from ..settings import ConnectionSettings
 from ..tls import read_sat_token, ssl_context
-from ._fastpath import PahoHooks, paho_client_of
+from ._hooks import PahoHooks, paho_client_of
 
-__all__ = ["FASTPATH_ENV", "InboundMessage", "MqttConnection"]
+__all__ = ["InboundMessage", "MqttConnection"]
 
 
 log = logging.getLogger("sskv_mapping.transport")
@@ -111,9 +107,7 @@ def _dispatching_queue(handler: Callable[[InboundMessage], None]) -> type[asynci
     """An ``asyncio.Queue`` class whose ``put_nowait`` hands each message straight to ``handler``.
 
     aiomqtt's documented ``queue_type`` hook: aiomqtt calls ``put_nowait`` from paho's read callback on the
-    event loop thread, so delivering there saves a queue hop and a task wake-up per message. Only the
-    messages :class:`~._fastpath.PahoHooks` leaves to paho take this way (QoS 2; all of them with
-    ``SSKV_MQTT_FASTPATH=0`` or if paho's internals changed).
+    event loop thread, so delivering there saves a queue hop and a task wake-up per message.
     """
 
     class _DispatchQueue(asyncio.Queue[Any]):
@@ -131,43 +125,35 @@ def _dispatching_queue(handler: Callable[[InboundMessage], None]) -> type[asynci
     return _DispatchQueue
 
 
-class _PackedPublishProperties(Properties):
-    """PUBLISH properties encoded once, up front.
-
-    paho's ``Properties`` validates every attribute assignment by scanning its whole name table, and
-    ``pack()`` scans it again: that was about a third of the CPU time of a request/response round trip.
-    paho only ever calls ``pack()`` on outgoing PUBLISH properties (also when it resends after a
-    reconnect), so precomputed bytes are equivalent.
-    """
-
-    _packed: bytes
-    _user_count: int
-
-    def __init__(self, packed: bytes, user_count: int) -> None:  # no super().__init__: nothing to validate
-        object.__setattr__(self, "packetType", PacketTypes.PUBLISH)
-        object.__setattr__(self, "_packed", packed)
-        object.__setattr__(self, "_user_count", user_count)
-
-    def pack(self) -> bytes:
-        return self._packed
-
-    def __str__(self) -> str:  # paho's debug log line of each PUBLISH it sends
-        return f"[{self._user_count} user properties, {len(self._packed)} bytes]"
-
-    __repr__ = __str__
-
-
 def _publish_properties(
     correlation_data: bytes | None,
     response_topic: str | None,
     user_properties: UserProperties,
     content_type: str | None,
     message_expiry: int | None,
-) -> _PackedPublishProperties:
-    """The PUBLISH properties as paho's ``Properties.pack()`` would encode them (``tests/transport`` compares),
-    encoded once by the pure codec and wrapped for paho."""
-    packed = publish_properties(correlation_data, response_topic, user_properties, content_type, message_expiry)
-    return _PackedPublishProperties(packed, len(user_properties))
+) -> Properties:
+    """The PUBLISH properties as paho's own ``Properties`` (paho encodes them: an independent implementation
+    of what ``_protocol/mqtt_publish.py`` encodes for the stream transport)."""
+    props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    if message_expiry is not None:
+        props.MessageExpiryInterval = message_expiry
+    if content_type is not None:
+        props.ContentType = content_type
+    if response_topic is not None:
+        props.ResponseTopic = response_topic
+    if correlation_data is not None:
+        props.CorrelationData = correlation_data
+    for pair in user_properties:
+        props.UserProperty = pair
+    return props
+
+
+def _packet_size(topic: str, payload: bytes, qos: int, properties: bytes) -> int:
+    """The size of the PUBLISH packet paho will write (fixed header included), ``properties`` being their
+    encoding by ``_protocol/mqtt_publish.py`` (byte-identical to paho's, ``tests/transport/test_mqtt_stock.py``;
+    paho's own ``pack()`` costs ~50 times more and would run twice)."""
+    remaining = 2 + len(topic.encode("utf-8")) + (2 if qos else 0) + len(properties) + len(payload)
+    return 1 + len(varint(remaining)) + remaining
 
 
 def _reraise_lost_cancel() -> None:
@@ -183,17 +169,10 @@ def _reraise_lost_cancel() -> None:
         raise asyncio.CancelledError
 
 
-_reauth_warned = False
-
-
 def _connect_properties(settings: ConnectionSettings) -> Properties | None:
     token = read_sat_token(settings)
     if token is None:
         return None
-    global _reauth_warned
-    if not _reauth_warned:  # paho sends no AUTH packet: no K8S-SAT re-authentication here (see the docstring)
-        _reauth_warned = True
-        log.warning("the stock paho transport cannot re-authenticate K8S-SAT: expect a reconnect at token expiry")
     props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
     props.AuthenticationMethod = "K8S-SAT"
     props.AuthenticationData = token
@@ -229,8 +208,8 @@ class MqttConnection:
 
     @property
     def max_packet_size(self) -> int | None:
-        """The broker's CONNACK Maximum Packet Size: not read on this transport yet (branch h-config's)."""
-        return None
+        """The broker's Maximum Packet Size from CONNACK; None before CONNACK or when it stated none."""
+        return self._hooks.max_packet_size if self._hooks is not None else None
 
     def __repr__(self) -> str:
         state = "connected" if self.connected else "not connected"
@@ -261,8 +240,8 @@ class MqttConnection:
             logger=log,
         )
         client.pending_calls_threshold = 1_000_000  # many requests in flight is the point
-        # before CONNECT: CONNACK sets the in-flight limit
-        hooks = PahoHooks(client, loop, self._on_message, shortcuts=os.environ.get(FASTPATH_ENV, "1") != "0")
+        # before CONNECT: CONNACK sets the in-flight limit and the packet size limit
+        hooks = PahoHooks(client, loop)
         try:
             # asyncio.timeout, not wait_for: on 3.11 wait_for returns the inner result when a cancel arrives as
             # the connect attempt ends, losing the cancel (a client's close() then waited for ever on its
@@ -356,6 +335,17 @@ class MqttConnection:
         """Hand one PUBLISH to paho (which numbers, queues and tracks it until its PUBACK); its packet id."""
         client = self._require()
         props = _publish_properties(correlation_data, response_topic, user_properties, content_type, message_expiry)
+        limit = self.max_packet_size
+        if limit is not None:  # [MQTT-3.2.2-15]: the broker would drop the whole connection on a larger packet
+            packed = _property_bytes(correlation_data, response_topic, user_properties, content_type, message_expiry)
+            size = _packet_size(topic, payload, qos, packed)
+            if size > limit:
+                raise ValueTooLargeError(
+                    f"a PUBLISH of {size} bytes to {topic[:200]!r} is over the broker's maximum packet size "
+                    f"({limit} bytes)",
+                    size=size,
+                    limit=limit,
+                )
         try:
             # paho's own publish, not aiomqtt's: that one adds an asyncio.Event, a wait_for task and a scan of
             # every pending call per message, for a PUBACK the request path does not need to wait for.
@@ -364,8 +354,6 @@ class MqttConnection:
             raise ConfigurationError(f"cannot publish to {topic[:200]!r}: {exc}") from None
         if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
             raise ConnectionLostError(f"publish failed on {self.settings.url}: {paho_client.error_string(info.rc)}")
-        if self._hooks is not None:
-            self._hooks.published = True
         return info.mid
 
     async def publish(

@@ -1,12 +1,13 @@
-"""The request path's shortcuts (``_protocol/mqtt_publish.py``, ``_transport/mqtt/``) do exactly what paho (and
-aiomqtt) would.
+"""The stock transport (``_transport/mqtt``: aiomqtt and paho, ``SSKV_MQTT_FASTPATH=0``) as an independent
+oracle for our own MQTT codec, and its correctness hooks.
 
-* the PUBLISH property encoder produces paho's ``Properties.pack()`` bytes, byte for byte;
+* the PUBLISH property encoder of ``_protocol/mqtt_publish.py`` produces paho's ``Properties.pack()`` bytes,
+  byte for byte (the stock transport lets paho encode them itself);
 * the PUBLISH decoder produces what paho's ``decode_publish`` + aiomqtt's ``Message`` + ``_convert`` produce,
-  and refuses (``MalformedPacketError``; paho's ``MalformedPacket`` in the paho hook) what that path refuses;
-* through a real mosquitto: every property arrives intact at QoS 1, packets leave in call order and joined
-  into few ``send`` calls, large packets survive partial writes and reads, ``publish`` waits for the PUBACK
-  and fails at once when the connection ends, and the server's Receive Maximum is honoured.
+  and refuses (``MalformedPacketError``) what that path refuses;
+* through a real mosquitto: every property arrives intact at QoS 1, packets leave in call order, large packets
+  survive partial writes and reads, ``publish`` waits for the PUBACK and fails at once when the connection
+  ends, the server's Receive Maximum is honoured, and paho's own packet handling is left as it is.
 """
 
 from __future__ import annotations
@@ -26,14 +27,13 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from paho.mqtt import _packet as paho_packet
-from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from sskv_mapping._protocol.mqtt_publish import InboundMessage, MalformedPacketError, decode_publish
 from sskv_mapping._protocol.mqtt_publish import publish_properties as _publish_property_bytes
 from sskv_mapping._transport import mqtt as mqtt_module
-from sskv_mapping._transport.mqtt import MqttConnection, _fastpath, _publish_properties
+from sskv_mapping._transport.mqtt import MqttConnection, _publish_properties
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.errors import ConfigurationError, ConnectionLostError, ServiceUnavailableError
@@ -138,8 +138,7 @@ def test_encoder_refuses_a_value_over_65535_bytes() -> None:
 
 def test_encoded_properties_are_what_paho_logs_and_sends() -> None:
     props = _publish_properties(b"c", "r", [("a", "b")], None, None)
-    assert isinstance(props, Properties)  # paho's MQTTMessage and _send_publish only call pack() on it
-    assert str(props) == f"[1 user properties, {len(props.pack())} bytes]"
+    assert type(props) is Properties  # paho's own: paho encodes what the stock transport sends
     assert props.pack() == _publish_property_bytes(b"c", "r", [("a", "b")], None, None)
 
 
@@ -226,8 +225,6 @@ def test_decoder_refuses_what_paho_refuses(name: str) -> None:
         paho_decode(header, body)
     with pytest.raises(MalformedPacketError):
         decode_publish(header, body)
-    with pytest.raises(MalformedPacket):  # what the paho hook raises, as paho's own decoder does
-        _fastpath._decode_publish(header, body)
 
 
 def test_decoder_is_stricter_than_paho_on_one_overrun() -> None:
@@ -299,34 +296,18 @@ async def _connect(
 
 
 @pytest.fixture
-def fastpath_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The shortcuts on for the connections made after it, also in a run with SSKV_MQTT_FASTPATH=0 (nox -s
-    stock-paho): the tests that request it are about the shortcuts themselves."""
-    monkeypatch.setenv(mqtt_module.FASTPATH_ENV, "1")
-
-
-@pytest.fixture
 async def pair(mosquitto: MosquittoBroker) -> AsyncIterator[tuple[MqttConnection, MqttConnection, Inbox, str]]:
     """(sender, receiver, receiver's inbox, a topic the receiver subscribed to at QoS 1)."""
     inbox = Inbox()
-    sender = await _connect(mosquitto, "fast-tx")
-    receiver = await _connect(mosquitto, "fast-rx", inbox)
-    topic = f"test/fastpath/{uuid.uuid4().hex}"
+    sender = await _connect(mosquitto, "stock-tx")
+    receiver = await _connect(mosquitto, "stock-rx", inbox)
+    topic = f"test/stock/{uuid.uuid4().hex}"
     await receiver.subscribe([topic], qos=1)
     try:
         yield sender, receiver, inbox, topic
     finally:
         await sender.close()
         await receiver.close()
-
-
-async def test_the_shortcuts_are_installed_with_the_pinned_paho(fastpath_on: None, mosquitto: MosquittoBroker) -> None:
-    """If a paho release renames what they use, they switch themselves off; this says so loudly."""
-    conn = await _connect(mosquitto, "fast-check")
-    try:
-        assert conn._hooks is not None and conn._hooks.packet_shortcuts
-    finally:
-        await conn.close()  # at once: close() before the connection's watch task first ran
 
 
 @pytest.mark.parametrize("nowait", [False, True], ids=["publish", "publish_nowait"])
@@ -377,45 +358,15 @@ async def test_round_trip_with_empty_values_and_no_properties(
     )
 
 
-class _CountingSocket:
-    """Wraps paho's socket and counts ``send`` calls (everything else is passed through)."""
-
-    def __init__(self, sock: Any) -> None:
-        self._sock = sock
-        self.sends = 0
-
-    def send(self, data: bytes) -> int:
-        self.sends += 1
-        sent: int = self._sock.send(data)
-        return sent
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sock, name)
-
-
-async def test_a_burst_leaves_in_order_in_few_sends(
-    fastpath_on: None, pair: tuple[MqttConnection, MqttConnection, Inbox, str]
-) -> None:
+async def test_a_burst_leaves_in_order(pair: tuple[MqttConnection, MqttConnection, Inbox, str]) -> None:
     sender, _, inbox, topic = pair
     assert sender._client is not None
-    paho = sender._client._client
-    window = paho._max_inflight_messages  # mosquitto's Receive Maximum (20 by default); the rest waits in paho
+    window = sender._client._client._max_inflight_messages  # mosquitto's Receive Maximum (20 by default)
     assert window >= 10
-    counting = _CountingSocket(paho._sock)
-    paho._sock = counting  # type: ignore[assignment]
-    try:
-        for i in range(window):  # one window's worth, queued in one loop iteration
-            sender.publish_nowait(topic, str(i).encode(), correlation_data=i.to_bytes(2, "big"))
-        await inbox.wait_for(window)
-        in_one_go = counting.sends
-        for i in range(window, 200):  # more than the window: released as PUBACKs come back, in order
-            sender.publish_nowait(topic, str(i).encode(), correlation_data=i.to_bytes(2, "big"))
-        messages = await inbox.wait_for(200)
-    finally:
-        paho._sock = counting._sock
+    for i in range(200):  # more than the window: the rest waits in paho, released as PUBACKs come back
+        sender.publish_nowait(topic, str(i).encode(), correlation_data=i.to_bytes(2, "big"))
+    messages = await inbox.wait_for(200)
     assert [m.payload for m in messages] == [str(i).encode() for i in range(200)]
-    assert in_one_go <= 2  # one, unless the socket took only part of it
-    assert counting.sends < 200 // 4
 
 
 async def test_large_packets_survive_partial_writes_and_reads(
@@ -437,7 +388,7 @@ async def test_large_packets_survive_partial_writes_and_reads(
 
 async def test_publish_waits_for_a_puback_even_one_with_a_reason_code(mosquitto: MosquittoBroker) -> None:
     """Nobody subscribes: mosquitto answers PUBACK 0x10 "no matching subscribers" (3 bytes, paho decodes it)."""
-    sender = await _connect(mosquitto, "fast-nosub")
+    sender = await _connect(mosquitto, "stock-nosub")
     try:
         async with asyncio.timeout(WAIT):
             await sender.publish(f"test/nobody/{uuid.uuid4().hex}", b"x", timeout=WAIT)
@@ -447,7 +398,7 @@ async def test_publish_waits_for_a_puback_even_one_with_a_reason_code(mosquitto:
 
 
 async def test_publish_fails_when_the_connection_ends_before_the_puback(fresh_mosquitto: MosquittoBroker) -> None:
-    sender = await _connect(fresh_mosquitto, "fast-drop")
+    sender = await _connect(fresh_mosquitto, "stock-drop")
     pid = fresh_mosquitto.pid
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)  # the broker reads nothing more: no PUBACK will come
@@ -466,21 +417,16 @@ async def test_publish_fails_when_the_connection_ends_before_the_puback(fresh_mo
         await sender.close()
 
 
-@pytest.mark.parametrize("fastpath", ["1", "0"], ids=["fastpath", "stock"])
 @pytest.mark.parametrize(
     ("config", "limit"), [([], 20), (["max_inflight_messages 5"], 5), (["max_inflight_messages 0"], 0)]
 )
-async def test_the_servers_receive_maximum_is_honoured(
-    config: list[str], limit: int, fastpath: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_the_servers_receive_maximum_is_honoured(config: list[str], limit: int) -> None:
     """mosquitto advertises its max_inflight_messages (default 20) as Receive Maximum, none when 0: it becomes
-    paho's in-flight limit (0: none), and messages beyond it wait in paho and still all arrive, in order. A
-    correctness hook: it stays with the shortcuts off (SSKV_MQTT_FASTPATH=0)."""
-    monkeypatch.setenv(mqtt_module.FASTPATH_ENV, fastpath)
+    paho's in-flight limit (0: none), and messages beyond it wait in paho and still all arrive, in order."""
     with MosquittoBroker(extra_config=config) as broker:
         inbox = Inbox()
-        receiver = await _connect(broker, "fast-rm-rx", inbox)
-        sender = await _connect(broker, "fast-rm-tx")
+        receiver = await _connect(broker, "stock-rm-rx", inbox)
+        sender = await _connect(broker, "stock-rm-tx")
         try:
             await receiver.subscribe(["test/rm"], qos=1)
             assert sender._client is not None
@@ -497,40 +443,11 @@ async def test_the_servers_receive_maximum_is_honoured(
             await receiver.close()
 
 
-async def test_without_the_paho_internals_paho_does_the_work(
+async def test_paho_and_aiomqtt_are_left_as_they_are(
     mosquitto: MosquittoBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A paho release without what the shortcuts use: they stay off, and everything still works (slower)."""
-    monkeypatch.setattr(_fastpath, "_PAHO_INTERNALS", (*_fastpath._PAHO_INTERNALS, "_no_such_attribute"))
-    inbox = Inbox()
-    sender = await _connect(mosquitto, "fast-off-tx")
-    receiver = await _connect(mosquitto, "fast-off-rx", inbox)
-    try:
-        assert sender._hooks is not None and not sender._hooks.packet_shortcuts
-        topic = f"test/fastpath-off/{uuid.uuid4().hex}"
-        await receiver.subscribe([topic], qos=1)
-        user = [("a", "1"), ("ü", "")]
-        await sender.publish(topic, b"one", correlation_data=b"\x00", user_properties=user, content_type="c")
-        sender.publish_nowait(topic, b"two", response_topic="r", message_expiry=60)
-        first, second = await inbox.wait_for(2)
-        assert (first.payload, first.correlation_data, first.user_properties, first.content_type) == (
-            b"one",
-            b"\x00",
-            tuple(user),
-            "c",
-        )
-        assert (second.payload, second.response_topic, second.qos) == (b"two", "r", 1)
-    finally:
-        await sender.close()
-        await receiver.close()
-
-
-async def test_the_stock_switch_leaves_paho_and_aiomqtt_as_they_are(
-    mosquitto: MosquittoBroker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """SSKV_MQTT_FASTPATH=0: none of the shortcuts is installed, inbound PUBLISHes take aiomqtt's path, and a
-    request/response round trip, a PUBACK wait and a refusing PUBACK (0x10) still work."""
-    monkeypatch.setenv(mqtt_module.FASTPATH_ENV, "0")
+    """No paho method is replaced, inbound PUBLISHes take aiomqtt's path, and a request/response round trip, a
+    PUBACK wait and a refusing PUBACK (0x10) work through paho's public callbacks."""
     converted: list[aiomqtt.Message] = []
     stock_convert = mqtt_module._convert
 
@@ -555,10 +472,9 @@ async def test_the_stock_switch_leaves_paho_and_aiomqtt_as_they_are(
     try:
         for conn in (requester, responder[0]):
             hooks, client = conn._hooks, conn._client
-            assert hooks is not None and client is not None and not hooks.packet_shortcuts
+            assert hooks is not None and client is not None
             paho = client._client
             assert not {"_handle_publish", "_handle_pubackcomp", "_sock_recv", "loop_read"} & set(vars(paho))
-            assert paho.on_socket_register_write != hooks._register_write
         await responder[0].subscribe([requests], qos=1)
         await requester.subscribe([responses], qos=1)
         loop = asyncio.get_running_loop()
