@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ._backoff import Backoff
+from ._in_flight import DEFAULT_MAX_IN_FLIGHT, InFlightGate
 from ._keeper import ConnectionKeeper, ConnectionState, StateListener
 from ._keys import store_key
 from ._protocol import headers, topics
@@ -185,6 +186,13 @@ class AsyncStateStoreClient:
             ``max_packet_size``, Azure IoT Operations' ``maxPacketSizeBytes``), which in-flight calls would
             only see as a timeout: set this about 1 KiB below that limit. ``None``: no check. Default
             ``DEFAULT_MAX_PAYLOAD`` (just under MQTT's own 256 MiB packet limit).
+        max_in_flight: the most requests this client has awaiting an answer at once (every path: calls,
+            watches' KEYNOTIFY, lock renewals, index work, the cache's fan-outs); past it a call waits its turn
+            within its own timeout, and one that times out waiting raises :class:`RequestTimeoutError` with
+            nothing sent. A broker queues only so much per session and drops the rest without a word (mosquitto
+            by default: 20 in flight + 1,000 queued), so a burst of thousands would lose requests and replies.
+            Default 256 (``DEFAULT_MAX_IN_FLIGHT``): well under that queue, and well above what a round trip
+            needs to keep the link busy.
     """
 
     def __init__(
@@ -205,6 +213,7 @@ class AsyncStateStoreClient:
         settings: ConnectionSettings | None = None,
         connection_factory: ConnectionFactory | None = None,
         max_payload: int | None = DEFAULT_MAX_PAYLOAD,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
         if settings is None:
             extra: dict[str, Any] = {}
@@ -224,7 +233,11 @@ class AsyncStateStoreClient:
             raise ConfigurationError(f"max_payload must be an int or None, not {max_payload!r}")
         if backoff_initial <= 0 or backoff_max < backoff_initial:
             raise ConfigurationError("need 0 < backoff_initial <= backoff_max")
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise ConfigurationError(f"max_in_flight must be a positive int, not {max_in_flight!r}")
         self.settings = settings
+        #: requests awaiting an answer now, the bound, and how many calls waited for a slot (``.waited``)
+        self.in_flight = InFlightGate(max_in_flight)
         self.timeout = timeout
         self.max_payload = max_payload
         self._backoff = (backoff_initial, backoff_max)
@@ -365,42 +378,51 @@ class AsyncStateStoreClient:
             )
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        resend: Backoff | None = None  # made on the first undelivered request only: not a cost of every call
-        fail_fast: float | None = None
-        keeper = self._keeper
-        while True:
-            conn = keeper.conn
-            if conn is None or not keeper.connected:  # reconnecting: wait for it, within the call's deadline
-                conn = await keeper.connection(None if deadline is None else max(deadline - loop.time(), 0.001))
-            try:
-                message = await self._send_once(cmd, payload, conn, timeout, deadline, fencing_token, persist)
-                break
-            except ServiceUnavailableError:
-                # PUBACK 0x10: the broker delivered the request to nobody -- a definite "not sent", not an
-                # unknown outcome -- so it is safe to send it again once the service (re)subscribes.
-                now = loop.time()
-                if fail_fast is None:
-                    fail_fast = now + _FAIL_FAST
-                give_up = deadline
-                if not self._service_answered:  # it never answered here: a bare broker, say so quickly
-                    give_up = fail_fast if deadline is None else min(deadline, fail_fast)
-                if resend is None:
-                    resend = Backoff(_RESEND_BACKOFF_INITIAL, _RESEND_BACKOFF_MAX, jitter=False)
-                if give_up is not None and now + resend.current >= give_up:
-                    raise ServiceUnavailableError(self._unavailable_text(cmd)) from None
-                await asyncio.sleep(resend.next())
-                self.undelivered_resends += 1
-        self._service_answered = True
-        version = headers.check_response(message.user_properties, message.content_type)
-        if version is not None:
-            try:
-                self.hlc.update(version)
-            except ClockDriftError as exc:
-                # The request was carried out: failing the call now would report an applied write as failed.
-                # The service's clock (the version it returned) is far ahead of ours; our clock stays as it
-                # was (our next requests carry older timestamps, which the service accepts).
-                self._clock_behind(exc)
-        return message.payload, version
+        gate = self.in_flight
+        if not gate.try_enter() and not await gate.enter(deadline):
+            raise RequestTimeoutError(
+                f"{cmd.VERB.decode()} not sent: no slot within {timeout} s, {gate.in_flight} requests in flight"
+                f" on {self.settings.url} (max_in_flight={gate.limit}); nothing was sent"
+            )
+        try:
+            resend: Backoff | None = None  # made on the first undelivered request only: not a cost of every call
+            fail_fast: float | None = None
+            keeper = self._keeper
+            while True:
+                conn = keeper.conn
+                if conn is None or not keeper.connected:  # reconnecting: wait for it, within the call's deadline
+                    conn = await keeper.connection(None if deadline is None else max(deadline - loop.time(), 0.001))
+                try:
+                    message = await self._send_once(cmd, payload, conn, timeout, deadline, fencing_token, persist)
+                    break
+                except ServiceUnavailableError:
+                    # PUBACK 0x10: the broker delivered the request to nobody -- a definite "not sent", not an
+                    # unknown outcome -- so it is safe to send it again once the service (re)subscribes.
+                    now = loop.time()
+                    if fail_fast is None:
+                        fail_fast = now + _FAIL_FAST
+                    give_up = deadline
+                    if not self._service_answered:  # it never answered here: a bare broker, say so quickly
+                        give_up = fail_fast if deadline is None else min(deadline, fail_fast)
+                    if resend is None:
+                        resend = Backoff(_RESEND_BACKOFF_INITIAL, _RESEND_BACKOFF_MAX, jitter=False)
+                    if give_up is not None and now + resend.current >= give_up:
+                        raise ServiceUnavailableError(self._unavailable_text(cmd)) from None
+                    await asyncio.sleep(resend.next())
+                    self.undelivered_resends += 1
+            self._service_answered = True
+            version = headers.check_response(message.user_properties, message.content_type)
+            if version is not None:
+                try:
+                    self.hlc.update(version)
+                except ClockDriftError as exc:
+                    # The request was carried out: failing the call now would report an applied write as failed.
+                    # The service's clock (the version it returned) is far ahead of ours; our clock stays as it
+                    # was (our next requests carry older timestamps, which the service accepts).
+                    self._clock_behind(exc)
+            return message.payload, version
+        finally:
+            gate.leave()
 
     async def _send_once(
         self,
@@ -637,6 +659,7 @@ class StateStoreClient(BlockingTwin):
         settings: ConnectionSettings | None = None,
         connection_factory: ConnectionFactory | None = None,
         max_payload: int | None = DEFAULT_MAX_PAYLOAD,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
         super().__init__()
         self._async = AsyncStateStoreClient(
@@ -655,6 +678,7 @@ class StateStoreClient(BlockingTwin):
             settings=settings,
             connection_factory=connection_factory,
             max_payload=max_payload,
+            max_in_flight=max_in_flight,
         )
 
     @classmethod

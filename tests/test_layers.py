@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         | {"_transport.tls", "_transport.stream"},
     ),
     ("transport-io", {"_transport.mqtt", "_transport.mqtt._fastpath", "_transport.choice", "_sync"}),
-    ("client parts", {"_watches", "_keeper"}),
+    ("client parts", {"_watches", "_keeper", "_in_flight"}),
     ("client", {"client"}),
     ("primitives", {"codecs", "local_cache", "_fanout", "_cache_stats", "lock"}),
     ("namespace parts", {"_key_locks", "_index", "_generation", "election"}),
