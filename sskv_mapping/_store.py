@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Generic, TypeVar
 
-from ._fanout import gather_bounded
+from ._fanout import BoundedWork, gather_bounded
 from ._index import StoredKeyIndex
 from ._keys import check_namespace, text_key, utf8
 from ._protocol.commands import SetCondition, VDeleteResult
@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 __all__ = ["Encoded", "NamespaceStore", "StoreEntry"]
 
 V = TypeVar("V")
+
+#: KEYNOTIFY STOPs of released watches in flight at once (in the background, beside the callers' own requests)
+_RELEASE_FAN_OUT = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +96,11 @@ class NamespaceStore(Generic[V]):
         # a KEYNOTIFY registration per watched key, and a long-lived process reads far more keys than it
         # caches.
         self.watch_limit = 2 * cache.maxsize if cache is not None else 0
-        self._releasing: set[asyncio.Task[None]] = set()
+        # KEYNOTIFY STOPs of released watches: one background task, a few in flight (a release of 10,000 idle
+        # watches at once was 10,000 requests at once, which a stock broker's queue dropped by the thousand)
+        self._releasing: BoundedWork[KeySubscription] = BoundedWork(
+            self._release_watch, _RELEASE_FAN_OUT, name=f"sskv-release-watches-{namespace}"
+        )
         #: how many idle watches were released so far
         self.watches_released = 0
         self._wall_ms = wall_ms
@@ -125,14 +132,7 @@ class NamespaceStore(Generic[V]):
         if self.cache is not None:
             self.cache.clear()
         stale = [k for k in self._watches if k not in self._watching]
-        if stale:
-            loop = asyncio.get_running_loop()
-            for k in stale:
-                task = loop.create_task(
-                    self._release_watch(self._watches.pop(k)), name=f"sskv-release-watch-{self.namespace}"
-                )
-                self._releasing.add(task)
-                task.add_done_callback(self._releasing.discard)
+        self._releasing.submit([self._watches.pop(k) for k in stale])
 
     def user_key(self, data_key: bytes) -> str:
         return data_key[len(self._prefix) :].decode("utf-8")
@@ -165,10 +165,8 @@ class NamespaceStore(Generic[V]):
         if self._unlisten is not None:
             self._unlisten()
         subs, self._watches = list(self._watches.values()), {}
-        for sub in subs:
-            await sub.close()
-        if self._releasing:
-            await asyncio.gather(*self._releasing, return_exceptions=True)
+        await gather_bounded((self._release_watch(sub) for sub in subs), _RELEASE_FAN_OUT)
+        await self._releasing.wait()
         if self.index is not None:
             await self.index.close()
         if self.cache is not None:
@@ -213,20 +211,15 @@ class NamespaceStore(Generic[V]):
         cache = self.cache
         assert cache is not None
         idle = [k for k in self._watches if k != keep and k not in self._watching and not cache.holds(k)]
-        loop = asyncio.get_running_loop()
         self.watches_released += len(idle)
-        for k in idle:
-            sub = self._watches.pop(k)
-            task = loop.create_task(self._release_watch(sub), name=f"sskv-release-watch-{self.namespace}")
-            self._releasing.add(task)
-            task.add_done_callback(self._releasing.discard)
+        self._releasing.submit([self._watches.pop(k) for k in idle])
 
     @staticmethod
     async def _release_watch(sub: KeySubscription) -> None:
         try:
             await sub.close()
         except StateStoreError as exc:  # the client drops the registration on its side regardless
-            log.debug("releasing an idle watch failed: %s", exc)
+            log.warning("releasing an idle watch failed: %s", exc)
 
     def _watch_active(self, data_key: bytes) -> bool:
         sub = self._watches.get(data_key)
