@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 import pytest
@@ -15,7 +16,8 @@ from _support.waiting import eventually
 from sskv_mapping import AsyncStateStoreClient
 from sskv_mapping._in_flight import DEFAULT_MAX_IN_FLIGHT, InFlightGate
 from sskv_mapping.emulator.broker import MosquittoBroker
-from sskv_mapping.errors import ConfigurationError, RequestTimeoutError
+from sskv_mapping.errors import ConfigurationError, LockError, RequestTimeoutError
+from sskv_mapping.lock import AsyncLeasedLock
 
 # -- the gate itself --------------------------------------------------------------------------------------
 
@@ -138,3 +140,43 @@ async def test_5000_concurrent_gets_are_all_answered_with_nothing_dropped_by_a_s
         finally:
             with contextlib.suppress(Exception):
                 emulator.stop()
+
+
+# -- honest errors ----------------------------------------------------------------------------------------
+
+
+async def test_a_lost_request_in_a_lock_acquisition_is_a_request_timeout_naming_its_verb_not_a_lock_timeout(
+    stack: Any, stack_url: tuple[str, int]
+) -> None:
+    """``RequestTimeoutError`` is a ``TimeoutError``: the lock's own timeout must not swallow it as its own."""
+    host, port = stack_url
+    async with AsyncStateStoreClient(host, port, timeout=0.5) as client:
+        lock = AsyncLeasedLock(client, "lost-request-lock", lease=5)
+        stack.emulator.pause()  # the SET NX of the acquisition gets no answer
+        try:
+            with pytest.raises(RequestTimeoutError, match="no response to SET") as caught:
+                await lock.acquire(timeout=30)
+            assert not isinstance(caught.value, LockError)
+        finally:
+            stack.emulator.resume()
+        await client.wait_connected(10)
+        token = await lock.acquire(timeout=10)  # the service is back: the lock works
+        assert token is not None
+        await lock.release()
+
+
+async def test_a_failed_keynotify_stop_is_logged_at_warning(
+    stack: Any, stack_url: tuple[str, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    host, port = stack_url
+    async with AsyncStateStoreClient(host, port, timeout=0.5) as client:
+        sub = await client.subscribe_key("watched", lambda event: None)
+        stack.emulator.pause()
+        try:
+            with caplog.at_level(logging.WARNING, "sskv_mapping"):
+                await sub.close()
+        finally:
+            stack.emulator.resume()
+    stops = [r for r in caplog.records if "KEYNOTIFY STOP" in r.getMessage()]
+    assert stops and all(r.levelno == logging.WARNING for r in stops)
+    assert "may linger" in stops[0].getMessage()
