@@ -47,6 +47,8 @@ V = TypeVar("V")
 
 #: KEYNOTIFY STOPs of released watches in flight at once (in the background, beside the callers' own requests)
 _RELEASE_FAN_OUT = 16
+#: re-reads of cached entries about to outlive their max_staleness, in flight at once (in the background)
+_REVALIDATE_FAN_OUT = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,10 @@ class NamespaceStore(Generic[V]):
         )
         #: how many idle watches were released so far
         self.watches_released = 0
+        # Re-reads entries before they outlive the local cache's max_staleness (see _revalidate_loop).
+        self._revalidator: asyncio.Task[None] | None = None
+        #: cached entries re-read in the background so far (to keep them within max_staleness)
+        self.revalidations = 0
         self._wall_ms = wall_ms
         self.index: StoredKeyIndex | None = StoredKeyIndex(client, ns, self.data_key, now_ms=wall_ms) if index else None
         self._was_down = False
@@ -164,6 +170,9 @@ class NamespaceStore(Generic[V]):
         self._closed = True
         if self._unlisten is not None:
             self._unlisten()
+        if self._revalidator is not None:
+            self._revalidator.cancel()
+            self._revalidator = None
         subs, self._watches = list(self._watches.values()), {}
         await gather_bounded((self._release_watch(sub) for sub in subs), _RELEASE_FAN_OUT)
         await self._releasing.wait()
@@ -183,6 +192,10 @@ class NamespaceStore(Generic[V]):
     async def _ensure_watch(self, data_key: bytes) -> None:
         if self.cache is None or data_key in self._watches:
             return
+        if self._revalidator is None and self.cache.max_staleness is not None and not self._closed:
+            self._revalidator = asyncio.get_running_loop().create_task(
+                self._revalidate_loop(self.cache.max_staleness), name=f"sskv-revalidate-{self.namespace}"
+            )
         pending = self._watching.get(data_key)
         if pending is not None:
             await asyncio.shield(pending)
@@ -220,6 +233,42 @@ class NamespaceStore(Generic[V]):
             await sub.close()
         except StateStoreError as exc:  # the client drops the registration on its side regardless
             log.warning("releasing an idle watch failed: %s", exc)
+
+    async def _revalidate_loop(self, max_staleness: float) -> None:
+        """Re-read cached entries before they outlive ``max_staleness``, so that a hit stays a hit although
+        every entry is confirmed at least that often (a notification lost by a broker cannot leave a value stale
+        for longer). Every ``max_staleness / 10`` s it re-reads, 16 at a time, the entries that would age out
+        within the next ``max_staleness / 5`` s (plus that period): each entry once per about 0.75 x max_staleness
+        while it is cached. A re-read that finds the same version confirms the entry; a newer one replaces it."""
+        cache = self.cache
+        assert cache is not None
+        period = max_staleness / 10
+        within = max_staleness / 5 + period
+        while True:
+            await asyncio.sleep(period)
+            if not cache.connected:
+                continue  # nothing is served now, and everything is cleared on reconnect
+            due = [k for k in cache.due(within) if k.startswith(self._prefix)]
+            if due:
+                await gather_bounded((self._revalidate(k) for k in due), _REVALIDATE_FAN_OUT)
+
+    async def _revalidate(self, data_key: bytes) -> None:
+        cache = self.cache
+        assert cache is not None
+        if not self._watch_active(data_key):
+            return  # not notified of changes now: left to age out rather than refreshed without a watch
+        ticket = cache.begin_read(data_key)
+        try:
+            entry = await self._fetch(data_key)
+        except StateStoreError as exc:  # the entry ages out; a reader re-reads it then
+            cache.abandon(ticket)
+            log.debug("revalidating a cached entry failed: %s", exc)
+            return
+        except BaseException:
+            cache.abandon(ticket)
+            raise
+        cache.finish_read(ticket, entry)
+        self.revalidations += 1
 
     def _watch_active(self, data_key: bytes) -> bool:
         sub = self._watches.get(data_key)

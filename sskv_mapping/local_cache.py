@@ -249,7 +249,97 @@ def _key_text(key: bytes) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-class LocalCache(Generic[V]):
+class _CacheViews(Generic[V]):
+    """The read-only views of a :class:`LocalCache` (counters, sizes, what is due for revalidation): its base, so
+    that the cache's own class holds its logic."""
+
+    _lock: threading.Lock
+    _data: Cache[bytes, CachedEntry[V]]
+    _touched: list[bytes]
+    _inflight: dict[bytes, _Flight]
+    _clock: MonotonicClock
+    _ttl: float | None
+    _max_staleness: float | None
+    _connected: bool
+    _hits: int
+    _misses: int
+
+    @property
+    def max_staleness(self) -> float | None:
+        """Seconds an entry is served after its last confirmation (``None``: forever)."""
+        return self._max_staleness
+
+    def due(self, within: float, limit: int | None = None) -> list[bytes]:
+        """Keys whose entries stop being served within ``within`` seconds for want of a confirmation (or have
+        already), oldest confirmation first, at most ``limit``: what a revalidator should re-read now. Entries
+        whose key expires before that are left to expire. Empty when ``max_staleness`` is ``None``."""
+        max_staleness = self._max_staleness
+        if max_staleness is None:
+            return []
+        with self._lock:
+            horizon = self._clock() + within - max_staleness  # confirmed before this: due
+            found = [
+                (e.confirmed_at, k)
+                for k, e in _entries(self._data)
+                if e.confirmed_at is not None
+                and e.confirmed_at <= horizon
+                and (e.expires_at is None or e.expires_at > e.confirmed_at + max_staleness)
+            ]
+        found.sort()
+        return [k for _, k in (found if limit is None else found[:limit])]
+
+    @property
+    def hits(self) -> int:
+        """How many :meth:`get` calls returned an entry."""
+        return self._hits + len(self._touched)
+
+    @property
+    def misses(self) -> int:
+        """How many :meth:`get` calls returned ``None``."""
+        return self._misses
+
+    @property
+    def size(self) -> int:
+        """How many entries are held (entries past ``expires_at`` count until read or :meth:`expire`)."""
+        with self._lock:
+            return len(self._data)
+
+    @property
+    def maxsize(self) -> int:
+        return int(self._data.maxsize)
+
+    @property
+    def ttl(self) -> float | None:
+        """The local TTL in seconds, if any."""
+        return self._ttl
+
+    @property
+    def reads_in_flight(self) -> int:
+        """How many read tickets are open."""
+        with self._lock:
+            return sum(f.count for f in self._inflight.values())
+
+    def stats(self) -> CacheStats:
+        """A consistent snapshot of the counters."""
+        with self._lock:
+            return CacheStats(
+                hits=self._hits + len(self._touched),
+                misses=self._misses,
+                size=len(self._data),
+                maxsize=int(self._data.maxsize),
+                reads_in_flight=sum(f.count for f in self._inflight.values()),
+            )
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        state = "connected" if self._connected else "disconnected"
+        counts = f"hits={self.hits} misses={self._misses}"
+        return f"<LocalCache {len(self)}/{self.maxsize} entries, {state}, {counts}>"
+
+
+class LocalCache(_CacheViews[V]):
     """A bounded, thread-safe cache of decoded values, ordered by version, with read-in-flight protection.
 
     Args:
@@ -554,30 +644,6 @@ class LocalCache(Generic[V]):
 
     # -- staleness ----------------------------------------------------------------------------------------
 
-    @property
-    def max_staleness(self) -> float | None:
-        """Seconds an entry is served after its last confirmation (``None``: forever)."""
-        return self._max_staleness
-
-    def due(self, within: float, limit: int | None = None) -> list[bytes]:
-        """Keys whose entries stop being served within ``within`` seconds for want of a confirmation (or have
-        already), oldest confirmation first, at most ``limit``: what a revalidator should re-read now. Entries
-        whose key expires before that are left to expire. Empty when ``max_staleness`` is ``None``."""
-        max_staleness = self._max_staleness
-        if max_staleness is None:
-            return []
-        with self._lock:
-            horizon = self._clock() + within - max_staleness  # confirmed before this: due
-            found = [
-                (e.confirmed_at, k)
-                for k, e in _entries(self._data)
-                if e.confirmed_at is not None
-                and e.confirmed_at <= horizon
-                and (e.expires_at is None or e.expires_at > e.confirmed_at + max_staleness)
-            ]
-        found.sort()
-        return [k for _, k in (found if limit is None else found[:limit])]
-
     def confirm(self, key: bytes, version: HybridLogicalClock | None) -> bool:
         """The store holds ``version`` of ``key`` now (a re-read found it unchanged): serve the entry for another
         ``max_staleness``. Only an entry of exactly that version is confirmed; returns whether one was."""
@@ -639,53 +705,6 @@ class LocalCache(Generic[V]):
                 self._drop(key)
             return before - Cache.__len__(self._data)
 
-    # -- stats ----------------------------------------------------------------------------------------------
-
-    @property
-    def hits(self) -> int:
-        """How many :meth:`get` calls returned an entry."""
-        return self._hits + len(self._touched)
-
-    @property
-    def misses(self) -> int:
-        """How many :meth:`get` calls returned ``None``."""
-        return self._misses
-
-    @property
-    def size(self) -> int:
-        """How many entries are held (entries past ``expires_at`` count until read or :meth:`expire`)."""
-        with self._lock:
-            return len(self._data)
-
-    @property
-    def maxsize(self) -> int:
-        return int(self._data.maxsize)
-
-    @property
-    def ttl(self) -> float | None:
-        """The local TTL in seconds, if any."""
-        return self._ttl
-
-    @property
-    def reads_in_flight(self) -> int:
-        """How many read tickets are open."""
-        with self._lock:
-            return sum(f.count for f in self._inflight.values())
-
-    def stats(self) -> CacheStats:
-        """A consistent snapshot of the counters."""
-        with self._lock:
-            return CacheStats(
-                hits=self._hits + len(self._touched),
-                misses=self._misses,
-                size=len(self._data),
-                maxsize=int(self._data.maxsize),
-                reads_in_flight=sum(f.count for f in self._inflight.values()),
-            )
-
-    def __len__(self) -> int:
-        return self.size
-
     def __contains__(self, key: object) -> bool:
         """Whether :meth:`get` would serve an entry (a value or a cached absence) for ``key`` now."""
         if not isinstance(key, bytes):
@@ -700,11 +719,6 @@ class LocalCache(Generic[V]):
             if self._connected and self._aged(entry, now):
                 return False
             return entry.expires_at is None or entry.expires_at > now
-
-    def __repr__(self) -> str:
-        state = "connected" if self._connected else "disconnected"
-        counts = f"hits={self.hits} misses={self._misses}"
-        return f"<LocalCache {len(self)}/{self.maxsize} entries, {state}, {counts}>"
 
     # -- internals; the caller holds the lock ---------------------------------------------------------------
 
