@@ -8,6 +8,7 @@ event, bounded by a timeout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import signal
@@ -28,7 +29,7 @@ from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.resp3 import encode_request
 from sskv_mapping._protocol.topics import REQUEST_TOPIC, SERVICE_ID
 from sskv_mapping._transport.settings import ConnectionSettings
-from sskv_mapping.emulator.broker import MosquittoBroker, free_port
+from sskv_mapping.emulator.broker import EMULATOR_QUEUE_SETTINGS, MosquittoBroker, free_port
 from sskv_mapping.emulator.core import CoreResult, EmulatorCore
 from sskv_mapping.emulator.server import EmulatorServer, client_id_from_response_topic
 from sskv_mapping.errors import TransportError
@@ -590,6 +591,9 @@ async def test_sskv_emulator_with_broker_serves_and_stops_both() -> None:
     await asyncio.to_thread(proc.start)
     try:
         assert f"mosquitto broker listening on mqtt://127.0.0.1:{port}" in proc.output
+        # its mosquitto runs with queue limits that fit the emulator's load, not the defaults that drop messages
+        config = _broker_config_of(port)
+        assert all(line in config.splitlines() for line in EMULATOR_QUEUE_SETTINGS)
         async with MiniClient("127.0.0.1", port) as c:
             k = key()
             await c.request(b"KEYNOTIFY", k)
@@ -636,6 +640,22 @@ def test_broker_port_without_with_broker_is_a_usage_error() -> None:
     from sskv_mapping.cli import main
 
     assert main(["emulator", "--broker-port", "1234"]) == 2
+
+
+def _broker_config_of(port: int) -> str:
+    """The config file of the mosquitto (a grandchild of this process) listening on ``port``."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:  # the process went away
+            continue
+        if argv and argv[0].endswith(b"mosquitto") and b"-c" in argv:
+            config = Path(argv[argv.index(b"-c") + 1].decode())
+            with contextlib.suppress(OSError):
+                text = config.read_text("utf-8")
+                if f"listener {port} " in text:
+                    return text
+    raise AssertionError(f"no mosquitto listening on port {port} found")
 
 
 def _accepts(port: int) -> bool:
