@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import signal
 import socket
 import subprocess
@@ -28,6 +29,7 @@ from sskv_mapping._protocol import errors
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.resp3 import encode_request
 from sskv_mapping._protocol.topics import REQUEST_TOPIC, SERVICE_ID
+from sskv_mapping._transport.base import InboundMessage
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.emulator.broker import EMULATOR_QUEUE_SETTINGS, MosquittoBroker, free_port
 from sskv_mapping.emulator.core import CoreResult, EmulatorCore
@@ -664,3 +666,24 @@ def _accepts(port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def test_the_emulator_warns_once_per_client_when_the_broker_says_it_drops_messages(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """mosquitto logs "Outgoing messages are being dropped for client X." when X's queue is full; the emulator
+    reads the broker's log topic already (for disconnects) and says so, once per client, with what to change."""
+    server = EmulatorServer(ConnectionSettings(host="127.0.0.1", port=free_port(), client_id="emu-drops"))
+
+    def log_line(text: str) -> InboundMessage:
+        return InboundMessage("$SYS/broker/log/N", text.encode(), 1, None, None, None, ())
+
+    with caplog.at_level(logging.WARNING, "sskv_mapping.emulator"):
+        for _ in range(3):
+            server._on_message(log_line("1764000000: Outgoing messages are being dropped for client slow one."))
+        server._on_message(log_line("1764000001: Outgoing messages are being dropped for client other."))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert "'slow one'" in warnings[0] and "max_queued_messages" in warnings[0] and "--with-broker" in warnings[0]
+    assert server.stats["broker_drops_reported"] == 4
+    assert server.stats["dropped_clients"] == 0  # not a disconnect
