@@ -4,7 +4,7 @@ Run:  python benchmarks/bench_revalidate.py [--entries 10000] [--max-staleness 3
 
 A dict with a local cache of ``--entries`` entries (all cached, all watched) on a private mosquitto and the
 emulator process, left idle: every entry must be confirmed at least every ``max_staleness`` seconds, so the
-namespace store re-reads those about to age out (16 at a time, one task). Reported over ``--window`` seconds once
+namespace store re-reads those about to age out (32 at a time, one task). Reported over ``--window`` seconds once
 the first entries came due: re-reads per second, this process's CPU seconds per second (time.process_time), and
 whether any entry stopped being served (a hit turned miss: the revalidation fell behind).
 

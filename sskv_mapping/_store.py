@@ -48,7 +48,7 @@ V = TypeVar("V")
 #: KEYNOTIFY STOPs of released watches in flight at once (in the background, beside the callers' own requests)
 _RELEASE_FAN_OUT = 16
 #: re-reads of cached entries about to outlive their max_staleness, in flight at once (in the background)
-_REVALIDATE_FAN_OUT = 16
+_REVALIDATE_FAN_OUT = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +237,7 @@ class NamespaceStore(Generic[V]):
     async def _revalidate_loop(self, max_staleness: float) -> None:
         """Re-read cached entries before they outlive ``max_staleness``, so that a hit stays a hit although
         every entry is confirmed at least that often (a notification lost by a broker cannot leave a value stale
-        for longer). Every ``max_staleness / 10`` s it re-reads, 16 at a time, the entries that would age out
+        for longer). Every ``max_staleness / 10`` s it re-reads, 32 at a time, the entries that would age out
         within the next ``max_staleness / 5`` s (plus that period): each entry once per about 0.75 x max_staleness
         while it is cached. A re-read that finds the same version confirms the entry; a newer one replaces it."""
         cache = self.cache
