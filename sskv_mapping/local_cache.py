@@ -445,6 +445,7 @@ class LocalCache(_CacheViews[V]):
         lock = self._lock
         lookup = self._lookup
         clock = self._clock
+        max_stale = self._max_staleness
         hot_get = self._hot.get
         touched = self._touched
         touch = touched.append
@@ -474,14 +475,14 @@ class LocalCache(_CacheViews[V]):
                     self._misses += 1
                     return None
                 expires_at = entry.expires_at
-                now = clock()
-                if expires_at is not None and expires_at <= now:
+                if expires_at is not None and expires_at <= clock():
                     self._drop(key)
                     self._misses += 1
                     return None
                 if self._connected:
-                    if self._aged(entry, now):  # kept (a re-read may confirm it) but not served
-                        self.stale_misses += 1
+                    confirmed = entry.confirmed_at
+                    if max_stale is not None and confirmed is not None and confirmed + max_stale <= clock():
+                        self.stale_misses += 1  # kept (a re-read may confirm it) but not served
                         self._misses += 1
                         return None
                     self._hits += 1
