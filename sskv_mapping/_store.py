@@ -94,6 +94,7 @@ class NamespaceStore(Generic[V]):
         self._clock = clock
         self._watches: dict[bytes, KeySubscription] = {}
         self._watching: dict[bytes, asyncio.Future[None]] = {}
+        self._reading: dict[bytes, asyncio.Future[None]] = {}  # cached reads in flight, which others wait for
         # Watches of keys the cache no longer holds are released once there are this many: the store keeps
         # a KEYNOTIFY registration per watched key, and a long-lived process reads far more keys than it
         # caches.
@@ -306,6 +307,40 @@ class NamespaceStore(Generic[V]):
             return hit
         if cache is None:
             return await self._fetch(data_key)
+        if fresh:
+            return await self._read_through(data_key, cache)
+        # One re-read per key: a miss (a key not cached yet, or an entry past max_staleness) that many callers hit
+        # at once is one GET. The others wait for it and look in the cache again: what it stored or confirmed is a
+        # hit then, and anything that changed the key meanwhile (a write, an event, an invalidation) shows there
+        # too; only if the cache still cannot answer do they read for themselves. Its failure is theirs.
+        shared = self._reading.get(data_key)
+        if shared is not None:
+            try:
+                await asyncio.shield(shared)
+            except asyncio.CancelledError:
+                if not shared.cancelled():
+                    raise  # this caller was cancelled
+            hit = cache.get(data_key)
+            return hit if hit is not None else await self._read_through(data_key, cache)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._reading[data_key] = fut
+        try:
+            entry = await self._read_through(data_key, cache)
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: nobody may have joined
+            raise
+        finally:
+            if self._reading.get(data_key) is fut:
+                del self._reading[data_key]
+        fut.set_result(None)
+        return entry
+
+    async def _read_through(self, data_key: bytes, cache: LocalCache[V]) -> CachedEntry[V]:
+        """GET the key through the local cache (stored there unless something newer is known)."""
         await self._ensure_watch(data_key)
         if not self._watch_active(data_key):
             # No notifications flow for the key now (a reconnect has not restored its KEYNOTIFY yet): a

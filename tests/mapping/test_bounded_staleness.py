@@ -108,3 +108,24 @@ async def test_the_background_revalidation_keeps_entries_served_past_max_stalene
         # CPU may delay a round, and an entry is then a miss until its re-read lands)
         await eventually(lambda: all((e := hit(f"k{i}")) is not None and e.value == i for i in range(20)), timeout=30)
         await d.close()
+
+
+async def test_many_readers_of_an_aged_or_uncached_key_make_one_read(broker_url: tuple[str, int]) -> None:
+    """No stampede: concurrent misses of one key (never read, or past max_staleness) share one GET."""
+    now = [1000.0]
+    async with AsyncStateStoreClient(*broker_url) as client, AsyncStateStoreClient(*broker_url) as other:
+        d: AsyncStateStoreDict[str] = AsyncStateStoreDict(
+            client, namespace="stampede", max_staleness=1000, clock=lambda: now[0]
+        )
+        await d.open()
+        await other.set(d._store.data_key("k"), b'"one"')
+        before = client.requests_sent
+        assert await asyncio.gather(*(d.get("k") for _ in range(50))) == ["one"] * 50
+        assert client.requests_sent - before == 2  # its KEYNOTIFY and one GET
+        now[0] += 1001  # the entry is past max_staleness: not served until re-read
+        assert d.hit_reader()("k") is None
+        await other.set(d._store.data_key("k"), b'"two"')  # (its notification may land first: either way, fresh)
+        before = client.requests_sent
+        assert await asyncio.gather(*(d.get("k") for _ in range(50))) == ["two"] * 50
+        assert client.requests_sent - before <= 1  # one re-read at most (none if the notification confirmed it)
+        await d.close()
