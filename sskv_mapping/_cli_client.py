@@ -1,4 +1,4 @@
-"""The ``sskv get|set|del|vdel|watch|lock|leader`` commands (registered by ``cli.py``).
+"""The ``sskv get|set|del|vdel|keys|watch|lock|leader`` commands (registered by ``cli.py``).
 
 Human output by default, one JSON object per line with ``--json``. Exit codes by error class:
 
@@ -32,13 +32,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from ._keys import store_key
+from ._keys import scan_pattern, store_key
 from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent
 from ._transport.settings import ConnectionSettings, TlsSettings
 from ._ttl import ttl_to_ms
-from .client import AsyncStateStoreClient
+from .client import UNSET, AsyncStateStoreClient
 from .errors import (
     ConfigurationError,
     LockError,
@@ -160,6 +160,12 @@ def _check_args(args: argparse.Namespace) -> None:
     wait = getattr(args, "wait", None)
     if wait is not None and not (math.isfinite(wait) and wait >= 0):
         raise ConfigurationError(f"--wait must be 0 (try once) or a positive number of seconds, not {wait}")
+    pattern = getattr(args, "pattern", None)
+    if pattern is not None:
+        scan_pattern(_argv_bytes(pattern))
+    listing = getattr(args, "listing_timeout", None)
+    if listing is not None and not (math.isfinite(listing) and listing > 0):
+        raise ConfigurationError(f"--listing-timeout must be a positive, finite number of seconds, not {listing}")
     count = getattr(args, "count", None)
     if count is not None and count < 1:
         raise ConfigurationError(f"--count must be at least 1, not {count}")
@@ -243,6 +249,21 @@ async def _cmd_vdel(args: argparse.Namespace, client: AsyncStateStoreClient) -> 
     }[result]
     _emit(args, {**_show_key(args.key), "result": result.name.lower()}, human)
     return EXIT_OK if result is VDeleteResult.DELETED else EXIT_MISS
+
+
+async def _cmd_keys(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
+    """Every key matching the glob, one a line (as its exact bytes), or only their number with ``--count``.
+    An empty listing is an answer, not a miss: exit 0."""
+    listed = 0
+    listing = UNSET if args.listing_timeout is None else args.listing_timeout
+    async for page in client.scan_pages(_argv_bytes(args.pattern), timeout=listing):
+        listed += len(page)
+        if not args.count_only:
+            for key in page:
+                _emit(args, _show_key(key), os.fsdecode(key))  # stdout writes it back with surrogateescape
+    if args.count_only:
+        _emit(args, {**_show_key(args.pattern, "pattern"), "count": listed}, str(listed))
+    return EXIT_OK
 
 
 async def _cmd_watch(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
@@ -406,7 +427,7 @@ def _runner(
 
 
 def add_client_parsers(sub: Any) -> None:
-    """Register get/set/del/vdel/watch/lock/leader on an argparse subparsers object."""
+    """Register get/set/del/vdel/keys/watch/lock/leader on an argparse subparsers object."""
     p = sub.add_parser("get", help="print a key's value", description="Print a key's value (exit 1 if missing).")
     p.add_argument("key")
     p.add_argument("-v", "--verbose", action="store_true", help="also print the version")
@@ -439,6 +460,26 @@ def add_client_parsers(sub: Any) -> None:
     p.add_argument("--fencing-token", help="HLC fencing token for a key protected by a lock")
     _connection_args(p)
     p.set_defaults(func=_runner(_cmd_vdel))
+
+    p = sub.add_parser(
+        "keys",
+        help="list the keys matching a glob pattern",
+        description="Print every key matching PATTERN, one a line (SCAN: the whole key must match; '*' any "
+        "run of characters, '?' one character, '[abc]', '[a-z]', '[!abc]'; '[*]', '[?]', '[[]' stand for the "
+        "characters themselves, there is no backslash escape). Quote the pattern from the shell. No order. "
+        "Exit 4 (UnsupportedCommandError) if the service has no SCAN.",
+    )
+    p.add_argument("pattern")
+    p.add_argument("--count", dest="count_only", action="store_true", help="print only the number of keys")
+    p.add_argument(
+        "--listing-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="give up if the whole listing takes longer (default: 6 x --timeout; each page has --timeout)",
+    )
+    _connection_args(p)
+    p.set_defaults(func=_runner(_cmd_keys))
 
     p = sub.add_parser("watch", help="print changes of keys", description="Print every change of the keys.")
     p.add_argument("keys", nargs="+", metavar="KEY")

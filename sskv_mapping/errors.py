@@ -16,6 +16,7 @@ Must not import anything outside the standard library (nor any other module of s
     │   ├── ConnectionLostError              the connection dropped while the call was in flight
     │   ├── PublishRefusedError              the broker refused the request's PUBLISH (an ACL)
     │   ├── ServiceUnavailableError          nothing serves the state store on that broker (now)
+    │   ├── WriteBufferFullError             the connection's write backlog is at its bound: nothing sent
     │   └── RequestTimeoutError (TimeoutError)
     ├── ProtocolError                        a reply, notification or header that does not parse
     │   └── UnsupportedVersionError          protocol major version other than 1
@@ -28,6 +29,7 @@ Must not import anything outside the standard library (nor any other module of s
     │   ├── RequestSyntaxError
     │   ├── NotAuthorizedError
     │   ├── UnknownCommandError
+    │   │   └── UnsupportedCommandError      SCAN's first page answered ``unknown command`` (an older service)
     │   ├── WrongNumberOfArgumentsError
     │   ├── MissingTimestampError
     │   ├── MalformedTimestampError
@@ -79,8 +81,10 @@ __all__ = [
     "TimestampSkewError",
     "TransportError",
     "UnknownCommandError",
+    "UnsupportedCommandError",
     "UnsupportedVersionError",
     "ValueTooLargeError",
+    "WriteBufferFullError",
     "WrongNumberOfArgumentsError",
 ]
 
@@ -142,6 +146,14 @@ class ServiceUnavailableError(TransportError):
     deadline: the state store was not serving on that broker, the request reached nobody and nothing was
     written. Raised after about a second when the service never answered this client (a bare broker), else when
     the call's own timeout ran out while the service was restarting."""
+
+
+class WriteBufferFullError(TransportError):
+    """The connection's write backlog (what waits to be written to the broker: the socket's buffer and the
+    publishes held for the broker's Receive Maximum) is at its bound, because the broker stopped reading or
+    stopped acknowledging. Raised by a publish that must not wait (``publish_nowait``: a request on the hot path,
+    the emulator's replies) instead of growing the backlog without limit; nothing was sent, the connection stays
+    up. A publish that may wait waits instead, within its deadline."""
 
 
 class ProtocolError(StateStoreError):
@@ -244,6 +256,12 @@ class UnknownCommandError(ServiceError):
     """The verb is not recognised."""
 
     TEXT = "unknown command"
+
+
+class UnsupportedCommandError(UnknownCommandError):
+    """The service does not know the command at all: it answered the first page of a SCAN with ``unknown
+    command`` (an older service; protocol.md §8). The client remembers it for the connection
+    (``supports_scan is False``) and raises this again without asking until it reconnects."""
 
 
 class WrongNumberOfArgumentsError(ServiceError):

@@ -2,6 +2,9 @@
 
 * ``mosquitto`` (session): one broker for the whole run. Do not stop, restart or kill it.
 * ``fresh_mosquitto`` (function): a broker of your own, for tests that restart or kill it.
+* ``stock_mosquitto``, ``stock_emulator``, ``stock_broker_url`` (session): a second broker configured as a stock
+  install runs it (``MosquittoBroker(stock=True)``: no ``set_tcp_nodelay``), with an emulator of its own; the
+  request-path tests run on it too (tests/transport, tests/client's round trips, a dict/cache contract subset).
 * ``emulator`` (session): the emulator process on ``mosquitto``.
 * ``fresh_emulator`` (function): an emulator process on ``fresh_mosquitto`` (ask for both fixtures to
   get the pair). For an emulator of your own on the session broker, call
@@ -49,7 +52,9 @@ from sskv_mapping.emulator.broker import MosquittoBroker, MosquittoStartError, l
 from sskv_mapping.emulator.inprocess import InProcessStateStore  # noqa: E402
 from sskv_mapping.errors import ConfigurationError  # noqa: E402
 
-BROKER_FIXTURES = frozenset({"mosquitto", "fresh_mosquitto", "emulator", "fresh_emulator"})
+BROKER_FIXTURES = frozenset(
+    {"mosquitto", "fresh_mosquitto", "emulator", "fresh_emulator", "stock_mosquitto", "stock_emulator"}
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -64,10 +69,10 @@ def _fail(message: str) -> NoReturn:
     pytest.fail(message, pytrace=False)
 
 
-def _start_broker() -> MosquittoBroker:
+def _start_broker(*, stock: bool = False) -> MosquittoBroker:
     # pytest.fail outside the except blocks: the exception chain would only repeat the message.
     try:
-        return MosquittoBroker().start()
+        return MosquittoBroker(stock=stock).start()
     except ConfigurationError as exc:
         message = str(exc)
     except MosquittoStartError as exc:
@@ -106,6 +111,32 @@ def fresh_mosquitto() -> Iterator[MosquittoBroker]:
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def stock_mosquitto() -> Iterator[MosquittoBroker]:
+    """A session broker on a stock configuration (no socket options: Nagle on its side); shared, never stop it."""
+    broker = _start_broker(stock=True)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def stock_emulator(stock_mosquitto: MosquittoBroker) -> Iterator[EmulatorProcess]:
+    """The emulator process serving the stock broker (shared: do not stop it)."""
+    proc = _start_emulator(stock_mosquitto)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def stock_broker_url(stock_mosquitto: MosquittoBroker, stock_emulator: EmulatorProcess) -> tuple[str, int]:
+    """The stock broker with its emulator serving on it."""
+    return stock_mosquitto.host, stock_mosquitto.port
 
 
 @pytest.fixture(scope="session")

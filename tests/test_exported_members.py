@@ -36,6 +36,7 @@ EXPECTED = {
     "ConnectionState",
     "UNSET",
     "UnsetType",
+    "escape_glob",
     # connections
     "ConnectionSettings",
     "TlsSettings",
@@ -86,7 +87,9 @@ EXPECTED = {
     "RequestSyntaxError",
     "NotAuthorizedError",
     "UnknownCommandError",
+    "UnsupportedCommandError",
     "ValueTooLargeError",
+    "WriteBufferFullError",
     "WrongNumberOfArgumentsError",
     "MissingTimestampError",
     "MalformedTimestampError",

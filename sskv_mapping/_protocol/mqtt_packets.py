@@ -29,6 +29,7 @@ __all__ = [
     "decode_connack",
     "decode_disconnect",
     "decode_suback",
+    "packet_size",
     "puback_packet",
     "publish_packet",
     "reason_name",
@@ -38,6 +39,19 @@ __all__ = [
 
 #: The largest Remaining Length MQTT can express (a four-byte Variable Byte Integer): 256 MiB less 1 byte.
 MAX_PACKET = 268_435_455
+
+
+def packet_size(remaining: int) -> int:
+    """The whole size of a packet whose Remaining Length is ``remaining`` (what MQTT 5's Maximum Packet Size
+    counts: fixed header included)."""
+    if remaining < 0x80:
+        return remaining + 2
+    if remaining < 0x4000:
+        return remaining + 3
+    if remaining < 0x200000:
+        return remaining + 4
+    return remaining + 5
+
 
 CONNECT, CONNACK, PUBLISH, PUBACK = 1, 2, 3, 4
 SUBSCRIBE, SUBACK, UNSUBSCRIBE, UNSUBACK = 8, 9, 10, 11
@@ -111,9 +125,12 @@ def connect_packet(
     password: str | bytes | None = None,
     auth_method: str | None = None,
     auth_data: bytes | None = None,
+    receive_maximum: int | None = None,
+    maximum_packet_size: int | None = None,
 ) -> bytes:
     """CONNECT, MQTT 5, clean start, no will. Authentication: user name/password and/or an enhanced
-    authentication method with its data (``K8S-SAT`` and the token)."""
+    authentication method with its data (``K8S-SAT`` and the token). ``receive_maximum`` (property 0x21) and
+    ``maximum_packet_size`` (0x27) are our own limits, declared to the broker when given."""
     flags = 0x02  # clean start
     payload = mqtt_str(client_id)
     if username is not None:
@@ -123,6 +140,14 @@ def connect_packet(
         flags |= 0x40
         payload += mqtt_bytes(password.encode() if isinstance(password, str) else bytes(password))
     props = b""
+    if receive_maximum is not None:
+        if not 0 < receive_maximum <= 0xFFFF:
+            raise MalformedPacketError(f"Receive Maximum must be 1..65535, not {receive_maximum}")
+        props += b"\x21" + receive_maximum.to_bytes(2, "big")
+    if maximum_packet_size is not None:
+        if not 0 < maximum_packet_size <= MAX_PACKET + 5:
+            raise MalformedPacketError(f"Maximum Packet Size must be 1..{MAX_PACKET + 5}, not {maximum_packet_size}")
+        props += b"\x27" + maximum_packet_size.to_bytes(4, "big")
     if auth_method is not None:
         props += b"\x15" + mqtt_str(auth_method)
         if auth_data is not None:
@@ -304,18 +329,41 @@ class PacketSplitter:
     """Cuts a byte stream into whole MQTT packets: ``feed(data)`` -> ``[(first byte, body), ...]``.
 
     Whatever a ``recv`` returned is parsed at once, every complete packet in it; an incomplete tail is kept for
-    the next ``feed``. A packet over ``max_size`` or a Remaining Length of more than four bytes is a
-    :class:`MalformedPacketError` (the connection must be dropped).
+    the next ``feed``. A packet over ``max_size`` (its whole length: fixed header included, as MQTT 5's Maximum
+    Packet Size counts it) or a Remaining Length of more than four bytes is a :class:`MalformedPacketError` (the
+    connection must be dropped) as soon as its fixed header is read -- nothing of it is buffered first.
+
+    Linear: the tail grows in a ``bytearray`` (amortised appends) and a pending packet is re-examined by its
+    header only, never copied again until it is whole (one big packet over many reads costs its size once).
     """
 
-    __slots__ = ("_buf", "_max")
+    __slots__ = ("_buf", "_max", "_need")
 
-    def __init__(self, max_size: int = MAX_PACKET) -> None:
-        self._buf = b""
+    def __init__(self, max_size: int = MAX_PACKET + 5) -> None:
+        self._buf = bytearray()
         self._max = max_size
+        self._need = 0  # bytes the pending tail needs before another parse can complete a packet
 
     def feed(self, data: bytes) -> list[tuple[int, bytes]]:
-        buf = self._buf + data if self._buf else data
+        if not self._buf:
+            # the usual case: the read holds whole packets; bodies are slices of ``data`` (one copy each)
+            out, pos = self._split(data)
+            if pos < len(data):
+                self._buf += memoryview(data)[pos:]
+            return out
+        buf = self._buf
+        buf += data
+        if len(buf) < self._need:
+            return []
+        view = memoryview(buf)
+        try:
+            out, pos = self._split(view)
+        finally:
+            view.release()
+        del buf[:pos]
+        return out
+
+    def _split(self, buf: bytes | memoryview) -> tuple[list[tuple[int, bytes]], int]:
         size = len(buf)
         pos = 0
         out: list[tuple[int, bytes]] = []
@@ -331,8 +379,8 @@ class PacketSplitter:
                 cur = pos + 2
                 while True:
                     if cur >= size:
-                        self._buf = bytes(buf[pos:])
-                        return out
+                        self._need = 0
+                        return out, pos
                     byte = buf[cur]
                     cur += 1
                     length |= (byte & 0x7F) << shift
@@ -342,15 +390,16 @@ class PacketSplitter:
                     if shift > 21:
                         raise MalformedPacketError("Remaining Length is more than four bytes long")
                 start = cur
-                if length > self._max:
-                    raise MalformedPacketError(f"a packet of {length:,} bytes is over the limit ({self._max:,})")
             end = start + length
+            if end - pos > self._max:
+                raise MalformedPacketError(f"a packet of {end - pos:,} bytes is over the limit ({self._max:,})")
             if end > size:
-                break
-            out.append((first, buf[start:end]))
+                self._need = end - pos
+                return out, pos
+            out.append((first, bytes(buf[start:end])))
             pos = end
-        self._buf = bytes(buf[pos:]) if pos < size else b""
-        return out
+        self._need = 0
+        return out, pos
 
     @property
     def pending(self) -> int:

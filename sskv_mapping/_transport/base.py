@@ -31,6 +31,13 @@ class Connection(Protocol):
     @property
     def connected(self) -> bool: ...
 
+    @property
+    def max_packet_size(self) -> int | None:
+        """The broker's Maximum Packet Size from CONNACK (whole packets, fixed header included); None when the
+        broker stated none, or before CONNACK. A publish whose packet would be larger raises
+        :class:`~sskv_mapping.errors.ValueTooLargeError` before anything is sent; the connection stays up."""
+        ...
+
     async def connect(self) -> None: ...
 
     async def subscribe(self, filters: Iterable[str], qos: int = 1, timeout: float = 10.0) -> None: ...
@@ -50,7 +57,13 @@ class Connection(Protocol):
         message_expiry: int | None = None,
         timeout: float = 10.0,
     ) -> None:
-        """Publish and, at QoS 1, wait for the PUBACK."""
+        """Publish and, at QoS 1, wait for the PUBACK.
+
+        Raises :class:`~sskv_mapping.errors.ValueTooLargeError` (nothing sent) when the packet is over
+        :attr:`max_packet_size`. While the transport's write buffer is over its high-water mark (the socket
+        does not take more), waits for it to drain -- within ``timeout``, after which
+        :class:`~sskv_mapping.errors.RequestTimeoutError` (nothing sent).
+        """
         ...
 
     def publish_nowait(
@@ -68,7 +81,11 @@ class Connection(Protocol):
     ) -> None:
         """Queue a publish, in call order, and return at once: nobody waits for its PUBACK.
 
-        Raises :class:`~sskv_mapping.errors.ConnectionLostError` when not connected. A broker that refuses
+        Raises :class:`~sskv_mapping.errors.ConnectionLostError` when not connected,
+        :class:`~sskv_mapping.errors.ValueTooLargeError` when the packet is over :attr:`max_packet_size`, and
+        :class:`~sskv_mapping.errors.WriteBufferFullError` (nothing sent) when the transport's write buffer is
+        at its hard bound (the broker stopped reading): it never waits, and never grows the buffer without
+        limit. A broker that refuses
         the message (a PUBACK reason code >= 0x80, or 0x10 "no matching subscribers") fails ``refusal``
         when given; a connection without acknowledgements (the loopback) never does.
         """

@@ -19,7 +19,9 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..errors import BrokerConnectError, ClientStateError, ConnectionLostError
+from .._protocol.mqtt_packets import packet_size
+from .._protocol.mqtt_publish import mqtt_str, publish_properties
+from ..errors import BrokerConnectError, ClientStateError, ConnectionLostError, ValueTooLargeError
 from .base import InboundMessage, MessageHandler
 from .settings import ConnectionSettings
 
@@ -49,6 +51,8 @@ class LoopbackBroker:
         self._sessions: dict[str, LoopbackConnection] = {}
         self.published = 0
         self.refuse_connections = False
+        #: a broker's Maximum Packet Size (None: none), as its connections report it and enforce it
+        self.max_packet_size: int | None = None
 
     def connection(self, settings: ConnectionSettings, on_message: MessageHandler) -> LoopbackConnection:
         return LoopbackConnection(self, settings, on_message)
@@ -128,6 +132,36 @@ class LoopbackConnection:
     def connected(self) -> bool:
         return self._closed is not None and not self._closed.done()
 
+    @property
+    def max_packet_size(self) -> int | None:
+        """The loopback broker's ``max_packet_size`` (None: no limit, the default), applied as a broker's
+        CONNACK Maximum Packet Size is: a publish whose MQTT packet would be larger raises
+        :class:`~sskv_mapping.errors.ValueTooLargeError`."""
+        return self.broker.max_packet_size
+
+    def _check_size(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        correlation_data: bytes | None,
+        response_topic: str | None,
+        user_properties: Sequence[tuple[str, str]],
+        content_type: str | None,
+        message_expiry: int | None,
+    ) -> None:
+        limit = self.broker.max_packet_size
+        if limit is None:
+            return
+        props = publish_properties(correlation_data, response_topic, user_properties, content_type, message_expiry)
+        size = packet_size(len(mqtt_str(topic)) + (2 if qos else 0) + len(props) + len(payload))
+        if size > limit:
+            raise ValueTooLargeError(
+                f"the packet would be {size:,} bytes, more than the broker's Maximum Packet Size ({limit:,})",
+                size=size,
+                limit=limit,
+            )
+
     async def connect(self) -> None:
         if self._closed is not None:
             raise ClientStateError("LoopbackConnection.connect() may be called once")
@@ -165,6 +199,10 @@ class LoopbackConnection:
         timeout: float = 10.0,
     ) -> None:
         self._require()
+        if self.broker.max_packet_size is not None:
+            self._check_size(
+                topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry
+            )
         self.broker.route(
             topic, bytes(payload), correlation_data, response_topic, user_properties, content_type, message_expiry
         )
@@ -184,6 +222,10 @@ class LoopbackConnection:
     ) -> None:
         """Route at once, as :meth:`publish` does; ``refusal`` is never failed (nothing here refuses)."""
         self._require()
+        if self.broker.max_packet_size is not None:
+            self._check_size(
+                topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry
+            )
         self.broker.route(
             topic, bytes(payload), correlation_data, response_topic, user_properties, content_type, message_expiry
         )

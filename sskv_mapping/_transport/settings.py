@@ -13,7 +13,12 @@ from urllib.parse import unquote, urlsplit
 
 from ..errors import ConfigurationError
 
-__all__ = ["ConnectionSettings", "TlsSettings", "generate_client_id"]
+__all__ = ["MAX_PACKET_SIZE", "MIN_PACKET_SIZE", "ConnectionSettings", "TlsSettings", "generate_client_id"]
+
+#: MQTT's largest packet: a Remaining Length of 268,435,455 bytes plus a five-byte fixed header.
+MAX_PACKET_SIZE = 268_435_460
+#: The smallest Maximum Packet Size we accept to declare: room for a response with a short value.
+MIN_PACKET_SIZE = 1024
 
 
 def generate_client_id(prefix: str = "sskv") -> str:
@@ -60,6 +65,14 @@ class ConnectionSettings:
     sat_token_file: str | None = None
     keepalive: int = 60
     connect_timeout: float = 10.0
+    #: what we declare in CONNECT as our Receive Maximum: QoS 1 PUBLISHes the broker may send us unacknowledged
+    #: (responses and notifications; each is acknowledged as soon as it is read). 1..65535.
+    receive_maximum: int = 256
+    #: what we declare in CONNECT as our Maximum Packet Size (whole packets, fixed header included): the broker
+    #: never sends us a larger one, and one that comes anyway is a protocol error that drops the connection as
+    #: soon as its header is read. The default is MQTT's own ceiling: a GET must be able to return the largest
+    #: value a client could set (up to the client's ``max_payload``, 255 MiB by default, plus the headers).
+    max_inbound_packet_size: int = MAX_PACKET_SIZE
 
     def __post_init__(self) -> None:
         if not self.client_id or ":" in self.client_id:
@@ -70,6 +83,15 @@ class ConnectionSettings:
             raise ConfigurationError(f"port out of range: {self.port}")
         if self.keepalive < 0 or self.connect_timeout <= 0:
             raise ConfigurationError("keepalive must be >= 0 and connect_timeout > 0")
+        if isinstance(self.receive_maximum, bool) or not isinstance(self.receive_maximum, int):
+            raise ConfigurationError(f"receive_maximum must be an int, not {self.receive_maximum!r}")
+        if not 0 < self.receive_maximum <= 65535:
+            raise ConfigurationError(f"receive_maximum must be 1..65535, not {self.receive_maximum}")
+        size = self.max_inbound_packet_size
+        if isinstance(size, bool) or not isinstance(size, int) or not MIN_PACKET_SIZE <= size <= MAX_PACKET_SIZE:
+            raise ConfigurationError(
+                f"max_inbound_packet_size must be an int in {MIN_PACKET_SIZE}..{MAX_PACKET_SIZE}, not {size!r}"
+            )
         if self.password is not None and self.username is None:
             raise ConfigurationError("a password needs a username")
 

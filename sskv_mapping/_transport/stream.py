@@ -9,16 +9,27 @@ hand-off. A connection has one owner of its socket, so keeping paho for CONNECT,
 and writing around it is not possible (an established ``ssl.SSLSocket`` cannot be handed to asyncio either).
 Here instead:
 
-* **receive**: ``data_received`` gets whatever the socket had; :class:`~sskv_mapping._protocol.mqtt_packets.
-  PacketSplitter` cuts every whole packet out of it, and each is dispatched at once -- a PUBLISH to the
-  handler (a response resolves its future, a notification reaches its watch), a PUBACK to its waiter -- with
-  no extra loop hop;
+* **session**: what MQTT makes a connection remember (packet ids, QoS 1 in flight and the broker's Receive
+  Maximum queue, SUBACK waits, the packet-size limits both ways, reassembly, keepalive decisions) is the pure
+  :class:`~sskv_mapping._protocol.mqtt_session.MqttSession`; this ``Protocol`` keeps the socket, the futures
+  and the timers, and asks the session what to send and what an inbound packet means. Enhanced
+  authentication on the live connection (AUTH, re-authentication) goes the same way: an ``AUTH`` branch in
+  ``data_received``'s dispatch beside CONNACK, the state in the session, a ``reauthenticate`` here;
+* **receive**: ``data_received`` gets whatever the socket had (and re-arms TCP_QUICKACK: a broker on its
+  default settings writes with Nagle on); the session cuts every whole packet out of it, and each is dispatched
+  at once -- a PUBLISH to the handler (a response resolves its future, a notification reaches its watch), a
+  PUBACK to its waiter -- with no extra loop hop; a packet over our Maximum Packet Size drops the connection
+  at its header;
 * **send**: a packet is appended to an output list; the list leaves in one ``write`` at the end of the
   current ``data_received`` (a handler's responses and the PUBACKs go out together) or, outside it, in one
   ``call_soon`` callback (the requests a burst of woken tasks makes in one loop iteration leave together);
+  a packet over the broker's Maximum Packet Size is refused before anything is sent (``ValueTooLargeError``);
+  while asyncio pauses our writing, ``publish`` waits and ``publish_nowait`` refuses past a bound
+  (``WriteBufferFullError``);
 * CONNECT with TLS (asyncio's SSL transport, with the TLS settings' context and server name), user name /
   password or MQTT 5 enhanced authentication (``K8S-SAT``, the token re-read at every connect), keepalive
-  (PINGREQ when the connection was quiet, a connection whose PINGRESP does not come is dropped), the
+  (by bytes received: PINGREQ after half an interval without a read, the link dropped when its PINGRESP does
+  not come within half an interval more, whatever was written), the
   broker's Receive Maximum (QoS 1 publishes beyond it wait for PUBACKs), SUBSCRIBE/UNSUBSCRIBE with their
   acknowledgements, DISCONNECT. Reconnection is the client's (:mod:`sskv_mapping._keeper`).
 
@@ -28,8 +39,8 @@ Must not import aiomqtt/paho nor anything above ``_transport``.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
+import functools
 import logging
 import socket
 from collections.abc import Callable, Iterable, Sequence
@@ -37,6 +48,7 @@ from typing import Any
 
 from .._protocol import mqtt_packets as packets
 from .._protocol.mqtt_publish import InboundMessage, MalformedPacketError, decode_publish, mqtt_str, publish_properties
+from .._protocol.mqtt_session import KEEPALIVE_DEAD, KEEPALIVE_PING, MqttSession
 from ..errors import (
     BrokerConnectError,
     ClientStateError,
@@ -46,6 +58,7 @@ from ..errors import (
     RequestTimeoutError,
     ServiceUnavailableError,
     TransportError,
+    WriteBufferFullError,
 )
 from .settings import ConnectionSettings
 from .tls import read_sat_token, server_name, ssl_context
@@ -54,9 +67,18 @@ __all__ = ["StreamConnection"]
 
 log = logging.getLogger("sskv_mapping.transport")
 
+#: Write flow control: asyncio pauses our writing above the high-water mark of its buffer and resumes it below
+#: the low one (``pause_writing``/``resume_writing``); ``publish`` waits while paused. ``publish_nowait`` never
+#: waits: it raises :class:`WriteBufferFullError` when the write backlog (the transport's buffer, this
+#: iteration's pending output and the publishes held for the broker's Receive Maximum) would pass the bound.
+WRITE_HIGH_WATER = 1 << 20
+WRITE_LOW_WATER = 256 << 10
+WRITE_BOUND = 16 << 20
+
+#: Linux's TCP_QUICKACK (absent elsewhere): see ``StreamConnection.connection_made``.
+_TCP_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
+
 _NO_MATCHING_SUBSCRIBERS = 0x10
-#: MQTT's own limit on QoS 1 messages in flight (16-bit packet ids) when the broker states none
-_DEFAULT_RECEIVE_MAXIMUM = 65_535
 _TOPIC_FIELDS_MAX = 256  # length-prefixed topics kept encoded (the request topic and a few response topics)
 
 
@@ -101,7 +123,94 @@ def _settle(closed: asyncio.Future[None]) -> None:
         closed.exception()
 
 
-class StreamConnection(asyncio.Protocol):
+#: What the session keeps per QoS 1 publish or SUBSCRIBE: the future to resolve (a PUBACK or SUBACK wait, or
+#: publish_nowait's ``refusal``) or None, and whether a caller awaits it (publish, subscribe) -- those fail when
+#: the connection drops; a refusal future belongs to its requester, which learns of the drop by wait_closed.
+_Token = tuple["asyncio.Future[Any] | None", bool]
+
+
+def _abandoned(token: _Token) -> bool:
+    return token[0] is not None and token[0].done()
+
+
+def _acknowledged(token: _Token, reason: int) -> None:
+    """A PUBACK for the publish of ``token``: resolve or fail its future."""
+    waiter, waited = token
+    if waiter is not None and not waiter.done():
+        if reason >= 0x80:
+            # e.g. 0x87 Not authorized: the broker's ACL denied the PUBLISH, nothing was delivered
+            waiter.set_exception(
+                PublishRefusedError(f"the broker refused the PUBLISH: {packets.reason_name(reason)} (0x{reason:02X})")
+            )
+        elif waited:
+            waiter.set_result(None)
+        elif reason == _NO_MATCHING_SUBSCRIBERS:
+            # accepted, but delivered to nobody: the state store is not subscribed (not started, or restarting
+            # and not yet re-subscribed) -- a definite "not delivered": the requester may send it again
+            waiter.set_exception(ServiceUnavailableError("no subscriber took the PUBLISH (PUBACK 0x10)"))
+
+
+def _tune_socket(sock: Any) -> Callable[[], None] | None:
+    """TCP_NODELAY on a TCP socket; returns what re-arms TCP_QUICKACK after a read (None where there is none).
+
+    NODELAY: without it every round trip waits for our own Nagle (~40 ms). QUICKACK: a broker on its default
+    settings (mosquitto without set_tcp_nodelay: Debian's service, the official image) writes with Nagle on, so
+    a second small write waits for the ACK of the first, and Linux delays that ACK by up to 40 ms when it has no
+    data to send with it -- 44 ms per existing-key write, 440 ms per new dict key. We cannot set the broker's
+    socket options, but we can ACK at once: setting TCP_QUICKACK sends the pending ACK now. Linux leaves quick-ACK
+    mode as it sees fit, so it is set again after every read (one setsockopt, ~1 us, per read callback); setting
+    it before the read would not do, the kernel decided on the delayed ACK when the data came.
+    """
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if _TCP_QUICKACK is None:
+        return None
+    return functools.partial(sock.setsockopt, socket.IPPROTO_TCP, _TCP_QUICKACK, 1)
+
+
+class _WriteFlow(asyncio.Protocol):
+    """asyncio's write flow control for :class:`StreamConnection`: ``pause_writing``/``resume_writing`` keep
+    ``_paused``; a publish that may wait awaits :meth:`_wait_writable`; ``read_flow_control`` also pauses
+    reading meanwhile (a responder takes no new requests while its replies cannot leave)."""
+
+    _transport: asyncio.Transport | None
+    _paused: bool
+    _writable: asyncio.Future[None] | None  # resolved at resume_writing (or at the end)
+    read_flow_control: bool
+    settings: ConnectionSettings
+
+    def pause_writing(self) -> None:
+        self._paused = True
+        if self.read_flow_control and self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake_writers()
+        if self.read_flow_control and self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    def _wake_writers(self) -> None:
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
+
+    async def _wait_writable(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+        """Wait for the transport to take writes again (resume_writing), within ``timeout``."""
+        try:
+            async with asyncio.timeout(timeout):
+                while self._paused:
+                    if self._writable is None:
+                        self._writable = loop.create_future()
+                    await asyncio.shield(self._writable)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"publish timed out on {self.settings.url}: the broker did not take our writes (nothing was sent)"
+            ) from None
+
+
+class StreamConnection(_WriteFlow):
     """One MQTT 5 connection (see the module docstring). Not reusable: after it closes or drops, make a new one.
 
     ``on_message`` is called on the event loop thread for every inbound PUBLISH, inside the read callback; it
@@ -113,7 +222,11 @@ class StreamConnection(asyncio.Protocol):
         self._on_message = on_message
         self._loop: asyncio.AbstractEventLoop | None = None
         self._transport: asyncio.Transport | None = None
-        self._splitter = packets.PacketSplitter()
+        self._session: MqttSession[_Token] = MqttSession(
+            keepalive=settings.keepalive,
+            receive_maximum=settings.receive_maximum,
+            max_inbound_packet_size=settings.max_inbound_packet_size,
+        )
         self._connack: asyncio.Future[packets.Connack] | None = None
         self._closed: asyncio.Future[None] | None = None
         self._closing = False
@@ -124,22 +237,17 @@ class StreamConnection(asyncio.Protocol):
         self._dispatching = False
         self._answered = False  # a handler published during the current data_received
         self._burst = False  # a write left at once this loop iteration: the others wait for the flush callback
-        self._flushes = 0  # writes made; the keepalive timer compares it between ticks
-        # QoS 1 publishes: packet id -> the future waiting for its PUBACK (publish) or failed by a refusal
-        # (publish_nowait's ``refusal``), or None when nobody waits
-        self._inflight: dict[int, asyncio.Future[Any] | None] = {}
-        self._acked: dict[int, bool] = {}  # packet id -> whether publish() (not publish_nowait) waits on it
-        # QoS 1 publishes beyond the broker's Receive Maximum: (topic field, payload, properties, waiter, waited)
-        self._waiting: collections.deque[tuple[bytes, bytes, bytes, asyncio.Future[Any] | None, bool]] = (
-            collections.deque()
-        )
-        self._receive_maximum = _DEFAULT_RECEIVE_MAXIMUM
-        self._next_id = 0
-        self._sub_waiters: dict[int, asyncio.Future[list[int]]] = {}
         self._keepalive_handle: asyncio.TimerHandle | None = None
-        self._flushes_seen = 0
-        self._ping_sent: float | None = None
         self._lost_reason = ""
+        self._quickack: Callable[[], None] | None = None
+        self._out_bytes = 0  # bytes in _out
+        self._paused = False  # the transport asked us to stop writing (its buffer is over the high-water mark)
+        self._writable = None
+        #: the bound on the write backlog past which publish_nowait raises WriteBufferFullError
+        self.write_bound = WRITE_BOUND
+        #: stop reading while writing is paused: a responder (the emulator) then takes no new requests while its
+        #: replies cannot leave, so its backlog stays bounded; a requester keeps reading (its responses)
+        self.read_flow_control = False
 
     # -- properties ---------------------------------------------------------------------------------------------
 
@@ -150,6 +258,11 @@ class StreamConnection(asyncio.Protocol):
     @property
     def connected(self) -> bool:
         return self._transport is not None and self._closed is not None and not self._closed.done()
+
+    @property
+    def max_packet_size(self) -> int | None:
+        """The broker's Maximum Packet Size from CONNACK (None: it stated none, or no CONNACK yet)."""
+        return self._session.max_packet_size
 
     def __repr__(self) -> str:
         state = "connected" if self.connected else "not connected"
@@ -168,9 +281,8 @@ class StreamConnection(asyncio.Protocol):
         self._connack = loop.create_future()
         ctx = ssl_context(s)
         token = read_sat_token(s)
-        connect = packets.connect_packet(
+        connect = self._session.connect_packet(
             s.client_id,
-            keepalive=s.keepalive,
             username=s.username,
             password=s.password,
             auth_method="K8S-SAT" if token is not None else None,
@@ -193,13 +305,10 @@ class StreamConnection(asyncio.Protocol):
         if connack.reason >= 0x80:
             self._abort()
             raise BrokerConnectError(f"could not connect to {s.url}: {packets.reason_name(connack.reason)}")
-        maximum = connack.properties.get(0x21)
-        if isinstance(maximum, int) and maximum > 0:
-            self._receive_maximum = maximum
-        keepalive = connack.properties.get(0x13)  # Server Keep Alive overrides ours
-        interval = keepalive if isinstance(keepalive, int) else s.keepalive
-        if interval > 0:
-            self._keepalive_handle = loop.call_later(interval / 2, self._keepalive, interval)
+        session = self._session
+        session.start(loop.time())
+        if session.tick_interval > 0:
+            self._keepalive_handle = loop.call_later(session.tick_interval, self._keepalive)
 
     def _abort(self) -> None:
         """connect() failed: close whatever is open; the failure is connect()'s to report, not wait_closed()'s."""
@@ -214,14 +323,18 @@ class StreamConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            # without it every round trip waits for Nagle (~40 ms)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
+        self._quickack = _tune_socket(transport.get_extra_info("socket"))
 
     def data_received(self, data: bytes) -> None:
+        if self._quickack is not None:
+            try:
+                self._quickack()
+            except OSError:  # the socket is going away: the read's packets still count
+                self._quickack = None
+        session = self._session
         try:
-            received = self._splitter.feed(data)
+            received = session.feed(data)
         except MalformedPacketError as exc:
             self._protocol_error(str(exc))
             return
@@ -233,19 +346,22 @@ class StreamConnection(asyncio.Protocol):
                 if kind == packets.PUBLISH:
                     self._publish_received(first, body)
                 elif kind == packets.PUBACK:
-                    packet_id, reason = packets.decode_ack(body)
-                    self._acknowledged(packet_id, reason)
+                    token, reason = session.puback(body)
+                    if token is not None:
+                        _acknowledged(token, reason)
+                    if session.queued:
+                        for packet, _ in session.release(_abandoned):
+                            self._send(packet)
                 elif kind in (packets.SUBACK, packets.UNSUBACK):
-                    packet_id, codes = packets.decode_suback(body)
-                    waiter = self._sub_waiters.pop(packet_id, None)
-                    if waiter is not None and not waiter.done():
-                        waiter.set_result(codes)
+                    token, codes = session.acknowledged_request(body)
+                    if token is not None and token[0] is not None and not token[0].done():
+                        token[0].set_result(codes)
                 elif kind == packets.PINGRESP:
-                    self._ping_sent = None
+                    session.pingresp()
                 elif kind == packets.CONNACK:
                     if self._connack is None or self._connack.done():
                         raise MalformedPacketError("a second CONNACK")
-                    self._connack.set_result(packets.decode_connack(body))
+                    self._connack.set_result(session.connack(body))
                 elif kind == packets.DISCONNECT_TYPE:
                     reason, text = packets.decode_disconnect(body)
                     self._lost_reason = f"the broker disconnected us: {text or packets.reason_name(reason)}"
@@ -285,8 +401,16 @@ class StreamConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.abort()
 
+    def _backlog(self) -> int:
+        """Bytes waiting to be written: the transport's buffer, our pending output, the held publishes."""
+        transport = self._transport
+        buffered = transport.get_write_buffer_size() if transport is not None else 0
+        return buffered + self._out_bytes + self._session.queued_bytes
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        self._paused = False
+        self._wake_writers()  # a publish waiting for room now finds the connection gone
         if self._keepalive_handle is not None:
             self._keepalive_handle.cancel()
         if self._flush_handle is not None:
@@ -302,15 +426,9 @@ class StreamConnection(asyncio.Protocol):
         # The PUBACK waits of publish() and the SUBACK/UNSUBACK waits fail now. A refusal future belongs to its
         # requester, whose pending call the client fails when it learns of the drop (wait_closed).
         lost = ConnectionLostError(f"connection to {self.settings.url} lost: {reason}")
-        waits = [w for pid, w in self._inflight.items() if self._acked.get(pid)]
-        waits += [w for _, _, _, w, waited in self._waiting if waited]
-        for waiter in [*waits, *self._sub_waiters.values()]:
-            if waiter is not None and not waiter.done():
+        for waiter, waited in self._session.lost():
+            if waited and waiter is not None and not waiter.done():
                 waiter.set_exception(lost)
-        self._inflight.clear()
-        self._acked.clear()
-        self._waiting.clear()
-        self._sub_waiters.clear()
         if self._closed is not None and not self._closed.done():
             if self._closing:
                 self._closed.set_result(None)
@@ -321,6 +439,7 @@ class StreamConnection(asyncio.Protocol):
 
     def _send(self, packet: bytes) -> None:
         self._out.append(packet)
+        self._out_bytes += len(packet)
         if self._dispatching:
             self._answered = True
             return
@@ -345,35 +464,29 @@ class StreamConnection(asyncio.Protocol):
         if not out:
             return
         self._out = []
+        self._out_bytes = 0
         transport = self._transport
         if transport is None or transport.is_closing():
             return
         transport.write(out[0] if len(out) == 1 else b"".join(out))
-        self._flushes += 1
+        self._session.writes += 1
 
-    def _keepalive(self, interval: int) -> None:
-        """Every ``interval / 2`` s: a PINGREQ if nothing was written since the last tick; the connection is
-        dropped when a PINGREQ's PINGRESP has not come by the tick ``interval`` s after it."""
+    def _keepalive(self) -> None:
+        """The session's keepalive tick (see :meth:`MqttSession.tick`): a PINGREQ, or the link declared dead --
+        the calls in flight fail at once with :class:`ConnectionLostError` and the client reconnects."""
         loop = self._loop
         if loop is None or self._transport is None:
             return
-        now = loop.time()
-        if self._ping_sent is not None and now - self._ping_sent >= interval:
-            self._lost_reason = f"no PINGRESP within {interval} s"
+        session = self._session
+        action = session.tick(loop.time())
+        if action == KEEPALIVE_DEAD:
+            self._lost_reason = f"no PINGRESP within {session.keepalive / 2:g} s (keepalive {session.keepalive} s)"
+            log.warning("dropping the connection to %s: %s", self.settings.url, self._lost_reason)
             self._transport.abort()
             return
-        if self._ping_sent is None and self._flushes == self._flushes_seen:
-            self._ping_sent = now
+        if action == KEEPALIVE_PING:
             self._send(packets.PINGREQ)
-        self._flushes_seen = self._flushes
-        self._keepalive_handle = loop.call_later(interval / 2, self._keepalive, interval)
-
-    def _packet_id(self) -> int:
-        for _ in range(65_535):
-            self._next_id = self._next_id % 65_535 + 1
-            if self._next_id not in self._inflight and self._next_id not in self._sub_waiters:
-                return self._next_id
-        raise ConnectionLostError("no free MQTT packet identifier")  # pragma: no cover - 65,535 in flight
+        self._keepalive_handle = loop.call_later(session.tick_interval, self._keepalive)
 
     # -- publish ------------------------------------------------------------------------------------------------
 
@@ -399,48 +512,15 @@ class StreamConnection(asyncio.Protocol):
             raise ConfigurationError(f"QoS {qos} is not supported (0 or 1)")
         field = _topic_field(topic)
         props = publish_properties(correlation_data, response_topic, user_properties, content_type, message_expiry)
-        if len(field) + 2 + len(props) + len(payload) > packets.MAX_PACKET:
-            raise ConfigurationError(f"cannot publish to {topic[:200]!r}: the packet would be over 256 MB")
-        if qos == 0:
-            self._send(packets.publish_packet(field, payload, 0, 0, props))
-            return
-        if len(self._inflight) >= self._receive_maximum:
-            # the broker takes only so many unacknowledged QoS 1 PUBLISHes ([MQTT-3.3.4-7]): wait for a PUBACK
-            self._waiting.append((field, payload, props, waiter, waited))
-            return
-        self._send_qos1(field, payload, props, waiter, waited)
-
-    def _send_qos1(
-        self, field: bytes, payload: bytes, props: bytes, waiter: asyncio.Future[Any] | None, waited: bool
-    ) -> None:
-        packet_id = self._packet_id()
-        self._inflight[packet_id] = waiter
-        if waited:
-            self._acked[packet_id] = True
-        self._send(packets.publish_packet(field, payload, 1, packet_id, props))
-
-    def _acknowledged(self, packet_id: int, reason: int) -> None:
-        waiter = self._inflight.pop(packet_id, None)
-        waited = self._acked.pop(packet_id, False)
-        if waiter is not None and not waiter.done():
-            if reason >= 0x80:
-                # e.g. 0x87 Not authorized: the broker's ACL denied the PUBLISH, nothing was delivered
-                waiter.set_exception(
-                    PublishRefusedError(
-                        f"the broker refused the PUBLISH: {packets.reason_name(reason)} (0x{reason:02X})"
-                    )
-                )
-            elif waited:
-                waiter.set_result(None)
-            elif reason == _NO_MATCHING_SUBSCRIBERS:
-                # accepted, but delivered to nobody: the state store is not subscribed (not started, or restarting
-                # and not yet re-subscribed) -- a definite "not delivered": the requester may send it again
-                waiter.set_exception(ServiceUnavailableError("no subscriber took the PUBLISH (PUBACK 0x10)"))
-        while self._waiting and len(self._inflight) < self._receive_maximum:
-            field, payload, props, next_waiter, next_waited = self._waiting.popleft()
-            if next_waiter is not None and next_waiter.done():
-                continue  # its caller gave up meanwhile
-            self._send_qos1(field, payload, props, next_waiter, next_waited)
+        if not waited and self._backlog() + len(payload) > self.write_bound:
+            raise WriteBufferFullError(
+                f"cannot publish to {topic[:200]!r}: {self._backlog():,} bytes wait to be written to "
+                f"{self.settings.url} (the bound is {self.write_bound:,}); the broker is not reading"
+            )
+        # None: beyond the broker's Receive Maximum, it waits in the session for a PUBACK ([MQTT-3.3.4-7])
+        packet = self._session.publish(field, payload, qos, props, (waiter, waited))
+        if packet is not None:
+            self._send(packet)
 
     async def publish(
         self,
@@ -456,8 +536,13 @@ class StreamConnection(asyncio.Protocol):
         timeout: float = 10.0,
     ) -> None:
         """Publish and, at QoS 1, wait for PUBACK (:class:`ConnectionLostError` if the connection ends first,
-        :class:`PublishRefusedError` if the broker refuses it)."""
-        fut: asyncio.Future[None] | None = asyncio.get_running_loop().create_future() if qos else None
+        :class:`PublishRefusedError` if the broker refuses it). While the transport's buffer is over its
+        high-water mark it first waits for room (:class:`RequestTimeoutError` after ``timeout``, nothing sent);
+        over the broker's Maximum Packet Size, :class:`ValueTooLargeError` (nothing sent)."""
+        loop = asyncio.get_running_loop()
+        if self._paused:
+            await self._wait_writable(loop, timeout)
+        fut: asyncio.Future[None] | None = loop.create_future() if qos else None
         self._publish(
             topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry,
             fut, True,
@@ -485,7 +570,8 @@ class StreamConnection(asyncio.Protocol):
     ) -> None:
         """Queue a publish and return at once (see :meth:`~sskv_mapping._transport.base.Connection.publish_nowait`):
         a refusing PUBACK fails ``refusal`` with :class:`PublishRefusedError`, one that reached no subscriber
-        (0x10) with :class:`ServiceUnavailableError`."""
+        (0x10) with :class:`ServiceUnavailableError`. Never waits: when the write backlog would pass
+        :attr:`write_bound` (the broker stopped reading), :class:`WriteBufferFullError` and nothing is kept."""
         self._publish(
             topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry,
             refusal if qos else None, False,
@@ -496,9 +582,8 @@ class StreamConnection(asyncio.Protocol):
     async def _acked_request(self, build: Callable[[int], bytes], what: str, timeout: float) -> list[int]:
         self._require()
         assert self._loop is not None
-        packet_id = self._packet_id()
         waiter: asyncio.Future[list[int]] = self._loop.create_future()
-        self._sub_waiters[packet_id] = waiter
+        packet_id = self._session.request_id((waiter, True))
         self._send(build(packet_id))
         try:
             async with asyncio.timeout(timeout):
@@ -506,7 +591,7 @@ class StreamConnection(asyncio.Protocol):
         except TimeoutError:
             raise RequestTimeoutError(f"{what} timed out on {self.settings.url}") from None
         finally:
-            self._sub_waiters.pop(packet_id, None)
+            self._session.forget_request(packet_id)
 
     async def subscribe(self, filters: Iterable[str], qos: int = 1, timeout: float = 10.0) -> None:
         """Subscribe and wait for SUBACK; a refused filter raises :class:`TransportError`."""

@@ -50,6 +50,7 @@ from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic
 from .._transport.base import Connection, ConnectionFactory, InboundMessage
 from .._transport.choice import new_connection
 from .._transport.settings import ConnectionSettings
+from .._transport.stream import StreamConnection
 from ..errors import StateStoreError, TransportError
 from .broker import LOG_TOPIC_FILTER, parse_connection_log
 from .core import EmulatorCore, Notification
@@ -192,6 +193,9 @@ class EmulatorServer:
         backoff = Backoff(_RECONNECT_MIN_S, _RECONNECT_MAX_S, jitter=False)
         while not self._stop.is_set():
             conn = self._factory(self.settings, self._on_message)
+            if isinstance(conn, StreamConnection):
+                # no new requests while our replies cannot leave: the reply backlog stays bounded
+                conn.read_flow_control = True
             try:
                 await conn.connect()
                 self._conn = conn

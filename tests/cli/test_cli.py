@@ -106,14 +106,15 @@ def store(mosquitto: MosquittoBroker, emulator: EmulatorProcess) -> Iterator[Sta
 
 def test_help_of_the_command_and_every_subcommand() -> None:
     expected = {
-        (): [b"get", b"set", b"del", b"vdel", b"watch", b"lock", b"emulator"],
+        (): [b"get", b"set", b"del", b"vdel", b"keys", b"watch", b"lock", b"emulator"],
         ("get",): [b"--verbose", b"--json", b"--url", b"--password-env"],
         ("set",): [b"--nx", b"--nex", b"--ttl", b"--fencing-token", b"--persist", b"standard input"],
         ("del",): [b"--fencing-token"],
         ("vdel",): [b"--fencing-token"],
+        ("keys",): [b"--count", b"--listing-timeout"],
         ("watch",): [b"--count"],
         ("lock",): [b"--lease", b"--wait", b"SSKV_FENCING_TOKEN"],
-        ("emulator",): [b"--with-broker", b"--broker-port"],
+        ("emulator",): [b"--with-broker", b"--broker-port", b"--scan-page-size", b"--scan-empty-pages", b"--no-scan"],
     }
     results = run_all(*[[*command, "--help"] for command in expected], ["--version"])
     for (command, words), done in zip(expected.items(), results, strict=False):
@@ -126,7 +127,9 @@ def test_help_of_the_command_and_every_subcommand() -> None:
     assert version.returncode == 0 and version.stdout.startswith(b"sskv ")
 
 
-@pytest.mark.parametrize("command", [[], ["get"], ["set"], ["del"], ["vdel"], ["watch"], ["lock"], ["emulator"]])
+@pytest.mark.parametrize(
+    "command", [[], ["get"], ["set"], ["del"], ["vdel"], ["keys"], ["watch"], ["lock"], ["emulator"]]
+)
 def test_help(command: list[str]) -> None:
     done = sskv(*command, "--help")
     assert done.returncode == 0 and b"usage: sskv" in done.stdout

@@ -1,4 +1,5 @@
-"""AsyncStateStoreClient against a real mosquitto + the emulator process."""
+"""AsyncStateStoreClient against a real mosquitto + the emulator process: the tuned session broker, and a broker
+on a stock configuration (no ``set_tcp_nodelay``), each with its emulator."""
 
 from __future__ import annotations
 
@@ -19,6 +20,17 @@ from sskv_mapping import (
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 
 pytestmark = pytest.mark.broker
+
+
+@pytest.fixture(params=["tuned", "stock"])
+def broker_url(request: pytest.FixtureRequest) -> tuple[str, int]:
+    """Every test here runs on both brokers (the suite-wide ``client`` and ``other`` fixtures use this)."""
+    if request.param == "stock":
+        url: tuple[str, int] = request.getfixturevalue("stock_broker_url")
+        return url
+    broker = request.getfixturevalue("mosquitto")
+    request.getfixturevalue("emulator")
+    return broker.host, broker.port
 
 
 def unique(prefix: str = "k") -> str:

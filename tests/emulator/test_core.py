@@ -16,10 +16,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from sskv_mapping import errors
+from sskv_mapping._protocol import resp3
+from sskv_mapping._protocol.commands import Scan
 from sskv_mapping._protocol.hlc import HlcClock, HybridLogicalClock
 from sskv_mapping._protocol.resp3 import encode_request
 from sskv_mapping._protocol.topics import NOTIFY_PREFIX
 from sskv_mapping.emulator.core import SERVICE_NODE_ID, CoreResult, EmulatorCore, Notification
+from sskv_mapping.emulator.scan import glob_match
 
 T0 = 1_700_000_000_000
 SET_NOTE = b"*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n$5\r\nVALUE\r\n"
@@ -668,7 +671,7 @@ class CoreModel(RuleBasedStateMachine):
     @initialize()
     def setup(self) -> None:
         self.now = T0
-        self.core = EmulatorCore(now_ms=lambda: self.now)
+        self.core = EmulatorCore(now_ms=lambda: self.now, scan_page_size=1)  # SCAN: many pages
         self.model: dict[bytes, ModelEntry] = {}
         self.watch: dict[str, set[bytes]] = {c: set() for c in CLIENTS}
         self.client_clock = {c: HlcClock(c, now_ms=lambda: self.now) for c in CLIENTS}
@@ -795,6 +798,23 @@ class CoreModel(RuleBasedStateMachine):
     @rule(ms=st.integers(1, 200))
     def advance(self, ms: int) -> None:
         self.now += ms
+
+    @rule(client=st.sampled_from(CLIENTS), pattern=st.sampled_from([b"*", b"a*", b"?", b"[!a]*", b"b[\r]?"]))
+    def scan(self, client: str, pattern: bytes) -> None:
+        # SCAN lists exactly the live keys the glob matches, once each, however the pages fall
+        listed: list[bytes] = []
+        token: bytes | None = None
+        while True:
+            cmd = Scan(pattern, token)
+            r, notes = self._call(client, {}, *resp3.parse_request(cmd.encode()))
+            assert notes == [] and r.version is None
+            page = cmd.decode(r.payload)
+            listed += page.keys
+            if page.token is None:
+                break
+            token = page.token
+        live = [k for k, e in self.model.items() if e.expires_at is None or e.expires_at > self.now]
+        assert sorted(listed) == sorted(k for k in live if glob_match(pattern, k))
 
     @precondition(lambda self: self.core.next_expiry() is not None)
     @rule()

@@ -24,6 +24,8 @@ from sskv_mapping._protocol.commands import (
     Delete,
     Get,
     KeyNotify,
+    Scan,
+    ScanPage,
     Set,
     SetCondition,
     VDelete,
@@ -39,9 +41,10 @@ from sskv_mapping._protocol.mqtt_publish import (
     mqtt_str,
     publish_properties,
 )
+from sskv_mapping._protocol.mqtt_session import MqttSession
 from sskv_mapping._protocol.notifications import KeyOperation, encode_notification, parse_notification
 from sskv_mapping._protocol.topics import NOTIFY_PREFIX, notification_topic
-from sskv_mapping.errors import ProtocolError, RequestSyntaxError, ServiceError
+from sskv_mapping.errors import ProtocolError, RequestSyntaxError, ServiceError, UnsupportedCommandError
 
 __all__ = [
     "HLC_SEEDS",
@@ -58,6 +61,7 @@ __all__ = [
     "check_publish",
     "check_reply",
     "check_request",
+    "check_session_stream",
     "encode_publish",
     "encode_reply",
     "expected_decode",
@@ -91,6 +95,10 @@ REQUEST_SEEDS: list[bytes] = [
     resp3.encode_request(b"keynotify", b"k", b"stop"),
     resp3.encode_request(),
     resp3.encode_request(b"SCAN", b"*"),
+    resp3.encode_request(b"SCAN", b"key*", b"\x00\xffx"),
+    resp3.encode_request(b"scan", b"[!a-z]?[*]"),
+    resp3.encode_request(b"SCAN", b""),
+    resp3.encode_request(b"SCAN", b"*", b""),
     resp3.encode_request(b"GET", b""),
 ]
 
@@ -113,6 +121,10 @@ REPLY_SEEDS: list[bytes] = [
     encode_notification(KeyOperation.SET, b"new value"),
     b"*2\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n$3\r\ntok\r\n",  # a SCAN page
     b"*1\r\n*0\r\n",
+    b"*1\r\n*2\r\n$4\r\nkey1\r\n$4\r\nkey2\r\n",  # SCAN's last page
+    b"*2\r\n*0\r\n$3\r\n\x00\xffx\r\n",  # an empty page with more to come
+    b"*2\r\n*1\r\n$-1\r\n$1\r\nt\r\n",  # SCAN: a null key
+    b"*3\r\n*0\r\n$1\r\nt\r\n$1\r\nu\r\n",
     b"*3\r\n+OK\r\n:5\r\n$-1\r\n",
 ]
 
@@ -346,6 +358,8 @@ _DECODERS: list[Command] = [
     VDelete(b"k", b"v"),
     KeyNotify(b"k"),
     KeyNotify(b"k", stop=True),
+    Scan(b"k*"),
+    Scan(b"k*", b"\x00tok"),
 ]
 
 MUST_FAIL = object()  # marker: the decoder must raise ProtocolError
@@ -363,6 +377,12 @@ def expected_decode(cmd: Command, reply: resp3.Reply) -> object:
         return bool(reply) if is_int and reply in (0, 1) else MUST_FAIL
     if isinstance(cmd, VDelete):
         return VDeleteResult(reply) if isinstance(reply, int) and reply in (-1, 0, 1) else MUST_FAIL
+    if isinstance(cmd, Scan):  # protocol.md §8: [keys] or [keys, token]; keys and token non-null bulks
+        if not isinstance(reply, list) or len(reply) not in (1, 2) or not isinstance(reply[0], list):
+            return MUST_FAIL
+        if not all(isinstance(k, bytes) for k in reply[0]) or (len(reply) == 2 and not isinstance(reply[1], bytes)):
+            return MUST_FAIL
+        return ScanPage(list(reply[0]), reply[1] if len(reply) == 2 else None)  # type: ignore[arg-type]
     return True if ok else False if cmd.stop and is_int and reply == 0 else MUST_FAIL
 
 
@@ -372,7 +392,10 @@ def _check_decoders(data: bytes, reply: resp3.Reply | Reject) -> None:
             got: object = cmd.decode(data)
         except ServiceError as exc:
             assert isinstance(reply, resp3.ErrorReply), f"{cmd!r} raised {exc!r} for a non-error reply {data!r:.200}"
-            assert exc.text == reply.text and type(exc) is ERROR_TEXTS.get(reply.text, ServiceError)
+            expected_type = ERROR_TEXTS.get(reply.text, ServiceError)
+            if isinstance(cmd, Scan) and cmd.token is None and reply.text == "unknown command":
+                expected_type = UnsupportedCommandError  # a first page: the service has no SCAN
+            assert exc.text == reply.text and type(exc) is expected_type
             continue
         except ProtocolError:
             assert isinstance(reply, Reject) or expected_decode(cmd, reply) is MUST_FAIL, (
@@ -430,7 +453,8 @@ def check_request(data: bytes) -> bool:
     except ServiceError as exc:
         assert type(exc) in ERROR_TEXTS.values() and exc.text == exc.TEXT, f"untyped service error {exc!r}"
         return True
-    assert args and args[0].upper() == cmd.VERB and cmd.key == args[1], f"{data!r:.300} parsed to {cmd!r:.200}"
+    first = cmd.pattern if isinstance(cmd, Scan) else cmd.key
+    assert args and args[0].upper() == cmd.VERB and first == args[1], f"{data!r:.300} parsed to {cmd!r:.200}"
     assert parse_command(cmd.encode()) == cmd  # round trip through the client's encoder
     return True
 
@@ -594,3 +618,46 @@ def check_packet_stream(data: bytes) -> int:
         except MalformedPacketError:
             pass
     return len(whole)
+
+
+def check_session_stream(data: bytes) -> int:
+    """The bytes as a broker's stream fed to the sans-IO session (``MqttSession``) with publishes in flight and
+    queued behind a Receive Maximum of 2: every packet dispatched as the transport does (CONNACK, PUBACK then
+    release, SUBACK, PINGRESP); only ``MalformedPacketError`` escapes, the Receive Maximum always holds, and
+    every token comes back exactly once (by a PUBACK or SUBACK, or at the end from ``lost``). Returns the
+    packets dispatched."""
+    session: MqttSession[int] = MqttSession(keepalive=10, max_inbound_packet_size=4096)
+    session.connack(b"\x00\x00\x03\x21\x00\x02")  # the broker's Receive Maximum: 2
+    field = mqtt_str("a/b")
+    for token in range(5):
+        session.publish(field, b"x", 1, b"\x00", token)
+    sub = session.request_id(100)
+    assert sub not in session.inflight
+    returned: list[int] = []
+    count = 0
+    try:
+        for first, body in session.feed(data):
+            count += 1
+            kind = first >> 4
+            try:
+                if kind == _packets.CONNACK:
+                    session.connack(body)
+                elif kind == _packets.PUBACK:
+                    acked_publish, _ = session.puback(body)
+                    if acked_publish is not None:
+                        returned.append(acked_publish)
+                    session.release(lambda t: False)  # now in flight: back by their PUBACK or from lost()
+                elif kind in (_packets.SUBACK, _packets.UNSUBACK):
+                    acked, _ = session.acknowledged_request(body)
+                    if acked is not None:
+                        returned.append(acked)
+                elif kind == _packets.PINGRESP:
+                    session.pingresp()
+            except MalformedPacketError:
+                pass
+            assert len(session.inflight) <= max(session.send_quota, 2)
+    except MalformedPacketError:
+        pass
+    lost = session.lost()
+    assert sorted(returned + lost) == [0, 1, 2, 3, 4, 100], (returned, lost)
+    return count

@@ -11,7 +11,9 @@ parsers and round-trip what it accepts):
 * ``publish``: ``decode_publish`` (the MQTT PUBLISH decoder) of the bytes as a packet's first byte and the rest
   (only ``MalformedPacketError`` may escape; what it accepts re-encodes and decodes to the same message);
 * ``packets``: the bytes as a broker's stream (``PacketSplitter``: the same packets however the stream is cut;
-  each packet decoded by its type; only ``MalformedPacketError`` may escape).
+  each packet decoded by its type; only ``MalformedPacketError`` may escape);
+* ``session``: the same stream fed to the sans-IO MQTT session with publishes in flight and queued (the Receive
+  Maximum holds, every waiter comes back exactly once, only ``MalformedPacketError`` escapes).
 
 Run a longer session from the repository root (any libFuzzer flag may follow the target name)::
 
@@ -62,6 +64,7 @@ with _instrument:
         check_publish,
         check_reply,
         check_request,
+        check_session_stream,
         join_notification,
         split_notification,
     )
@@ -91,12 +94,17 @@ def fuzz_packets(data: bytes) -> None:
     check_packet_stream(data)
 
 
+def fuzz_session(data: bytes) -> None:
+    check_session_stream(data)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "resp3": fuzz_resp3,
     "hlc": fuzz_hlc,
     "notification": fuzz_notification,
     "publish": fuzz_publish,
     "packets": fuzz_packets,
+    "session": fuzz_session,
 }
 
 
@@ -110,7 +118,7 @@ def seeds(target: str) -> list[bytes]:
         return [join_notification(*note) for note in NOTIFICATION_SEEDS]
     if target == "publish":
         return list(PUBLISH_SEEDS)
-    if target == "packets":
+    if target in ("packets", "session"):
         return list(PACKET_STREAM_SEEDS)
     raise KeyError(target)
 

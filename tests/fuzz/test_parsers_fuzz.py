@@ -41,6 +41,7 @@ from ._corpus import (
     check_publish,
     check_reply,
     check_request,
+    check_session_stream,
     encode_publish,
     encode_reply,
 )
@@ -487,3 +488,12 @@ def test_malformed_publish_error_is_a_protocol_error() -> None:
 @example(b"\x90\x03\x00\x01\x01\xff")  # SUBACK property length past the end
 def test_mutated_packet_streams_split_and_decode_strictly(data: bytes) -> None:
     check_packet_stream(data)
+
+
+@budget(500)
+@given(st.sampled_from(PACKET_STREAM_SEEDS).flatmap(mutate_publish))
+@example(b"\x40\x02\x00\x01" * 3 + b"\x40\x03\x00\x02\x87")  # PUBACKs, one repeated, one refusing
+@example(b"\x90\x04\x00\x06\x00\x00")  # a SUBACK for the subscription's packet id
+@example(b"\x30\xff\xff\x7f")  # a PUBLISH announced over the session's inbound limit
+def test_mutated_packet_streams_keep_the_session_consistent(data: bytes) -> None:
+    check_session_stream(data)

@@ -112,10 +112,13 @@ def test_publish_packet_round_trips_through_the_decoder() -> None:
 Pair = tuple[StreamConnection, StreamConnection, list[InboundMessage]]
 
 
-@pytest.fixture
+@pytest.fixture(params=["tuned", "stock"])
 async def pair(
-    mosquitto: MosquittoBroker,
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[tuple[StreamConnection, StreamConnection, list[InboundMessage]]]:
+    """Two connections on the session broker, and on the stock-configured one (no set_tcp_nodelay)."""
+    mosquitto: MosquittoBroker = request.getfixturevalue("mosquitto" if request.param == "tuned" else "stock_mosquitto")
+    request.applymarker(pytest.mark.broker)
     received: list[InboundMessage] = []
     sender = StreamConnection(ConnectionSettings(mosquitto.host, mosquitto.port), lambda m: None)
     receiver = StreamConnection(ConnectionSettings(mosquitto.host, mosquitto.port), received.append)
@@ -161,10 +164,12 @@ async def test_a_burst_arrives_whole_and_in_order(
     await receiver.subscribe(["t/stream/burst"])
     for i in range(2000):  # far beyond the broker's Receive Maximum: the rest wait for PUBACKs
         sender.publish_nowait("t/stream/burst", i.to_bytes(4, "big"))
-    assert len(sender._inflight) <= sender._receive_maximum
+    session = sender._session
+    assert len(session.inflight) <= session.send_quota
+    assert session.queued  # mosquitto's Receive Maximum (20 by default) held the rest back
     await eventually(lambda: len(received) == 2000)
     assert [int.from_bytes(m.payload, "big") for m in received] == list(range(2000))
-    await eventually(lambda: not sender._inflight and not sender._waiting)
+    await eventually(lambda: not session.inflight and not session.queued)
 
 
 async def test_a_publish_nobody_subscribed_to_fails_its_refusal_future(

@@ -216,6 +216,11 @@ class MqttConnection:
     def connected(self) -> bool:
         return self._client is not None and self._closed is not None and not self._closed.done()
 
+    @property
+    def max_packet_size(self) -> int | None:
+        """The broker's CONNACK Maximum Packet Size: not read on this transport yet (branch h-config's)."""
+        return None
+
     def __repr__(self) -> str:
         state = "connected" if self.connected else "not connected"
         return f"<MqttConnection {self.settings.client_id!r} {self.settings.url} {state}>"

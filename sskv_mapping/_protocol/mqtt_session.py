@@ -1,0 +1,287 @@
+"""Layer 1 (pure protocol): :class:`MqttSession`, the MQTT 5 session state of one client connection, without I/O.
+
+What a connection must remember between packets lives here, and only here: packet identifiers, the QoS 1
+publishes in flight and those waiting for the broker's Receive Maximum, the SUBSCRIBE/UNSUBSCRIBE waiting for
+their acknowledgements, the packet-size limits both ways (the broker's from CONNACK caps what we send, ours
+caps what we accept), the reassembly of the inbound stream, and the keepalive decisions (given ``now``). Bytes
+and events in, bytes and events out -- h11 under httpcore is the model: the asyncio ``Protocol``
+(``_transport/stream.py``) keeps the socket, the futures and the timers, and asks this object what to send and
+what an inbound packet means.
+
+Every waiter is an opaque *token* of the caller's choosing (the transport's futures); the session only keeps
+them and hands them back, with the packet that concerns them, so that it can be property-tested and fuzzed
+like the codecs, with no event loop.
+
+Enhanced authentication (AUTH, re-authentication on a live connection) lands here too, beside ``connack``:
+an ``auth(body)`` branch in the transport's dispatch and a ``reauthenticate`` on the connection.
+
+Must not import aiomqtt/paho, asyncio, sockets nor anything above ``_protocol``.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from ..errors import ValueTooLargeError
+from . import mqtt_packets as packets
+from .mqtt_publish import MalformedPacketError
+
+__all__ = ["DEFAULT_RECEIVE_MAXIMUM", "KEEPALIVE_DEAD", "KEEPALIVE_OK", "KEEPALIVE_PING", "MqttSession"]
+
+T = TypeVar("T")
+
+#: What we declare in CONNECT as our Receive Maximum when not told otherwise (QoS 1 PUBLISHes the broker may
+#: send us before our PUBACKs; we acknowledge each as soon as it is read).
+DEFAULT_RECEIVE_MAXIMUM = 256
+#: MQTT's own limit on QoS 1 messages in flight (16-bit packet ids) when the broker states none
+_BROKER_RECEIVE_MAXIMUM = 65_535
+
+KEEPALIVE_OK, KEEPALIVE_PING, KEEPALIVE_DEAD = 0, 1, 2
+
+
+class MqttSession(Generic[T]):
+    """The session state of one MQTT 5 client connection (see the module docstring). One per connection.
+
+    Outbound: :meth:`connect_packet`, :meth:`publish` (the PUBLISH to write now, or ``None`` when it waits for
+    the Receive Maximum), :meth:`request_id` (SUBSCRIBE/UNSUBSCRIBE). Inbound: :meth:`feed` (the whole packets
+    of a read), :meth:`connack`, :meth:`puback` then :meth:`release` (what the freed quota lets go),
+    :meth:`acknowledged_request`, :meth:`pingresp`. Time: :meth:`tick` every :attr:`tick_interval` seconds.
+    End: :meth:`lost` (every token still held).
+    """
+
+    __slots__ = (
+        "_acks",
+        "_heard_at",
+        "_next_id",
+        "_ping_sent",
+        "_reads_seen",
+        "_said_at",
+        "_writes_seen",
+        "inflight",
+        "keepalive",
+        "max_inbound_packet_size",
+        "max_packet_size",
+        "queued",
+        "queued_bytes",
+        "reads",
+        "receive_maximum",
+        "send_quota",
+        "splitter",
+        "writes",
+    )
+
+    def __init__(
+        self,
+        *,
+        keepalive: int = 60,
+        receive_maximum: int = DEFAULT_RECEIVE_MAXIMUM,
+        max_inbound_packet_size: int = packets.MAX_PACKET + 5,
+    ) -> None:
+        #: the keepalive interval in seconds (0: none); the broker's Server Keep Alive replaces ours at CONNACK
+        self.keepalive = keepalive
+        #: ours, declared in CONNECT
+        self.receive_maximum = receive_maximum
+        self.max_inbound_packet_size = max_inbound_packet_size
+        #: the broker's, from CONNACK: QoS 1 publishes it takes unacknowledged, and the largest packet it takes
+        self.send_quota = _BROKER_RECEIVE_MAXIMUM
+        self.max_packet_size: int | None = None
+        self.splitter = packets.PacketSplitter(max_inbound_packet_size)
+        #: QoS 1 publishes: packet id -> token, until the PUBACK
+        self.inflight: dict[int, T] = {}
+        #: QoS 1 publishes beyond the broker's Receive Maximum: (topic field, payload, properties, token)
+        self.queued: collections.deque[tuple[bytes, bytes, bytes, T]] = collections.deque()
+        #: the size of what ``queued`` holds (the transport counts it in its write backlog)
+        self.queued_bytes = 0
+        self._acks: dict[int, T] = {}  # SUBSCRIBE/UNSUBSCRIBE packet id -> token
+        self._next_id = 0
+        #: reads and writes so far: the transport counts them (an integer add on the hot path, no clock read)
+        self.reads = 0
+        self.writes = 0
+        self._reads_seen = 0
+        self._writes_seen = 0
+        self._heard_at = 0.0
+        self._said_at = 0.0
+        self._ping_sent: float | None = None
+
+    # -- outbound ---------------------------------------------------------------------------------------------
+
+    def connect_packet(
+        self,
+        client_id: str,
+        *,
+        username: str | None = None,
+        password: str | bytes | None = None,
+        auth_method: str | None = None,
+        auth_data: bytes | None = None,
+    ) -> bytes:
+        """The CONNECT, with our keepalive, Receive Maximum and Maximum Packet Size."""
+        return packets.connect_packet(
+            client_id,
+            keepalive=self.keepalive,
+            username=username,
+            password=password,
+            auth_method=auth_method,
+            auth_data=auth_data,
+            receive_maximum=self.receive_maximum,
+            maximum_packet_size=self.max_inbound_packet_size,
+        )
+
+    def publish(self, topic_field: bytes, payload: bytes, qos: int, properties: bytes, token: T) -> bytes | None:
+        """The PUBLISH to write now, or ``None`` when it has to wait for a PUBACK first (the broker's Receive
+        Maximum, [MQTT-3.3.4-7]; :meth:`release` hands it out later). ``token`` comes back with its PUBACK.
+
+        Raises :class:`ValueTooLargeError` (nothing is kept) when the packet is over the broker's Maximum
+        Packet Size ([MQTT-3.2.2-15]) or over what MQTT can express.
+        """
+        remaining = len(topic_field) + len(properties) + len(payload) + (2 if qos else 0)
+        self.check_size(remaining)
+        if not qos:
+            return packets.publish_packet(topic_field, payload, 0, 0, properties)
+        if len(self.inflight) >= self.send_quota:
+            self.queued.append((topic_field, payload, properties, token))
+            self.queued_bytes += remaining
+            return None
+        packet_id = self._packet_id()
+        self.inflight[packet_id] = token
+        return packets.publish_packet(topic_field, payload, 1, packet_id, properties)
+
+    def check_size(self, remaining: int) -> None:
+        """Raise :class:`ValueTooLargeError` if a packet of Remaining Length ``remaining`` may not be sent."""
+        limit = self.max_packet_size
+        if limit is not None:
+            size = packets.packet_size(remaining)
+            if size > limit:
+                raise ValueTooLargeError(
+                    f"the packet would be {size:,} bytes, more than the broker's Maximum Packet Size ({limit:,})",
+                    size=size,
+                    limit=limit,
+                )
+        elif remaining > packets.MAX_PACKET:
+            size = packets.packet_size(remaining)
+            raise ValueTooLargeError(
+                f"the packet would be {size:,} bytes, more than MQTT allows", size=size, limit=packets.MAX_PACKET + 5
+            )
+
+    def request_id(self, token: T) -> int:
+        """A packet id for a SUBSCRIBE/UNSUBSCRIBE whose acknowledgement ``token`` waits for."""
+        packet_id = self._packet_id()
+        self._acks[packet_id] = token
+        return packet_id
+
+    def forget_request(self, packet_id: int) -> None:
+        """The SUBSCRIBE/UNSUBSCRIBE's caller gave up: its packet id is free again."""
+        self._acks.pop(packet_id, None)
+
+    def _packet_id(self) -> int:
+        inflight, acks = self.inflight, self._acks
+        for _ in range(65_535):
+            self._next_id = self._next_id % 65_535 + 1
+            if self._next_id not in inflight and self._next_id not in acks:
+                return self._next_id
+        raise MalformedPacketError("no free MQTT packet identifier")  # pragma: no cover - 65,535 in flight
+
+    # -- inbound ----------------------------------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        """The whole packets in the stream so far, ``[(first byte, body), ...]``; a packet over our Maximum
+        Packet Size raises :class:`MalformedPacketError` as soon as its header is read."""
+        self.reads += 1
+        return self.splitter.feed(data)
+
+    def connack(self, body: bytes) -> packets.Connack:
+        """The broker's CONNACK: on success its Receive Maximum, Maximum Packet Size and Server Keep Alive
+        (which replaces ours) take effect."""
+        connack = packets.decode_connack(body)
+        if connack.reason < 0x80:
+            props = connack.properties
+            maximum = props.get(0x21)
+            if isinstance(maximum, int) and maximum > 0:
+                self.send_quota = maximum
+            size = props.get(0x27)
+            if isinstance(size, int) and size > 0:
+                self.max_packet_size = size
+            keepalive = props.get(0x13)
+            if isinstance(keepalive, int):
+                self.keepalive = keepalive
+        return connack
+
+    def puback(self, body: bytes) -> tuple[T | None, int]:
+        """A PUBACK: ``(the token of that publish, or None if unknown, reason code)``. Call :meth:`release`
+        after it: the quota it freed may let queued publishes go."""
+        packet_id, reason = packets.decode_ack(body)
+        return self.inflight.pop(packet_id, None), reason
+
+    def release(self, abandoned: Callable[[T], bool]) -> list[tuple[bytes, T]]:
+        """The queued publishes the broker's Receive Maximum now lets go, as ``(PUBLISH, token)``; those whose
+        token is ``abandoned`` (their caller gave up) are dropped instead."""
+        out: list[tuple[bytes, T]] = []
+        queued, inflight = self.queued, self.inflight
+        while queued and len(inflight) < self.send_quota:
+            field, payload, props, token = queued.popleft()
+            self.queued_bytes -= len(field) + len(payload) + len(props) + 2
+            if abandoned(token):
+                continue
+            packet_id = self._packet_id()
+            inflight[packet_id] = token
+            out.append((packets.publish_packet(field, payload, 1, packet_id, props), token))
+        return out
+
+    def acknowledged_request(self, body: bytes) -> tuple[T | None, list[int]]:
+        """A SUBACK/UNSUBACK: ``(the token of that request, or None, the reason codes)``."""
+        packet_id, codes = packets.decode_suback(body)
+        return self._acks.pop(packet_id, None), codes
+
+    def pingresp(self) -> None:
+        self._ping_sent = None
+
+    # -- keepalive --------------------------------------------------------------------------------------------
+
+    @property
+    def tick_interval(self) -> float:
+        """How often :meth:`tick` wants to be called (seconds); 0 when there is no keepalive."""
+        return self.keepalive / 8
+
+    def start(self, now: float) -> None:
+        """The connection is up (CONNACK read) at ``now``."""
+        self._heard_at = self._said_at = now
+        self._reads_seen, self._writes_seen = self.reads, self.writes
+
+    def tick(self, now: float) -> int:
+        """The keepalive decision at ``now``: :data:`KEEPALIVE_PING` (write a PINGREQ), :data:`KEEPALIVE_DEAD`
+        (drop the connection) or :data:`KEEPALIVE_OK`.
+
+        By bytes *received*, whatever was written: a PINGREQ goes out when nothing was read for half the
+        interval (or nothing written for half of it: the broker needs to hear from us), and a PINGRESP that has
+        not come within half the interval after it means a dead link. A link that goes silent is so dropped
+        within about 1.25 intervals (ticks every eighth), before the broker's own 1.5.
+        """
+        if self.reads != self._reads_seen:
+            self._reads_seen = self.reads
+            self._heard_at = now
+        if self.writes != self._writes_seen:
+            self._writes_seen = self.writes
+            self._said_at = now
+        half = self.keepalive / 2
+        if self._ping_sent is not None:
+            return KEEPALIVE_DEAD if now - self._ping_sent >= half else KEEPALIVE_OK
+        if now - self._heard_at >= half or now - self._said_at >= half:
+            self._ping_sent = now
+            return KEEPALIVE_PING
+        return KEEPALIVE_OK
+
+    @property
+    def ping_outstanding(self) -> bool:
+        return self._ping_sent is not None
+
+    # -- the end ----------------------------------------------------------------------------------------------
+
+    def lost(self) -> list[T]:
+        """The connection is gone: every token still held (in flight, queued, awaiting a SUBACK), once."""
+        tokens = [*self.inflight.values(), *(entry[3] for entry in self.queued), *self._acks.values()]
+        self.inflight.clear()
+        self.queued.clear()
+        self.queued_bytes = 0
+        self._acks.clear()
+        return tokens
