@@ -18,6 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Callable
+
+from .errors import ConfigurationError, RequestTimeoutError
 
 __all__ = ["DEFAULT_MAX_IN_FLIGHT", "InFlightGate"]
 
@@ -42,6 +45,8 @@ class InFlightGate:
     __slots__ = ("_waiters", "in_flight", "limit", "waited")
 
     def __init__(self, limit: int) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigurationError(f"max_in_flight must be a positive int, not {limit!r}")
         self.limit = limit
         self.in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -84,6 +89,13 @@ class InFlightGate:
         finally:
             if timer is not None:
                 timer.cancel()
+
+    async def wait(self, deadline: float | None, what: Callable[[], str]) -> None:
+        """:meth:`enter`, or :class:`RequestTimeoutError` (``what()``, then the load) when the deadline passes."""
+        if not await self.enter(deadline):
+            raise RequestTimeoutError(
+                f"{what()}: {self.in_flight} requests in flight (max_in_flight={self.limit}); nothing was sent"
+            )
 
     def _forget(self, fut: asyncio.Future[None]) -> None:
         with contextlib.suppress(ValueError):  # not there: already handed a slot (popped by leave)

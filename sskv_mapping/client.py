@@ -155,6 +155,16 @@ class SetResult:
         return self.applied
 
 
+def _no_service(cmd: _Base[Any], settings: ConnectionSettings, answered_before: bool) -> str:
+    text = (
+        f"the state store did not answer on {settings.url}: the broker delivered the "
+        f"{cmd.VERB.decode()} request to no subscriber; nothing was written"
+    )
+    if not answered_before and settings.host in _LOCAL_HOSTS:
+        text += " (is the emulator running? start it with: sskv emulator)"
+    return text
+
+
 class _Expired(Exception):
     """A request's deadline passed (turned into :class:`RequestTimeoutError` by its caller)."""
 
@@ -191,13 +201,9 @@ class AsyncStateStoreClient:
             ``max_packet_size``, Azure IoT Operations' ``maxPacketSizeBytes``), which in-flight calls would
             only see as a timeout: set this about 1 KiB below that limit. ``None``: no check. Default
             ``DEFAULT_MAX_PAYLOAD`` (just under MQTT's own 256 MiB packet limit).
-        max_in_flight: the most requests this client has awaiting an answer at once (every path: calls,
-            watches' KEYNOTIFY, lock renewals, index work, the cache's fan-outs); past it a call waits its turn
-            within its own timeout, and one that times out waiting raises :class:`RequestTimeoutError` with
-            nothing sent. A broker queues only so much per session and drops the rest without a word (mosquitto
-            by default: 20 in flight + 1,000 queued), so a burst of thousands would lose requests and replies.
-            Default 256 (``DEFAULT_MAX_IN_FLIGHT``): well under that queue, and well above what a round trip
-            needs to keep the link busy.
+        max_in_flight: the most requests awaiting an answer at once, on every path; past it a call waits its turn
+            within its own timeout (:class:`RequestTimeoutError` if it runs out, nothing sent). A broker queues only
+            so much per session and drops the rest silently (mosquitto: 20 in flight + 1,000 queued). Default 256.
     """
 
     def __init__(
@@ -238,11 +244,8 @@ class AsyncStateStoreClient:
             raise ConfigurationError(f"max_payload must be an int or None, not {max_payload!r}")
         if backoff_initial <= 0 or backoff_max < backoff_initial:
             raise ConfigurationError("need 0 < backoff_initial <= backoff_max")
-        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
-            raise ConfigurationError(f"max_in_flight must be a positive int, not {max_in_flight!r}")
         self.settings = settings
-        #: requests awaiting an answer now, the bound, and how many calls waited for a slot (``.waited``)
-        self.in_flight = InFlightGate(max_in_flight)
+        self.in_flight = InFlightGate(max_in_flight)  #: requests awaiting an answer (``.in_flight``), the bound
         self.timeout = timeout
         self.max_payload = max_payload
         self._backoff = (backoff_initial, backoff_max)
@@ -386,11 +389,8 @@ class AsyncStateStoreClient:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         gate = self.in_flight
-        if not gate.try_enter() and not await gate.enter(deadline):
-            raise RequestTimeoutError(
-                f"{cmd.VERB.decode()} not sent: no slot within {timeout} s, {gate.in_flight} requests in flight"
-                f" on {self.settings.url} (max_in_flight={gate.limit}); nothing was sent"
-            )
+        if not gate.try_enter():
+            await gate.wait(deadline, lambda: f"{cmd.VERB.decode()} not sent: no slot within {timeout} s")
         try:
             resend: Backoff | None = None  # made on the first undelivered request only: not a cost of every call
             fail_fast: float | None = None
@@ -414,7 +414,7 @@ class AsyncStateStoreClient:
                     if resend is None:
                         resend = Backoff(_RESEND_BACKOFF_INITIAL, _RESEND_BACKOFF_MAX, jitter=False)
                     if give_up is not None and now + resend.current >= give_up:
-                        raise ServiceUnavailableError(self._unavailable_text(cmd)) from None
+                        raise ServiceUnavailableError(_no_service(cmd, self.settings, self._service_answered)) from None
                     await asyncio.sleep(resend.next())
                     self.undelivered_resends += 1
             self._service_answered = True
@@ -479,15 +479,6 @@ class AsyncStateStoreClient:
             if timer is not None:
                 timer.cancel()
             self._pending.close(corr, fut)
-
-    def _unavailable_text(self, cmd: _Base[Any]) -> str:
-        text = (
-            f"the state store did not answer on {self.settings.url}: the broker delivered the "
-            f"{cmd.VERB.decode()} request to no subscriber; nothing was written"
-        )
-        if not self._service_answered and self.settings.host in _LOCAL_HOSTS:
-            text += " (is the emulator running? start it with: sskv emulator)"
-        return text
 
     def _clock_behind(self, exc: ClockDriftError) -> None:
         self.clock_drift_warnings += 1
