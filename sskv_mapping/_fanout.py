@@ -2,7 +2,8 @@
 
 A broker holds only so many in-flight messages per client (mosquitto: 20 in flight + 1,000 queued) and drops
 the rest, so thousands of requests gathered at once lose replies and time out. Everything that fans out
-(``get_many``, ``set_many``, ``delete_many``, sweeps) goes through :func:`gather_bounded`.
+(``get_many``, ``set_many``, ``delete_many``, sweeps) goes through :func:`gather_bounded`, and background
+work over many items (releasing idle watches) through :class:`BoundedWork`.
 
 Must not import aiomqtt/paho or the emulator.
 """
@@ -10,10 +11,15 @@ Must not import aiomqtt/paho or the emulator.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable
-from typing import TypeVar
+import itertools
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Generic, TypeVar
 
-__all__ = ["gather_bounded"]
+__all__ = ["BoundedWork", "gather_bounded"]
+
+log = logging.getLogger("sskv_mapping")
 
 T = TypeVar("T")
 
@@ -21,18 +27,94 @@ T = TypeVar("T")
 async def gather_bounded(coros: Iterable[Awaitable[T]], limit: int) -> list[T]:
     """Run ``coros`` concurrently, at most ``limit`` at a time, results in order.
 
-    The first failure cancels the rest and is raised as itself (not wrapped in an ExceptionGroup).
+    ``limit`` workers take the awaitables from ``coros`` one after the other (a generator is consumed lazily: an
+    awaitable is made only when a worker is free for it), so a million items cost ``limit`` tasks, not a million.
+    The first failure cancels the rest and is raised as itself (not wrapped in an ExceptionGroup); awaitables not
+    started by then are closed unawaited.
     """
-    gate = asyncio.Semaphore(limit)
+    if limit < 1:
+        raise ValueError("limit must be >= 1")
+    items = enumerate(coros)
+    results: dict[int, T] = {}
 
-    async def gated(coro: Awaitable[T]) -> T:
-        async with gate:
-            return await coro
+    first = list(itertools.islice(items, limit))  # as many workers as there is work, up to ``limit``
 
-    pending = list(coros)
+    async def worker(i: int, coro: Awaitable[T]) -> None:
+        results[i] = await coro
+        for i, coro in items:  # one shared iterator: each item goes to exactly one worker
+            results[i] = await coro
+
     try:
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(gated(c)) for c in pending]
+            for i, coro in first:
+                group.create_task(worker(i, coro))
     except BaseExceptionGroup as failed:
+        for _, coro in items:  # what no worker started: close it, so it does not warn "never awaited"
+            close = getattr(coro, "close", None)
+            if close is not None:
+                close()
         raise failed.exceptions[0]  # noqa: B904 - the group only wraps it
-    return [t.result() for t in tasks]
+    return [results[i] for i in range(len(results))]
+
+
+class BoundedWork(Generic[T]):
+    """Background work over items that come in bursts: one task, at most ``limit`` items in progress.
+
+    :meth:`submit` queues an item and starts the one drainer task if it is not running; the drainer runs
+    ``run(item)`` for the queued items through :func:`gather_bounded` (items submitted meanwhile join the same
+    drain) and ends when the queue is empty. A burst of 10,000 items is one task and ``limit`` requests in flight,
+    never 10,000 tasks at once. ``run`` should handle its own errors; one it lets out is logged and the drain goes on.
+    """
+
+    def __init__(self, run: Callable[[T], Awaitable[None]], limit: int, *, name: str) -> None:
+        if limit < 1:
+            raise ValueError("limit must be >= 1")
+        self._run = run
+        self._limit = limit
+        self._name = name
+        self._items: deque[T] = deque()
+        self._task: asyncio.Task[None] | None = None
+        #: items whose work is done (or failed)
+        self.done = 0
+
+    @property
+    def pending(self) -> int:
+        """Items queued and not yet started."""
+        return len(self._items)
+
+    def submit(self, items: Iterable[T]) -> None:
+        """Queue ``items``; runs on the event loop."""
+        self._items.extend(items)
+        if self._items and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._drain(), name=self._name)
+
+    async def wait(self) -> None:
+        """Return once everything submitted so far is done."""
+        while self._task is not None:
+            await asyncio.shield(self._task)
+
+    def cancel(self) -> None:
+        """Drop what is queued and stop the work in progress."""
+        self._items.clear()
+        if self._task is not None:
+            self._task.cancel()
+
+    def _take(self) -> Iterator[Awaitable[None]]:
+        items = self._items
+        while items:
+            yield self._one(items.popleft())
+
+    async def _one(self, item: T) -> None:
+        try:
+            await self._run(item)
+        except Exception:
+            log.exception("%s: background work on an item failed", self._name)
+        finally:
+            self.done += 1
+
+    async def _drain(self) -> None:
+        try:
+            while self._items:
+                await gather_bounded(self._take(), self._limit)
+        finally:
+            self._task = None

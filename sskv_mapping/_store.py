@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Generic, TypeVar
 
-from ._fanout import gather_bounded
+from ._fanout import BoundedWork, gather_bounded
 from ._index import StoredKeyIndex
 from ._keys import check_namespace, text_key, utf8
 from ._protocol.commands import SetCondition, VDeleteResult
@@ -44,6 +44,11 @@ log = logging.getLogger(__name__)
 __all__ = ["Encoded", "NamespaceStore", "StoreEntry"]
 
 V = TypeVar("V")
+
+#: KEYNOTIFY STOPs of released watches in flight at once (in the background, beside the callers' own requests)
+_RELEASE_FAN_OUT = 16
+#: re-reads of cached entries about to outlive their max_staleness, in flight at once (in the background)
+_REVALIDATE_FAN_OUT = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +94,22 @@ class NamespaceStore(Generic[V]):
         self._clock = clock
         self._watches: dict[bytes, KeySubscription] = {}
         self._watching: dict[bytes, asyncio.Future[None]] = {}
+        self._reading: dict[bytes, asyncio.Future[None]] = {}  # cached reads in flight, which others wait for
         # Watches of keys the cache no longer holds are released once there are this many: the store keeps
         # a KEYNOTIFY registration per watched key, and a long-lived process reads far more keys than it
         # caches.
         self.watch_limit = 2 * cache.maxsize if cache is not None else 0
-        self._releasing: set[asyncio.Task[None]] = set()
+        # KEYNOTIFY STOPs of released watches: one background task, a few in flight (a release of 10,000 idle
+        # watches at once was 10,000 requests at once, which a stock broker's queue dropped by the thousand)
+        self._releasing: BoundedWork[KeySubscription] = BoundedWork(
+            self._release_watch, _RELEASE_FAN_OUT, name=f"sskv-release-watches-{namespace}"
+        )
         #: how many idle watches were released so far
         self.watches_released = 0
+        # Re-reads entries before they outlive the local cache's max_staleness (see _revalidate_loop).
+        self._revalidator: asyncio.Task[None] | None = None
+        #: cached entries re-read in the background so far (to keep them within max_staleness)
+        self.revalidations = 0
         self._wall_ms = wall_ms
         self.index: StoredKeyIndex | None = StoredKeyIndex(client, ns, self.data_key, now_ms=wall_ms) if index else None
         self._was_down = False
@@ -125,14 +139,7 @@ class NamespaceStore(Generic[V]):
         if self.cache is not None:
             self.cache.clear()
         stale = [k for k in self._watches if k not in self._watching]
-        if stale:
-            loop = asyncio.get_running_loop()
-            for k in stale:
-                task = loop.create_task(
-                    self._release_watch(self._watches.pop(k)), name=f"sskv-release-watch-{self.namespace}"
-                )
-                self._releasing.add(task)
-                task.add_done_callback(self._releasing.discard)
+        self._releasing.submit([self._watches.pop(k) for k in stale])
 
     def user_key(self, data_key: bytes) -> str:
         return data_key[len(self._prefix) :].decode("utf-8")
@@ -164,11 +171,12 @@ class NamespaceStore(Generic[V]):
         self._closed = True
         if self._unlisten is not None:
             self._unlisten()
+        if self._revalidator is not None:
+            self._revalidator.cancel()
+            self._revalidator = None
         subs, self._watches = list(self._watches.values()), {}
-        for sub in subs:
-            await sub.close()
-        if self._releasing:
-            await asyncio.gather(*self._releasing, return_exceptions=True)
+        await gather_bounded((self._release_watch(sub) for sub in subs), _RELEASE_FAN_OUT)
+        await self._releasing.wait()
         if self.index is not None:
             await self.index.close()
         if self.cache is not None:
@@ -185,6 +193,10 @@ class NamespaceStore(Generic[V]):
     async def _ensure_watch(self, data_key: bytes) -> None:
         if self.cache is None or data_key in self._watches:
             return
+        if self._revalidator is None and self.cache.max_staleness is not None and not self._closed:
+            self._revalidator = asyncio.get_running_loop().create_task(
+                self._revalidate_loop(self.cache.max_staleness), name=f"sskv-revalidate-{self.namespace}"
+            )
         pending = self._watching.get(data_key)
         if pending is not None:
             await asyncio.shield(pending)
@@ -213,20 +225,51 @@ class NamespaceStore(Generic[V]):
         cache = self.cache
         assert cache is not None
         idle = [k for k in self._watches if k != keep and k not in self._watching and not cache.holds(k)]
-        loop = asyncio.get_running_loop()
         self.watches_released += len(idle)
-        for k in idle:
-            sub = self._watches.pop(k)
-            task = loop.create_task(self._release_watch(sub), name=f"sskv-release-watch-{self.namespace}")
-            self._releasing.add(task)
-            task.add_done_callback(self._releasing.discard)
+        self._releasing.submit([self._watches.pop(k) for k in idle])
 
     @staticmethod
     async def _release_watch(sub: KeySubscription) -> None:
         try:
             await sub.close()
         except StateStoreError as exc:  # the client drops the registration on its side regardless
-            log.debug("releasing an idle watch failed: %s", exc)
+            log.warning("releasing an idle watch failed: %s", exc)
+
+    async def _revalidate_loop(self, max_staleness: float) -> None:
+        """Re-read cached entries before they outlive ``max_staleness``, so that a hit stays a hit although
+        every entry is confirmed at least that often (a notification lost by a broker cannot leave a value stale
+        for longer). Every ``max_staleness / 10`` s it re-reads, 32 at a time, the entries that would age out
+        within the next ``max_staleness / 5`` s (plus that period): each entry once per about 0.75 x max_staleness
+        while it is cached. A re-read that finds the same version confirms the entry; a newer one replaces it."""
+        cache = self.cache
+        assert cache is not None
+        period = max_staleness / 10
+        within = max_staleness / 5 + period
+        while True:
+            await asyncio.sleep(period)
+            if not cache.connected:
+                continue  # nothing is served now, and everything is cleared on reconnect
+            due = [k for k in cache.due(within) if k.startswith(self._prefix)]
+            if due:
+                await gather_bounded((self._revalidate(k) for k in due), _REVALIDATE_FAN_OUT)
+
+    async def _revalidate(self, data_key: bytes) -> None:
+        cache = self.cache
+        assert cache is not None
+        if not self._watch_active(data_key):
+            return  # not notified of changes now: left to age out rather than refreshed without a watch
+        ticket = cache.begin_read(data_key)
+        try:
+            entry = await self._fetch(data_key)
+        except StateStoreError as exc:  # the entry ages out; a reader re-reads it then
+            cache.abandon(ticket)
+            log.debug("revalidating a cached entry failed: %s", exc)
+            return
+        except BaseException:
+            cache.abandon(ticket)
+            raise
+        cache.finish_read(ticket, entry)
+        self.revalidations += 1
 
     def _watch_active(self, data_key: bytes) -> bool:
         sub = self._watches.get(data_key)
@@ -264,6 +307,40 @@ class NamespaceStore(Generic[V]):
             return hit
         if cache is None:
             return await self._fetch(data_key)
+        if fresh:
+            return await self._read_through(data_key, cache)
+        # One re-read per key: a miss (a key not cached yet, or an entry past max_staleness) that many callers hit
+        # at once is one GET. The others wait for it and look in the cache again: what it stored or confirmed is a
+        # hit then, and anything that changed the key meanwhile (a write, an event, an invalidation) shows there
+        # too; only if the cache still cannot answer do they read for themselves. Its failure is theirs.
+        shared = self._reading.get(data_key)
+        if shared is not None:
+            try:
+                await asyncio.shield(shared)
+            except asyncio.CancelledError:
+                if not shared.cancelled():
+                    raise  # this caller was cancelled
+            hit = cache.get(data_key)
+            return hit if hit is not None else await self._read_through(data_key, cache)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._reading[data_key] = fut
+        try:
+            entry = await self._read_through(data_key, cache)
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: nobody may have joined
+            raise
+        finally:
+            if self._reading.get(data_key) is fut:
+                del self._reading[data_key]
+        fut.set_result(None)
+        return entry
+
+    async def _read_through(self, data_key: bytes, cache: LocalCache[V]) -> CachedEntry[V]:
+        """GET the key through the local cache (stored there unless something newer is known)."""
         await self._ensure_watch(data_key)
         if not self._watch_active(data_key):
             # No notifications flow for the key now (a reconnect has not restored its KEYNOTIFY yet): a

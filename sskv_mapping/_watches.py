@@ -122,7 +122,8 @@ class Watches:
                 try:
                     await self.keynotify(key, stop=True, timeout=self._timeout())
                 except StateStoreError as exc:
-                    log.debug("KEYNOTIFY STOP for %r failed: %s", key, exc)
+                    # the service keeps notifying a registration it still holds: worth an operator's eye
+                    log.warning("KEYNOTIFY STOP for %r failed (the registration may linger): %s", key, exc)
 
     def dropped(self) -> None:
         """The connection dropped: the service forgot every registration, and changes will be missed."""

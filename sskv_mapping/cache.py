@@ -51,7 +51,7 @@ from ._ttl import TtlArg, TtlConvention, check_ttl, expire_now, translate_ttl
 from .client import UNSET, AsyncStateStoreClient, StateStoreClient, TlsSettings
 from .codecs import Codec, JsonCodec, get_codec
 from .errors import ClientStateError, ConfigurationError, StateStoreError
-from .local_cache import ABSENT, CachedEntry, LocalCache
+from .local_cache import ABSENT, DEFAULT_MAX_STALENESS, CachedEntry, LocalCache
 
 __all__ = [
     "DEFAULT_TTL",
@@ -75,6 +75,10 @@ T = TypeVar("T")
 DEFAULT_TTL: Final = 300.0
 
 # -- keys -------------------------------------------------------------------------------------------------
+
+
+def _local_cache(size: int, clock: Callable[[], float], max_staleness: float | None) -> LocalCache[Any] | None:
+    return LocalCache(maxsize=size, clock=clock, max_staleness=max_staleness) if size else None
 
 
 def _check_options(local_cache_size: object, max_in_flight: object, lock_lease: object, lock_timeout: object) -> float:
@@ -114,6 +118,7 @@ class AsyncStateStoreCache(Generic[V]):
         local_cache_size: keep up to this many decoded entries in process, kept current by KEYNOTIFY (a hit
             costs no round trip). Off (0) by default: each cached key then holds a KEYNOTIFY registration,
             which suits a small set of hot keys, not an open-ended key space.
+        max_staleness: seconds a local entry is served after its last confirmation (:class:`LocalCache`); None: ever.
         lock_lease: lease (seconds) of the per-key locks of ``incr`` and ``get_or_set`` (the latter renews
             its lease while the value is computed), and of the generation and ledger locks.
         lock_timeout: how long to wait for such a lock before :class:`~sskv_mapping.LockError` (``None``:
@@ -133,6 +138,7 @@ class AsyncStateStoreCache(Generic[V]):
         codec: Codec[V] | str | None = None,
         default_ttl: float | timedelta | None = DEFAULT_TTL,
         local_cache_size: int = 0,
+        max_staleness: float | None = DEFAULT_MAX_STALENESS,
         lock_lease: float = 10.0,
         lock_timeout: float | None = 30.0,
         max_in_flight: int = 256,
@@ -142,7 +148,7 @@ class AsyncStateStoreCache(Generic[V]):
         resolved: Codec[Any] = JsonCodec() if codec is None else get_codec(codec)
         self._default_ttl = check_ttl(default_ttl, "default_ttl")
         lease = _check_options(local_cache_size, max_in_flight, lock_lease, lock_timeout)
-        cache: LocalCache[V] | None = LocalCache(maxsize=local_cache_size, clock=clock) if local_cache_size else None
+        cache: LocalCache[V] | None = _local_cache(local_cache_size, clock, max_staleness)
         self._store: NamespaceStore[V] = NamespaceStore(
             client, namespace, resolved, cache=cache, index=False, clock=clock
         )
@@ -156,9 +162,7 @@ class AsyncStateStoreCache(Generic[V]):
         self._stats = CacheCounters(clock)
         self._writer: EntryWriter[V] = EntryWriter(self._store, self._ledger, self._locks, self._prefix_of)
         self._sweeper = Sweeper(self._generation, self._ledger, self._writer, namespace)
-        self._flight = SingleFlight(
-            self._store.read, self._writer.store_nx, self._locks, self._stats, ready=self._ready
-        )
+        self._flight = SingleFlight(self._store.read, self._writer.store_nx, self._locks, self._stats, self._ready)
         self._max_in_flight = max_in_flight
         self._clock = clock
         self._open_lock = asyncio.Lock()
@@ -182,6 +186,7 @@ class AsyncStateStoreCache(Generic[V]):
         timeout: float | None = 10.0,
         local_cache_size: int = 0,
         settings: ConnectionSettings | None = None,
+        max_staleness: float | None = DEFAULT_MAX_STALENESS,
     ) -> AsyncStateStoreCache[Any]:
         """Connect a client of its own (closed with the cache) and open the cache; ``timeout``: seconds per
         request (``None``: forever); ``settings``: a :class:`ConnectionSettings` instead of host, port, etc."""
@@ -195,6 +200,7 @@ class AsyncStateStoreCache(Generic[V]):
                 codec=codec,
                 default_ttl=default_ttl,
                 local_cache_size=local_cache_size,
+                max_staleness=max_staleness,
                 _owns_client=True,
             )
             await cache.open()
@@ -238,8 +244,7 @@ class AsyncStateStoreCache(Generic[V]):
 
     def stats(self) -> StateStoreCacheStats:
         """A consistent snapshot of the counters and latencies."""
-        cache = self._store.cache
-        return self._stats.snapshot(cache.stats() if cache is not None else None)
+        return self._stats.snapshot(None if self._store.cache is None else self._store.cache.stats())
 
     @property
     def counters(self) -> CacheCounters:
@@ -573,6 +578,7 @@ class StateStoreCache(BlockingTwin, Generic[V]):
         codec: Codec[V] | str | None = None,
         default_ttl: float | timedelta | None = DEFAULT_TTL,
         local_cache_size: int = 0,
+        max_staleness: float | None = DEFAULT_MAX_STALENESS,
         lock_lease: float = 10.0,
         lock_timeout: float | None = 30.0,
         max_in_flight: int = 256,
@@ -587,6 +593,7 @@ class StateStoreCache(BlockingTwin, Generic[V]):
             codec=codec,
             default_ttl=default_ttl,
             local_cache_size=local_cache_size,
+            max_staleness=max_staleness,
             lock_lease=lock_lease,
             lock_timeout=lock_timeout,
             max_in_flight=max_in_flight,
@@ -612,6 +619,7 @@ class StateStoreCache(BlockingTwin, Generic[V]):
         timeout: float | None = 10.0,
         local_cache_size: int = 0,
         settings: ConnectionSettings | None = None,
+        max_staleness: float | None = DEFAULT_MAX_STALENESS,
     ) -> StateStoreCache[Any]:
         """Connect a client of its own (closed with the cache) and open the cache; ``timeout``: seconds per
         request (``None``: forever); ``settings``: a complete :class:`ConnectionSettings`
@@ -634,6 +642,7 @@ class StateStoreCache(BlockingTwin, Generic[V]):
                 codec=codec,
                 default_ttl=default_ttl,
                 local_cache_size=local_cache_size,
+                max_staleness=max_staleness,
                 _owns_client=True,
             )
         except BaseException:

@@ -124,7 +124,7 @@ def _run_emulator(args: argparse.Namespace) -> int:
             return 2
         return run(args, args.host, args.port or DEFAULT_BROKER_PORT)
 
-    from .emulator.broker import MosquittoBroker, MosquittoStartError
+    from .emulator.broker import EMULATOR_QUEUE_SETTINGS, MosquittoBroker, MosquittoStartError
     from .errors import ConfigurationError
 
     if args.port is not None and args.broker_port is not None and args.port != args.broker_port:
@@ -134,7 +134,8 @@ def _run_emulator(args: argparse.Namespace) -> int:
     if note:
         print(f"sskv emulator: {note}", flush=True)
     try:
-        broker = MosquittoBroker(host=args.host, port=port)
+        # queue limits that fit the emulator's load (mosquitto's defaults drop messages past 1,000 per session)
+        broker = MosquittoBroker(host=args.host, port=port, extra_config=EMULATOR_QUEUE_SETTINGS)
         broker.start()
     except (ConfigurationError, MosquittoStartError) as exc:
         print(f"sskv emulator: cannot start mosquitto: {exc}", file=sys.stderr)

@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ._backoff import Backoff
+from ._in_flight import DEFAULT_MAX_IN_FLIGHT, InFlightGate
 from ._keeper import ConnectionKeeper, ConnectionState, StateListener
 from ._keys import escape_glob, scan_pattern, store_key
 from ._protocol import headers, topics
@@ -193,6 +194,16 @@ class SetResult:
         return self.applied
 
 
+def _no_service(cmd: _Base[Any], settings: ConnectionSettings, answered_before: bool) -> str:
+    text = (
+        f"the state store did not answer on {settings.url}: the broker delivered the "
+        f"{cmd.VERB.decode()} request to no subscriber; nothing was written"
+    )
+    if not answered_before and settings.host in _LOCAL_HOSTS:
+        text += " (is the emulator running? start it with: sskv emulator)"
+    return text
+
+
 class _Expired(Exception):
     """A request's deadline passed (turned into :class:`RequestTimeoutError` by its caller)."""
 
@@ -231,6 +242,9 @@ class AsyncStateStoreClient:
             (mosquitto's ``max_packet_size``, Azure IoT Operations' ``maxPacketSizeBytes``), counted on the whole
             PUBLISH packet (topic and properties add a few hundred bytes), raises the same error. Either way
             the connection stays up and other calls are untouched.
+        max_in_flight: the most requests awaiting an answer at once, on every path; past it a call waits its turn
+            within its own timeout (:class:`RequestTimeoutError` if it runs out, nothing sent). A broker queues only
+            so much per session and drops the rest silently (mosquitto: 20 in flight + 1,000 queued). Default 256.
     """
 
     def __init__(
@@ -252,6 +266,7 @@ class AsyncStateStoreClient:
         connection_factory: ConnectionFactory | None = None,
         max_payload: int | None = None,
         sat_token_provider: Callable[[], str | bytes] | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
         if settings is None:
             extra: dict[str, Any] = {}
@@ -273,6 +288,7 @@ class AsyncStateStoreClient:
         if backoff_initial <= 0 or backoff_max < backoff_initial:
             raise ConfigurationError("need 0 < backoff_initial <= backoff_max")
         self.settings = settings
+        self.in_flight = InFlightGate(max_in_flight)  #: requests awaiting an answer (``.in_flight``), the bound
         self.timeout = timeout
         self.max_payload = max_payload
         self._backoff = (backoff_initial, backoff_max)
@@ -421,42 +437,48 @@ class AsyncStateStoreClient:
         _check_max_payload(cmd.VERB, payload, self.max_payload)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        resend: Backoff | None = None  # made on the first undelivered request only: not a cost of every call
-        fail_fast: float | None = None
-        keeper = self._keeper
-        while True:
-            conn = keeper.conn
-            if conn is None or not keeper.connected:  # reconnecting: wait for it, within the call's deadline
-                conn = await keeper.connection(None if deadline is None else max(deadline - loop.time(), 0.001))
-            try:
-                message = await self._send_once(cmd, payload, conn, timeout, deadline, fencing_token, persist)
-                break
-            except ServiceUnavailableError:
-                # PUBACK 0x10: the broker delivered the request to nobody -- a definite "not sent", not an
-                # unknown outcome -- so it is safe to send it again once the service (re)subscribes.
-                now = loop.time()
-                if fail_fast is None:
-                    fail_fast = now + _FAIL_FAST
-                give_up = deadline
-                if not self._service_answered:  # it never answered here: a bare broker, say so quickly
-                    give_up = fail_fast if deadline is None else min(deadline, fail_fast)
-                if resend is None:
-                    resend = Backoff(_RESEND_BACKOFF_INITIAL, _RESEND_BACKOFF_MAX, jitter=False)
-                if give_up is not None and now + resend.current >= give_up:
-                    raise ServiceUnavailableError(self._unavailable_text(cmd)) from None
-                await asyncio.sleep(resend.next())
-                self.undelivered_resends += 1
-        self._service_answered = True
-        version = headers.check_response(message.user_properties, message.content_type)
-        if version is not None:
-            try:
-                self.hlc.update(version)
-            except ClockDriftError as exc:
-                # The request was carried out: failing the call now would report an applied write as failed.
-                # The service's clock (the version it returned) is far ahead of ours; our clock stays as it
-                # was (our next requests carry older timestamps, which the service accepts).
-                self._clock_behind(exc)
-        return message.payload, version
+        gate = self.in_flight
+        if not gate.try_enter():
+            await gate.wait(deadline, lambda: f"{cmd.VERB.decode()} not sent: no slot within {timeout} s")
+        try:
+            resend: Backoff | None = None  # made on the first undelivered request only: not a cost of every call
+            fail_fast: float | None = None
+            keeper = self._keeper
+            while True:
+                conn = keeper.conn
+                if conn is None or not keeper.connected:  # reconnecting: wait for it, within the call's deadline
+                    conn = await keeper.connection(None if deadline is None else max(deadline - loop.time(), 0.001))
+                try:
+                    message = await self._send_once(cmd, payload, conn, timeout, deadline, fencing_token, persist)
+                    break
+                except ServiceUnavailableError:
+                    # PUBACK 0x10: the broker delivered the request to nobody -- a definite "not sent", not an
+                    # unknown outcome -- so it is safe to send it again once the service (re)subscribes.
+                    now = loop.time()
+                    if fail_fast is None:
+                        fail_fast = now + _FAIL_FAST
+                    give_up = deadline
+                    if not self._service_answered:  # it never answered here: a bare broker, say so quickly
+                        give_up = fail_fast if deadline is None else min(deadline, fail_fast)
+                    if resend is None:
+                        resend = Backoff(_RESEND_BACKOFF_INITIAL, _RESEND_BACKOFF_MAX, jitter=False)
+                    if give_up is not None and now + resend.current >= give_up:
+                        raise ServiceUnavailableError(_no_service(cmd, self.settings, self._service_answered)) from None
+                    await asyncio.sleep(resend.next())
+                    self.undelivered_resends += 1
+            self._service_answered = True
+            version = headers.check_response(message.user_properties, message.content_type)
+            if version is not None:
+                try:
+                    self.hlc.update(version)
+                except ClockDriftError as exc:
+                    # The request was carried out: failing the call now would report an applied write as failed.
+                    # The service's clock (the version it returned) is far ahead of ours; our clock stays as it
+                    # was (our next requests carry older timestamps, which the service accepts).
+                    self._clock_behind(exc)
+            return message.payload, version
+        finally:
+            gate.leave()
 
     async def _send_once(
         self,
@@ -510,15 +532,6 @@ class AsyncStateStoreClient:
             if timer is not None:
                 timer.cancel()
             self._pending.close(corr, fut)
-
-    def _unavailable_text(self, cmd: _Base[Any]) -> str:
-        text = (
-            f"the state store did not answer on {self.settings.url}: the broker delivered the "
-            f"{cmd.VERB.decode()} request to no subscriber; nothing was written"
-        )
-        if not self._service_answered and self.settings.host in _LOCAL_HOSTS:
-            text += " (is the emulator running? start it with: sskv emulator)"
-        return text
 
     def _clock_behind(self, exc: ClockDriftError) -> None:
         self.clock_drift_warnings += 1
@@ -763,6 +776,7 @@ class StateStoreClient(BlockingTwin):
         connection_factory: ConnectionFactory | None = None,
         max_payload: int | None = None,
         sat_token_provider: Callable[[], str | bytes] | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
         super().__init__()
         self._async = AsyncStateStoreClient(
@@ -782,6 +796,7 @@ class StateStoreClient(BlockingTwin):
             connection_factory=connection_factory,
             max_payload=max_payload,
             sat_token_provider=sat_token_provider,
+            max_in_flight=max_in_flight,
         )
 
     @classmethod

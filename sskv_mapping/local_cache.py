@@ -14,6 +14,12 @@ What it guarantees, and how:
   of that key in between, or a clear/disconnect, makes :meth:`LocalCache.finish_read` refuse it.
 * **Never outlive the key.** ``expires_at`` (from the key's ``PX`` TTL, on the cache's monotonic clock)
   bounds an entry; an optional local ``ttl`` bounds every entry further (a ``cachetools.TTLCache``).
+* **Stale for at most ``max_staleness`` after a lost notification.** A broker drops notifications when a
+  session's queue overflows (a consumer whose loop stalled), and nothing tells the cache. So an entry is served
+  only while it was *confirmed* -- stored from a read, a write or a notification, or re-read unchanged
+  (:meth:`LocalCache.confirm`) -- within ``max_staleness`` seconds (default 30; ``None``: trust notifications
+  forever). Older entries are kept but not served until re-read; :meth:`LocalCache.due` lists those about to
+  age out, for a background revalidator (the namespace store's) to re-read first.
 * **Nothing served from a dead subscription.** After :meth:`LocalCache.disconnected` entries are not
   served (notifications are being lost) unless ``stale_while_disconnected=True``, which serves them marked
   ``stale=True``; :meth:`LocalCache.reconnected` empties the cache.
@@ -31,7 +37,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, Final, Generic, Literal, TypeVar
 
@@ -41,11 +47,15 @@ from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
 from .errors import ConfigurationError
 
-__all__ = ["ABSENT", "Absent", "CacheStats", "CachedEntry", "LocalCache", "ReadTicket"]
+__all__ = ["ABSENT", "DEFAULT_MAX_STALENESS", "Absent", "CacheStats", "CachedEntry", "LocalCache", "ReadTicket"]
 
 log = logging.getLogger("sskv_mapping.local_cache")
 
 V = TypeVar("V")
+
+#: How long an entry is served after its last confirmation by default (seconds): a notification lost by a broker
+#: leaves a value stale for at most this long; in line with what config and web pages are commonly cached for.
+DEFAULT_MAX_STALENESS = 30.0
 
 #: A monotonic clock in seconds, like :func:`time.monotonic`.
 MonotonicClock = Callable[[], float]
@@ -78,6 +88,7 @@ class CachedEntry(Generic[V]):
         fence: the fencing token this client wrote the value with, if any.
         expires_at: when the key itself expires (``PX``), on the cache's monotonic clock; ``None``: never.
         stale: set on entries served while disconnected with ``stale_while_disconnected=True``.
+        confirmed_at: when the cache last stored or confirmed the entry (its monotonic clock); set by the cache.
 
     The decoded ``value`` is shared by every reader of the entry: treat it as immutable (or decode ``raw``
     again) before handing a mutable object to user code.
@@ -96,6 +107,7 @@ class CachedEntry(Generic[V]):
     fence: HybridLogicalClock | None = None
     expires_at: float | None = None
     stale: bool = False
+    confirmed_at: float | None = field(default=None, compare=False, repr=False)
 
     @property
     def absent(self) -> bool:
@@ -237,15 +249,109 @@ def _key_text(key: bytes) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-class LocalCache(Generic[V]):
+class _CacheViews(Generic[V]):
+    """The read-only views of a :class:`LocalCache` (counters, sizes, what is due for revalidation): its base, so
+    that the cache's own class holds its logic."""
+
+    _lock: threading.Lock
+    _data: Cache[bytes, CachedEntry[V]]
+    _touched: list[bytes]
+    _inflight: dict[bytes, _Flight]
+    _clock: MonotonicClock
+    _ttl: float | None
+    _max_staleness: float | None
+    _connected: bool
+    _hits: int
+    _misses: int
+
+    @property
+    def max_staleness(self) -> float | None:
+        """Seconds an entry is served after its last confirmation (``None``: forever)."""
+        return self._max_staleness
+
+    def due(self, within: float, limit: int | None = None) -> list[bytes]:
+        """Keys whose entries stop being served within ``within`` seconds for want of a confirmation (or have
+        already), oldest confirmation first, at most ``limit``: what a revalidator should re-read now. Entries
+        whose key expires before that are left to expire. Empty when ``max_staleness`` is ``None``."""
+        max_staleness = self._max_staleness
+        if max_staleness is None:
+            return []
+        with self._lock:
+            horizon = self._clock() + within - max_staleness  # confirmed before this: due
+            found = [
+                (e.confirmed_at, k)
+                for k, e in _entries(self._data)
+                if e.confirmed_at is not None
+                and e.confirmed_at <= horizon
+                and (e.expires_at is None or e.expires_at > e.confirmed_at + max_staleness)
+            ]
+        found.sort()
+        return [k for _, k in (found if limit is None else found[:limit])]
+
+    @property
+    def hits(self) -> int:
+        """How many :meth:`get` calls returned an entry."""
+        return self._hits + len(self._touched)
+
+    @property
+    def misses(self) -> int:
+        """How many :meth:`get` calls returned ``None``."""
+        return self._misses
+
+    @property
+    def size(self) -> int:
+        """How many entries are held (entries past ``expires_at`` count until read or :meth:`expire`)."""
+        with self._lock:
+            return len(self._data)
+
+    @property
+    def maxsize(self) -> int:
+        return int(self._data.maxsize)
+
+    @property
+    def ttl(self) -> float | None:
+        """The local TTL in seconds, if any."""
+        return self._ttl
+
+    @property
+    def reads_in_flight(self) -> int:
+        """How many read tickets are open."""
+        with self._lock:
+            return sum(f.count for f in self._inflight.values())
+
+    def stats(self) -> CacheStats:
+        """A consistent snapshot of the counters."""
+        with self._lock:
+            return CacheStats(
+                hits=self._hits + len(self._touched),
+                misses=self._misses,
+                size=len(self._data),
+                maxsize=int(self._data.maxsize),
+                reads_in_flight=sum(f.count for f in self._inflight.values()),
+            )
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        state = "connected" if self._connected else "disconnected"
+        counts = f"hits={self.hits} misses={self._misses}"
+        return f"<LocalCache {len(self)}/{self.maxsize} entries, {state}, {counts}>"
+
+
+class LocalCache(_CacheViews[V]):
     """A bounded, thread-safe cache of decoded values, ordered by version, with read-in-flight protection.
 
     Args:
         maxsize: the most entries kept; the least recently used one is evicted first.
         ttl: if set, no entry is served longer than this many seconds after it was stored (a local bound
             on top of the keys' own expiry, for keys whose notifications might be missed).
-        clock: the monotonic clock (seconds) for ``ttl`` and ``expires_at``; inject a fake one in tests.
+        clock: the monotonic clock (seconds) for ``ttl``, ``expires_at`` and ``max_staleness``; inject a fake one
+            in tests.
         stale_while_disconnected: keep serving entries while disconnected, marked ``stale=True``.
+        max_staleness: serve an entry only within this many seconds of its last confirmation (a read, a write, a
+            notification, or :meth:`confirm`), so that a value whose notification was lost is stale for at most
+            this long; ``None`` trusts notifications forever. Default :data:`DEFAULT_MAX_STALENESS` (30 s).
 
     Keys are the normalized ``bytes`` keys of the store.
 
@@ -272,6 +378,7 @@ class LocalCache(Generic[V]):
         ttl: float | None = None,
         clock: MonotonicClock = time.monotonic,
         stale_while_disconnected: bool = False,
+        max_staleness: float | None = DEFAULT_MAX_STALENESS,
     ) -> None:
         if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
             raise ConfigurationError(f"LocalCache maxsize must be a positive int, not {maxsize!r}")
@@ -279,14 +386,25 @@ class LocalCache(Generic[V]):
             isinstance(ttl, bool) or not isinstance(ttl, int | float) or not (math.isfinite(ttl) and ttl > 0)
         ):
             raise ConfigurationError(f"LocalCache ttl must be positive seconds or None, not {ttl!r}")
+        if max_staleness is not None and (
+            isinstance(max_staleness, bool)
+            or not isinstance(max_staleness, int | float)
+            or not (math.isfinite(max_staleness) and max_staleness > 0)
+        ):
+            raise ConfigurationError(f"max_staleness must be positive seconds or None, not {max_staleness!r}")
         if not callable(clock):
             raise ConfigurationError("LocalCache clock must be a callable returning monotonic seconds")
         self._clock = clock
         self._ttl = None if ttl is None else float(ttl)
+        self._max_staleness = None if max_staleness is None else float(max_staleness)
+        #: entries not served because their last confirmation was more than ``max_staleness`` ago
+        self.stale_misses = 0
         # The hot map: the entries get() may serve as they are, read without the lock (a dict lookup is atomic):
         # key present in _data, connected, no local ttl. Kept in step with _data under the lock by every change;
         # its hits are logged (a list append is atomic too) and replayed into the LRU order under the lock.
-        self._hot: dict[bytes, CachedEntry[V]] = {}
+        # Each value is ``(serve_until, entry)``: the earlier of the key's expiry and the end of its confirmation's
+        # max_staleness (``None``: forever), so a hit costs one clock read and one compare for both.
+        self._hot: dict[bytes, tuple[float | None, CachedEntry[V]]] = {}
         self._touched: list[bytes] = []
         self._data: Cache[bytes, CachedEntry[V]] = (
             _EvictingLRU(maxsize, self._hot.pop) if ttl is None else TTLCache(maxsize, float(ttl), timer=clock)
@@ -327,6 +445,7 @@ class LocalCache(Generic[V]):
         lock = self._lock
         lookup = self._lookup
         clock = self._clock
+        max_stale = self._max_staleness
         hot_get = self._hot.get
         touched = self._touched
         touch = touched.append
@@ -339,15 +458,15 @@ class LocalCache(Generic[V]):
                     key = prefix + key.encode("utf-8")  # "" gives the bare prefix: held by no entry, a miss
                 except UnicodeEncodeError:  # a lone surrogate
                     return None
-            entry = hot_get(key)
-            if entry is not None:
-                expires_at = entry.expires_at
-                if expires_at is None or expires_at > clock():
+            hit = hot_get(key)
+            if hit is not None:
+                until = hit[0]
+                if until is None or until > clock():
                     touch(key)
                     if len(touched) >= _TOUCH_LOG_MAX:
                         with lock:
                             self._replay_touches()
-                    return entry
+                    return hit[1]
             lock.acquire()
             try:
                 try:
@@ -361,6 +480,11 @@ class LocalCache(Generic[V]):
                     self._misses += 1
                     return None
                 if self._connected:
+                    confirmed = entry.confirmed_at
+                    if max_stale is not None and confirmed is not None and confirmed + max_stale <= clock():
+                        self.stale_misses += 1  # kept (a re-read may confirm it) but not served
+                        self._misses += 1
+                        return None
                     self._hits += 1
                     return entry
                 if self._serve_stale:
@@ -422,6 +546,8 @@ class LocalCache(Generic[V]):
                     self._bump(key)
                     return False
             if new_v is not None and old_v is not None and new_v <= old_v:
+                if new_v == old_v and old is not None:
+                    self._put(key, old)  # the store still holds what we cached: confirmed now
                 return False
             # without a race, an entry held now was there before our GET was sent, so our result is newer
             self._put(key, entry)
@@ -517,6 +643,18 @@ class LocalCache(Generic[V]):
         with self._lock:
             self._clear()
 
+    # -- staleness ----------------------------------------------------------------------------------------
+
+    def confirm(self, key: bytes, version: HybridLogicalClock | None) -> bool:
+        """The store holds ``version`` of ``key`` now (a re-read found it unchanged): serve the entry for another
+        ``max_staleness``. Only an entry of exactly that version is confirmed; returns whether one was."""
+        with self._lock:
+            old = _held(self._data, key)
+            if old is None or old.version != version or version is None:
+                return False
+            self._put(key, old)
+            return True
+
     # -- connection state ---------------------------------------------------------------------------------
 
     def disconnected(self) -> None:
@@ -568,53 +706,6 @@ class LocalCache(Generic[V]):
                 self._drop(key)
             return before - Cache.__len__(self._data)
 
-    # -- stats ----------------------------------------------------------------------------------------------
-
-    @property
-    def hits(self) -> int:
-        """How many :meth:`get` calls returned an entry."""
-        return self._hits + len(self._touched)
-
-    @property
-    def misses(self) -> int:
-        """How many :meth:`get` calls returned ``None``."""
-        return self._misses
-
-    @property
-    def size(self) -> int:
-        """How many entries are held (entries past ``expires_at`` count until read or :meth:`expire`)."""
-        with self._lock:
-            return len(self._data)
-
-    @property
-    def maxsize(self) -> int:
-        return int(self._data.maxsize)
-
-    @property
-    def ttl(self) -> float | None:
-        """The local TTL in seconds, if any."""
-        return self._ttl
-
-    @property
-    def reads_in_flight(self) -> int:
-        """How many read tickets are open."""
-        with self._lock:
-            return sum(f.count for f in self._inflight.values())
-
-    def stats(self) -> CacheStats:
-        """A consistent snapshot of the counters."""
-        with self._lock:
-            return CacheStats(
-                hits=self._hits + len(self._touched),
-                misses=self._misses,
-                size=len(self._data),
-                maxsize=int(self._data.maxsize),
-                reads_in_flight=sum(f.count for f in self._inflight.values()),
-            )
-
-    def __len__(self) -> int:
-        return self.size
-
     def __contains__(self, key: object) -> bool:
         """Whether :meth:`get` would serve an entry (a value or a cached absence) for ``key`` now."""
         if not isinstance(key, bytes):
@@ -625,22 +716,29 @@ class LocalCache(Generic[V]):
             entry = _held(self._data, key)
             if entry is None:
                 return False
-            return entry.expires_at is None or entry.expires_at > self._clock()
-
-    def __repr__(self) -> str:
-        state = "connected" if self._connected else "disconnected"
-        counts = f"hits={self.hits} misses={self._misses}"
-        return f"<LocalCache {len(self)}/{self.maxsize} entries, {state}, {counts}>"
+            now = self._clock()
+            if self._connected and self._aged(entry, now):
+                return False
+            return entry.expires_at is None or entry.expires_at > now
 
     # -- internals; the caller holds the lock ---------------------------------------------------------------
 
     def _put(self, key: bytes, entry: CachedEntry[V]) -> None:
-        if entry.stale:
-            entry = replace(entry, stale=False)
+        now = self._clock()
+        entry = replace(entry, stale=False, confirmed_at=now)
         self._replay_touches()  # an eviction this may cause must see the recent hits
         self._data[key] = entry
         if self._use_hot and self._connected:
-            self._hot[key] = entry
+            until = entry.expires_at
+            if self._max_staleness is not None:
+                fresh_until = now + self._max_staleness
+                until = fresh_until if until is None else min(until, fresh_until)
+            self._hot[key] = (until, entry)
+
+    def _aged(self, entry: CachedEntry[V], now: float) -> bool:
+        """Whether ``entry`` was last confirmed more than ``max_staleness`` ago."""
+        confirmed = entry.confirmed_at
+        return self._max_staleness is not None and confirmed is not None and confirmed + self._max_staleness <= now
 
     def _drop(self, key: bytes) -> bool:
         self._hot.pop(key, None)

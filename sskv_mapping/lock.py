@@ -37,7 +37,7 @@ from .client import (
     SetResult,
     StateStoreClient,
 )
-from .errors import ConfigurationError, LockError, StateStoreError
+from .errors import ConfigurationError, LockError, RequestTimeoutError, StateStoreError
 
 __all__ = ["AsyncLeasedLock", "LeasedLock"]
 
@@ -148,7 +148,8 @@ class AsyncLeasedLock:
     async def acquire(self, timeout: float | None = None) -> HybridLogicalClock:
         """Wait for the lock (KEYNOTIFY on the lock key, retry on each DELETE); returns the fencing token.
 
-        Raises :class:`LockError` when ``timeout`` seconds pass without getting it.
+        Raises :class:`LockError` when ``timeout`` seconds pass without getting it; a request of ours that got
+        no answer in its own timeout raises :class:`RequestTimeoutError` (naming the verb) instead.
         """
         changed = asyncio.Event()
 
@@ -172,6 +173,9 @@ class AsyncLeasedLock:
                     if token is not None:
                         return token
                     await changed.wait()
+        except RequestTimeoutError:
+            # a request that got no answer (lost by a broker, say) is that, not a lock held too long by another
+            raise
         except TimeoutError:
             raise LockError(f"timed out after {timeout} s waiting for lock {self.name!r}") from None
         finally:

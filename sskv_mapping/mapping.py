@@ -29,7 +29,7 @@ from ._transport.settings import ConnectionSettings
 from .client import AsyncStateStoreClient, StateStoreClient, TlsSettings
 from .codecs import Codec, JsonCodec, get_codec
 from .errors import StateStoreError
-from .local_cache import ABSENT, CachedEntry, LocalCache
+from .local_cache import ABSENT, DEFAULT_MAX_STALENESS, CachedEntry, LocalCache
 from .lock import AsyncLeasedLock, LeasedLock
 
 __all__ = ["AsyncStateStoreDict", "StateStoreDict"]
@@ -69,6 +69,7 @@ class AsyncStateStoreDict(Generic[V]):
         local_cache_size: int = 10_000,
         cache_ttl: float | None = None,
         stale_while_disconnected: bool = False,
+        max_staleness: float | None = DEFAULT_MAX_STALENESS,
         clock: Callable[[], float] = time.monotonic,
         _owns_client: bool = False,
     ) -> None:
@@ -80,6 +81,7 @@ class AsyncStateStoreDict(Generic[V]):
                 ttl=cache_ttl,
                 clock=clock,
                 stale_while_disconnected=stale_while_disconnected,
+                max_staleness=max_staleness,
             )
         self._store: NamespaceStore[V] = NamespaceStore(client, namespace, resolved, cache=cache, clock=clock)
         # every d[key] hit: one call into the local cache (a dict's key prefix never changes)
@@ -103,6 +105,7 @@ class AsyncStateStoreDict(Generic[V]):
         local_cache_size: int = 10_000,
         stale_while_disconnected: bool = False,
         settings: ConnectionSettings | None = None,
+        max_staleness: float | None = DEFAULT_MAX_STALENESS,
     ) -> AsyncStateStoreDict[Any]:
         """Connect a client of its own and open the namespace (closed with the dict); ``timeout``: seconds per
         request (``None``: forever); ``settings``: a complete :class:`ConnectionSettings`
@@ -124,6 +127,7 @@ class AsyncStateStoreDict(Generic[V]):
             codec=codec,
             local_cache_size=local_cache_size,
             stale_while_disconnected=stale_while_disconnected,
+            max_staleness=max_staleness,
             _owns_client=True,
         )
         try:
@@ -388,6 +392,7 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
         local_cache_size: int = 10_000,
         cache_ttl: float | None = None,
         stale_while_disconnected: bool = False,
+        max_staleness: float | None = DEFAULT_MAX_STALENESS,
         clock: Callable[[], float] = time.monotonic,
         _owns_client: bool = False,
     ) -> None:
@@ -400,6 +405,7 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
             local_cache_size=local_cache_size,
             cache_ttl=cache_ttl,
             stale_while_disconnected=stale_while_disconnected,
+            max_staleness=max_staleness,
             clock=clock,
         )
         self._owns_client = _owns_client
@@ -423,6 +429,7 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
         local_cache_size: int = 10_000,
         stale_while_disconnected: bool = False,
         settings: ConnectionSettings | None = None,
+        max_staleness: float | None = DEFAULT_MAX_STALENESS,
     ) -> StateStoreDict[Any]:
         """Connect a client of its own and open the namespace (closed with the dict); ``timeout``: seconds per
         request (``None``: forever); ``settings``: a complete :class:`ConnectionSettings`
@@ -445,6 +452,7 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
                 codec=codec,
                 local_cache_size=local_cache_size,
                 stale_while_disconnected=stale_while_disconnected,
+                max_staleness=max_staleness,
                 _owns_client=True,
             )
         except BaseException:

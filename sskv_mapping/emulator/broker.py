@@ -38,6 +38,7 @@ from ..errors import ConfigurationError
 __all__ = [
     "CONNECTION_LOG_FORMATS",
     "CONNECTION_LOG_TOPICS",
+    "EMULATOR_QUEUE_SETTINGS",
     "FALLBACK_LOCATIONS",
     "LOG_TOPIC_FILTER",
     "MOSQUITTO_NOT_FOUND",
@@ -55,6 +56,16 @@ MOSQUITTO_NOT_FOUND: Final = "mosquitto not found: install it with 'apt-get inst
 #: Where to look when ``mosquitto`` is not on ``PATH`` (Debian puts it in /usr/sbin, which a non-root
 #: user's PATH usually lacks).
 FALLBACK_LOCATIONS: tuple[str, ...] = ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto")
+
+#: The mosquitto queue settings a broker serving the emulator needs (``sskv emulator --with-broker`` starts its
+#: mosquitto with them; put them in your own broker's mosquitto.conf). mosquitto's defaults -- 20 messages in
+#: flight and 1,000 queued per session -- are sized for devices, and beyond them it drops messages without telling
+#: either end. The emulator is one session that every client's requests queue towards: each client keeps up to
+#: ``max_in_flight`` (256) requests outstanding, so five busy clients already overflow 1,000. A watcher's session
+#: gets every notification of every writer besides its replies. So: 100,000 queued per session (bounded memory,
+#: well above what the clients' own bound lets build up), and 1,000 in flight from the emulator (its replies are
+#: not held back waiting for acknowledgements 20 at a time).
+EMULATOR_QUEUE_SETTINGS: tuple[str, ...] = ("max_inflight_messages 1000", "max_queued_messages 100000")
 
 #: Subscribe to this (explicitly: ``#`` never matches ``$SYS`` topics) to receive mosquitto's log lines.
 LOG_TOPIC_FILTER: Final = "$SYS/broker/log/#"

@@ -6,7 +6,8 @@ or cache layers.
 What it does, like the real service (protocol.md):
 
 * subscribes (QoS 1) to mosquitto's ``$SYS/broker/log/#`` and then to the request topic, and only then
-  reports ready; a "Client X disconnected" log line drops X's KEYNOTIFY registrations;
+  reports ready; a "Client X disconnected" log line drops X's KEYNOTIFY registrations; an "Outgoing messages are
+  being dropped for client X" line (X's queue at the broker is full) is logged at WARNING, once per client;
 * for each request, in arrival order: learns the client id from ``__srcId`` (else from a
   ``clients/{id}/...`` response topic), checks ``__protVer`` (major other than 1 → ``__stat=505`` with
   ``__supProtMajVer=1``), runs the core, and publishes the response (QoS 1, same correlation data,
@@ -33,7 +34,9 @@ Where it is more lenient than the service, by design:
   it was away are lost, so their registrations linger until they re-register or disconnect again.
 
 Requests are handled synchronously in the connection's message callback, and their publishes are queued
-in that order without awaiting any PUBACK (``Connection.publish_nowait``).
+in that order without awaiting any PUBACK (``Connection.publish_nowait``); the transport keeps those awaiting a
+PUBACK within the broker's Receive Maximum (mosquitto's ``max_inflight_messages``) and holds the rest in order,
+so the emulator's replies in flight are bounded by what the broker accepts.
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ _UNSUPPORTED_VERSION_MESSAGE = "unsupported protocol version {!r}; this service 
 _RECONNECT_MIN_S = 0.05
 _RECONNECT_MAX_S = 2.0
 _PERSIST_DELAY_S = 0.05
+# mosquitto's log line when a session's queue is full: "Outgoing messages are being dropped for client X."
+_DROPPING = "Outgoing messages are being dropped for client "
 
 
 #: what a request whose response would be over the broker's Maximum Packet Size gets instead
@@ -150,7 +155,10 @@ class EmulatorServer:
             "too_large": 0,
             "dropped_clients": 0,
             "connections": 0,
+            "broker_drops_reported": 0,
         }
+        # clients mosquitto said it drops messages for, so that each is reported once at WARNING
+        self._dropping_for: set[str] = set()
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -281,13 +289,32 @@ class EmulatorServer:
             log.exception("failed to handle a message on %r", message.topic)
 
     def _handle_log(self, payload: bytes) -> None:
-        event = parse_connection_log(payload.decode("utf-8", "replace"))
+        text = payload.decode("utf-8", "replace")
+        if _DROPPING in text:
+            self._broker_drops(text)
+            return
+        event = parse_connection_log(text)
         if event is None or event[0] != "disconnected":
             return
         dropped = self.core.drop_client(event[1])
         if dropped:
             self.stats["dropped_clients"] += 1
             log.debug("client %r disconnected: dropped %d registration(s)", event[1], dropped)
+
+    def _broker_drops(self, line: str) -> None:
+        """mosquitto says it drops messages for a client (its queue is full): replies or notifications are being
+        lost, which the client sees as timeouts and the local cache as missed changes. Said once per client."""
+        self.stats["broker_drops_reported"] += 1
+        client = line.split(_DROPPING, 1)[1].rstrip(" .\r\n")
+        if client in self._dropping_for or len(self._dropping_for) > 1000:
+            return
+        self._dropping_for.add(client)
+        log.warning(
+            "the broker is dropping messages for client %r: its queue is full (mosquitto's max_queued_messages, "
+            "default 1,000). Raise the broker's limits (sskv emulator --with-broker does; see the README's "
+            "'The emulator'), and check that client keeps up",
+            client[:200],
+        )
 
     def _handle_request(self, message: InboundMessage) -> None:
         correlation = message.correlation_data

@@ -69,6 +69,7 @@ from .._transport.settings import ConnectionSettings  # noqa: E402
 from ..cache import AsyncStateStoreCache, translate_ttl  # noqa: E402
 from ..client import UNSET, StateStoreClient  # noqa: E402
 from ..errors import ConfigurationError, StateStoreError  # noqa: E402
+from ..local_cache import DEFAULT_MAX_STALENESS  # noqa: E402
 from ..mapping import AsyncStateStoreDict  # noqa: E402
 
 __all__ = ["DEFAULT_URL", "StateStoreCache"]
@@ -148,6 +149,8 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         endpoint, port: the broker's host and port instead of ``url`` (as ``Cache.from_url`` passes them).
         sskv_namespace: the state store namespace holding the entries (no ``/`` or ``#``).
         local_cache_size: keep up to this many hot entries in process, kept current by notifications.
+        max_staleness: serve a local entry only within this many seconds of its last confirmation (a lost
+            notification leaves a value stale at most that long); ``None``: trust notifications forever.
         client: a connected :class:`~sskv_mapping.StateStoreClient` instead of the process-wide shared one.
         request_timeout: seconds to wait for each request to the store (``None``: forever); aiocache's own
             ``timeout`` still bounds each aiocache call.
@@ -165,6 +168,7 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         port: int | str | None = None,
         sskv_namespace: str = "aiocache",
         local_cache_size: int = 0,
+        max_staleness: float | None = DEFAULT_MAX_STALENESS,
         client: StateStoreClient | None = None,
         serializer: Any = None,
         request_timeout: float | None = 10.0,
@@ -183,6 +187,7 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         self._request_timeout = _request_timeout(request_timeout)
         self._sskv_namespace = sskv_namespace
         self._local_cache_size = local_cache_size
+        self._max_staleness = max_staleness
         # what the cache's incr restarts a counter's expiry at (the other calls get aiocache's resolved ttl)
         self._default_ttl = translate_ttl(UNSET, "aiocache", self.ttl)
         self._codec = _ValueCodec()
@@ -231,6 +236,7 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
                     codec=self._codec,
                     default_ttl=self._default_ttl,
                     local_cache_size=self._local_cache_size,
+                    max_staleness=self._max_staleness,
                 )
                 self._portal.run(core.open())
                 if scope:

@@ -33,6 +33,8 @@ value is ``ImproperlyConfigured`` naming the variable). The connection options i
   :class:`~sskv_mapping.Codec` instance.
 * ``local_cache_size`` (0): keep up to this many values in process, kept current by the store's change
   notifications (a hit costs microseconds; another process's write is seen milliseconds later).
+* ``max_staleness`` (30.0): a local entry is served only within this many seconds of its last confirmation, so a
+  notification lost by the broker leaves a value stale at most that long (``None``: trust notifications forever).
 * ``timeout`` (10.0): seconds to wait for each request to the store (``None``: forever).
 * ``lock_lease``, ``lock_timeout``, ``max_in_flight``: as for :class:`sskv_mapping.cache.AsyncStateStoreCache`.
 * connection: ``username``, ``password``, ``client_id``, ``tls`` (a :class:`~sskv_mapping.TlsSettings` or a
@@ -72,6 +74,7 @@ from ..cache import translate_ttl
 from ..client import UNSET, ConnectionState, StateStoreClient
 from ..codecs import Codec, PickleCodec, get_codec
 from ..errors import ConfigurationError, StateStoreError
+from ..local_cache import DEFAULT_MAX_STALENESS
 from ..mapping import StateStoreDict
 from ._common import CONNECTION_OPTIONS, import_extra, settings_from_options, shared_client
 
@@ -118,7 +121,7 @@ else:
 _CONNECTION_OPTIONS: Final = frozenset(CONNECTION_OPTIONS)
 _CACHE_OPTIONS: Final = frozenset(
     {"namespace", "codec", "allow_pickle", "pickle_key", "local_cache_size", "timeout", "lock_lease"}
-    | {"lock_timeout", "max_in_flight"}
+    | {"lock_timeout", "max_in_flight", "max_staleness"}
 )
 _IGNORED_OPTIONS: Final = frozenset({"MAX_ENTRIES", "CULL_FREQUENCY"})  # BaseCache reads them; no culling here
 
@@ -184,6 +187,7 @@ class _Config:
     lock_lease: float
     lock_timeout: float | None
     max_in_flight: int
+    max_staleness: float | None = DEFAULT_MAX_STALENESS
 
     def cache_id(self, client: StateStoreClient) -> tuple[Any, ...]:
         return (
@@ -195,6 +199,7 @@ class _Config:
             self.lock_lease,
             self.lock_timeout,
             self.max_in_flight,
+            self.max_staleness,
         )
 
 
@@ -241,6 +246,7 @@ def _parse(location: str | None, options: Mapping[str, Any], default_timeout: in
         lock_lease=float(lock_lease),
         lock_timeout=lock_timeout,
         max_in_flight=max_in_flight,
+        max_staleness=options.get("max_staleness", DEFAULT_MAX_STALENESS),
     )
 
 
@@ -288,6 +294,7 @@ def _shared_cache(config: _Config) -> core.StateStoreCache[Any]:
                 lock_lease=config.lock_lease,
                 lock_timeout=config.lock_timeout,
                 max_in_flight=config.max_in_flight,
+                max_staleness=config.max_staleness,
             )
             shared = _caches[key] = _Shared(client, cache=cache, codec=config.codec)
         assert shared.cache is not None

@@ -19,7 +19,8 @@ Config keys read by :meth:`StateStoreCache.factory`:
 * ``CACHE_DEFAULT_TIMEOUT``: seconds or a timedelta; ``0`` never expires (Flask-Caching's convention,
   converted by :func:`sskv_mapping.cache.translate_ttl`).
 * ``CACHE_IGNORE_ERRORS``: as for Flask-Caching's own backends (``delete_many``).
-* ``CACHE_OPTIONS``: keyword arguments of :class:`StateStoreCache`: ``codec``, ``local_cache_size``, and the
+* ``CACHE_OPTIONS``: keyword arguments of :class:`StateStoreCache`: ``codec``, ``local_cache_size``,
+  ``max_staleness``, and the
   connection options ``client_id``, ``username``, ``password``, ``tls``, ``sat_token_file``, ``keepalive``,
   ``connect_timeout``.
 
@@ -60,6 +61,7 @@ from ..cache import translate_ttl  # noqa: E402
 from ..client import UNSET, StateStoreClient  # noqa: E402
 from ..codecs import Codec, MsgpackCodec, PickleCodec  # noqa: E402
 from ..errors import StateStoreError  # noqa: E402
+from ..local_cache import DEFAULT_MAX_STALENESS  # noqa: E402
 
 __all__ = ["DEFAULT_URL", "StateStoreCache"]
 
@@ -102,6 +104,8 @@ class StateStoreCache(BaseCache):
         codec: a codec or its name; by default msgpack (built by Flask-Caching from an app with a
             ``SECRET_KEY``: signed pickle, see the module docstring).
         local_cache_size: keep up to this many hot entries in process, kept current by notifications.
+        max_staleness: serve a local entry only within this many seconds of its last confirmation (a lost
+            notification leaves a value stale at most that long); ``None``: trust notifications forever.
         client: a connected :class:`StateStoreClient` to use instead of the process-wide shared one.
         request_timeout: seconds to wait for each request to the store (``None``: forever).
         **connection: connection options for :func:`settings_from_options` (``username``, ``tls``...).
@@ -121,6 +125,7 @@ class StateStoreCache(BaseCache):
         ignore_delete_many_errors: bool = False,
         codec: Codec[Any] | str | None = None,
         local_cache_size: int = 0,
+        max_staleness: float | None = DEFAULT_MAX_STALENESS,
         client: StateStoreClient | None = None,
         request_timeout: float | None = 10.0,
         **connection: Any,
@@ -144,6 +149,7 @@ class StateStoreCache(BaseCache):
             codec=default_codec(None) if codec is None else codec,
             default_ttl=default_ttl,
             local_cache_size=local_cache_size,
+            max_staleness=max_staleness,
         )
 
     @classmethod

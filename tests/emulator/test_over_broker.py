@@ -8,8 +8,10 @@ event, bounded by a timeout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+import logging
 import signal
 import socket
 import subprocess
@@ -27,8 +29,9 @@ from sskv_mapping._protocol import errors
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.resp3 import encode_request
 from sskv_mapping._protocol.topics import REQUEST_TOPIC, SERVICE_ID
+from sskv_mapping._transport.base import InboundMessage
 from sskv_mapping._transport.settings import ConnectionSettings
-from sskv_mapping.emulator.broker import MosquittoBroker, free_port
+from sskv_mapping.emulator.broker import EMULATOR_QUEUE_SETTINGS, MosquittoBroker, free_port
 from sskv_mapping.emulator.core import CoreResult, EmulatorCore
 from sskv_mapping.emulator.server import EmulatorServer, client_id_from_response_topic
 from sskv_mapping.errors import TransportError
@@ -590,6 +593,9 @@ async def test_sskv_emulator_with_broker_serves_and_stops_both() -> None:
     await asyncio.to_thread(proc.start)
     try:
         assert f"mosquitto broker listening on mqtt://127.0.0.1:{port}" in proc.output
+        # its mosquitto runs with queue limits that fit the emulator's load, not the defaults that drop messages
+        config = _broker_config_of(port)
+        assert all(line in config.splitlines() for line in EMULATOR_QUEUE_SETTINGS)
         async with MiniClient("127.0.0.1", port) as c:
             k = key()
             await c.request(b"KEYNOTIFY", k)
@@ -638,9 +644,46 @@ def test_broker_port_without_with_broker_is_a_usage_error() -> None:
     assert main(["emulator", "--broker-port", "1234"]) == 2
 
 
+def _broker_config_of(port: int) -> str:
+    """The config file of the mosquitto (a grandchild of this process) listening on ``port``."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:  # the process went away
+            continue
+        if argv and argv[0].endswith(b"mosquitto") and b"-c" in argv:
+            config = Path(argv[argv.index(b"-c") + 1].decode())
+            with contextlib.suppress(OSError):
+                text = config.read_text("utf-8")
+                if f"listener {port} " in text:
+                    return text
+    raise AssertionError(f"no mosquitto listening on port {port} found")
+
+
 def _accepts(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):
             return True
     except OSError:
         return False
+
+
+def test_the_emulator_warns_once_per_client_when_the_broker_says_it_drops_messages(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """mosquitto logs "Outgoing messages are being dropped for client X." when X's queue is full; the emulator
+    reads the broker's log topic already (for disconnects) and says so, once per client, with what to change."""
+    server = EmulatorServer(ConnectionSettings(host="127.0.0.1", port=free_port(), client_id="emu-drops"))
+
+    def log_line(text: str) -> InboundMessage:
+        return InboundMessage("$SYS/broker/log/N", text.encode(), 1, None, None, None, ())
+
+    with caplog.at_level(logging.WARNING, "sskv_mapping.emulator"):
+        for _ in range(3):
+            server._on_message(log_line("1764000000: Outgoing messages are being dropped for client slow one."))
+        server._on_message(log_line("1764000001: Outgoing messages are being dropped for client other."))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert "'slow one'" in warnings[0] and "max_queued_messages" in warnings[0] and "--with-broker" in warnings[0]
+    assert server.stats["broker_drops_reported"] == 4
+    assert server.stats["dropped_clients"] == 0  # not a disconnect

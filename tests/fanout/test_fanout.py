@@ -4,10 +4,13 @@ in flight, the first failure raised as itself and the rest cancelled."""
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Awaitable, Iterator
 
 import pytest
+from _support.waiting import eventually
 
-from sskv_mapping._fanout import gather_bounded
+from sskv_mapping._fanout import BoundedWork, gather_bounded
 
 
 @pytest.mark.parametrize(("n", "limit"), [(0, 1), (1, 1), (10, 1), (10, 3), (100, 64), (5, 64)])
@@ -49,3 +52,100 @@ async def test_first_failure_is_raised_and_the_rest_cancelled() -> None:
     with pytest.raises(KeyError, match="boom"):
         await gather_bounded([ok(), ok(), bad()], 8)
     assert cancelled == 2
+
+
+async def test_a_generator_is_consumed_lazily_by_limit_workers() -> None:
+    """10,000 items cost ``limit`` tasks: an awaitable is made only when a worker is free for it."""
+    made = 0
+    alive = 0
+    peak_alive = 0
+    tasks_before = len(asyncio.all_tasks())
+    peak_tasks = 0
+
+    async def one(i: int) -> int:
+        nonlocal alive, peak_alive, peak_tasks
+        alive += 1
+        peak_alive = max(peak_alive, alive)
+        peak_tasks = max(peak_tasks, len(asyncio.all_tasks()) - tasks_before)
+        await asyncio.sleep(0)
+        alive -= 1
+        return i
+
+    def items() -> Iterator[Awaitable[int]]:
+        nonlocal made
+        for i in range(10_000):
+            made += 1
+            yield one(i)
+
+    assert await gather_bounded(items(), 8) == list(range(10_000))
+    assert made == 10_000
+    assert peak_alive <= 8
+    assert peak_tasks <= 8
+
+
+async def test_on_failure_the_items_not_started_are_closed_unawaited() -> None:
+    started: list[int] = []
+
+    async def one(i: int) -> None:
+        started.append(i)
+        if i == 3:
+            raise KeyError(i)
+        await asyncio.sleep(0)
+
+    pending = [one(i) for i in range(100)]
+    with pytest.raises(KeyError):
+        await gather_bounded(pending, 4)
+    assert len(started) < 100
+    assert all(c.cr_frame is None for c in pending)  # each ran to its end or was closed: no "never awaited"
+
+
+async def test_bounded_work_runs_a_burst_as_one_task_with_a_bounded_fan_out(caplog: pytest.LogCaptureFixture) -> None:
+    running = 0
+    peak = 0
+    done: list[int] = []
+    release = asyncio.Event()
+
+    async def run(i: int) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        try:
+            await release.wait()
+            if i == 7:
+                raise RuntimeError("one item fails")
+            done.append(i)
+        finally:
+            running -= 1
+
+    work: BoundedWork[int] = BoundedWork(run, 16, name="test-work")
+    tasks_before = len(asyncio.all_tasks())
+    work.submit(range(1000))
+    work.submit(range(1000, 1010))  # joins the same drain
+    await eventually(lambda: running == 16)
+    assert len(asyncio.all_tasks()) - tasks_before <= 1 + 16  # the drainer and its workers, not 1,010 tasks
+    release.set()
+    with caplog.at_level(logging.ERROR, "sskv_mapping"):
+        await work.wait()
+    assert sorted(done) == [i for i in range(1010) if i != 7]  # a failing item does not stop the rest
+    assert peak == 16 and work.done == 1010 and work.pending == 0
+    assert "background work on an item failed" in caplog.text
+    work.submit([2000])  # a new burst starts a new drain
+    await work.wait()
+    assert 2000 in done
+
+
+async def test_bounded_work_cancel_drops_what_is_queued() -> None:
+    started: list[int] = []
+    never = asyncio.Event()
+
+    async def run(i: int) -> None:
+        started.append(i)
+        await never.wait()
+
+    work: BoundedWork[int] = BoundedWork(run, 2, name="test-work")
+    work.submit(range(100))
+    await eventually(lambda: len(started) == 2)
+    work.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await work.wait()
+    assert work.pending == 0 and len(started) == 2
