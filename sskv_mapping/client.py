@@ -33,11 +33,11 @@ from ._protocol.commands import Delete, Get, Set, SetCondition, VDelete, VDelete
 from ._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
 from ._protocol.mqtt_publish import mqtt_str, publish_properties, varint
 from ._protocol.notifications import KeyEvent, parse_notification
+from ._requests import RequestSender
 from ._scan import ScanSupport, keys_of, scan_pages
 from ._sync import BlockingTwin
 from ._transport.base import Connection, ConnectionFactory, InboundMessage
 from ._transport.choice import new_connection
-from ._transport.rpc import PendingCalls
 from ._transport.settings import ConnectionSettings, TlsSettings
 from ._ttl import TtlLike, ttl_to_ms
 from ._unset import UNSET, UnsetType
@@ -48,8 +48,6 @@ from .errors import (
     ConfigurationError,
     ConnectionLostError,
     ProtocolError,
-    RequestTimeoutError,
-    ServiceUnavailableError,
     StateStoreError,
     ValueTooLargeError,
 )
@@ -114,12 +112,6 @@ DEFAULT_MAX_PAYLOAD: int | None = None
 #: A listing's default time budget (``scan(timeout=UNSET)``): this many times the client's request timeout.
 SCAN_TIMEOUT_FACTOR = 6
 
-# A request the broker delivered to nobody (PUBACK 0x10) is sent again after these pauses (seconds, doubling),
-# within the call's deadline; where the service never answered this client, for about _FAIL_FAST seconds.
-_RESEND_BACKOFF_INITIAL = 0.01
-_RESEND_BACKOFF_MAX = 0.2
-_FAIL_FAST = 0.75
-_LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 #: check_set's margin over its packet size estimate: the timestamp's counter may grow a digit or two by the send
 _PACKET_SIZE_SLACK = 8
 #: more than a SET request's packet adds to its key and value, besides four copies of the client id (in the
@@ -192,25 +184,6 @@ class SetResult:
 
     def __bool__(self) -> bool:
         return self.applied
-
-
-def _no_service(cmd: _Base[Any], settings: ConnectionSettings, answered_before: bool) -> str:
-    text = (
-        f"the state store did not answer on {settings.url}: the broker delivered the "
-        f"{cmd.VERB.decode()} request to no subscriber; nothing was written"
-    )
-    if not answered_before and settings.host in _LOCAL_HOSTS:
-        text += " (is the emulator running? start it with: sskv emulator)"
-    return text
-
-
-class _Expired(Exception):
-    """A request's deadline passed (turned into :class:`RequestTimeoutError` by its caller)."""
-
-
-def _expire(fut: asyncio.Future[Any]) -> None:
-    if not fut.done():
-        fut.set_exception(_Expired())
 
 
 class AsyncStateStoreClient:
@@ -294,12 +267,10 @@ class AsyncStateStoreClient:
         self._backoff = (backoff_initial, backoff_max)
         self._factory = connection_factory
         self.hlc = HlcClock(settings.client_id, clock)
-        self._response_topic = topics.response_topic(settings.client_id)
         self._notify_filter = topics.notification_filter(settings.client_id)
-        self._pending = PendingCalls()
         self._keeper = ConnectionKeeper(
             self._new_connection,
-            [self._response_topic, self._notify_filter],
+            [topics.response_topic(settings.client_id), self._notify_filter],
             url=settings.url,
             reconnect=reconnect,
             backoff=self._new_backoff,
@@ -315,12 +286,7 @@ class AsyncStateStoreClient:
             backoff=self._new_backoff,
         )
         self._tasks: set[asyncio.Task[Any]] = set()
-        #: counters: requests sent, reconnects done, notifications that failed to parse
-        self.requests_sent = 0
-        #: requests the broker acknowledged as delivered to nobody (PUBACK 0x10) and that were sent again
-        self.undelivered_resends = 0
-        # whether the state store ever answered this client: a broker where it never did fails fast
-        self._service_answered = False
+        self._sender = RequestSender(settings, self.hlc, self._keeper)
         #: responses whose version was too far ahead of this machine's clock to merge (its clock is behind)
         self.clock_drift_warnings = 0
         self.bad_notifications = 0
@@ -350,6 +316,16 @@ class AsyncStateStoreClient:
     @property
     def state(self) -> ConnectionState:
         return self._keeper.state
+
+    @property
+    def requests_sent(self) -> int:
+        """Requests published so far (each resend counts; a request refused before sending does not)."""
+        return self._sender.requests_sent
+
+    @property
+    def undelivered_resends(self) -> int:
+        """Requests the broker delivered to nobody (PUBACK 0x10, the service away) and that were sent again."""
+        return self._sender.undelivered_resends
 
     @property
     def reconnects(self) -> int:
@@ -383,7 +359,7 @@ class AsyncStateStoreClient:
             return
 
         def fail_in_flight() -> None:
-            self._pending.fail_all(ClientStateError("the client was closed"))
+            self._sender.pending.fail_all(ClientStateError("the client was closed"))
 
         await self._keeper.close(fail_in_flight)
         for task in list(self._tasks):
@@ -406,7 +382,7 @@ class AsyncStateStoreClient:
 
     def _dropped(self) -> None:
         self._scan.forget()  # the next connection may reach another service version
-        self._pending.fail_all(ConnectionLostError(f"connection to {self.settings.url} lost"))
+        self._sender.pending.fail_all(ConnectionLostError(f"connection to {self.settings.url} lost"))
         self._watches.dropped()  # the service dropped our registrations
 
     def _reconnected(self) -> None:
@@ -441,32 +417,9 @@ class AsyncStateStoreClient:
         if not gate.try_enter():
             await gate.wait(deadline, lambda: f"{cmd.VERB.decode()} not sent: no slot within {timeout} s")
         try:
-            resend: Backoff | None = None  # made on the first undelivered request only: not a cost of every call
-            fail_fast: float | None = None
-            keeper = self._keeper
-            while True:
-                conn = keeper.conn
-                if conn is None or not keeper.connected:  # reconnecting: wait for it, within the call's deadline
-                    conn = await keeper.connection(None if deadline is None else max(deadline - loop.time(), 0.001))
-                try:
-                    message = await self._send_once(cmd, payload, conn, timeout, deadline, fencing_token, persist)
-                    break
-                except ServiceUnavailableError:
-                    # PUBACK 0x10: the broker delivered the request to nobody -- a definite "not sent", not an
-                    # unknown outcome -- so it is safe to send it again once the service (re)subscribes.
-                    now = loop.time()
-                    if fail_fast is None:
-                        fail_fast = now + _FAIL_FAST
-                    give_up = deadline
-                    if not self._service_answered:  # it never answered here: a bare broker, say so quickly
-                        give_up = fail_fast if deadline is None else min(deadline, fail_fast)
-                    if resend is None:
-                        resend = Backoff(_RESEND_BACKOFF_INITIAL, _RESEND_BACKOFF_MAX, jitter=False)
-                    if give_up is not None and now + resend.current >= give_up:
-                        raise ServiceUnavailableError(_no_service(cmd, self.settings, self._service_answered)) from None
-                    await asyncio.sleep(resend.next())
-                    self.undelivered_resends += 1
-            self._service_answered = True
+            message = await self._sender.send(
+                cmd, payload, timeout=timeout, deadline=deadline, fencing_token=fencing_token, persist=persist
+            )
             version = headers.check_response(message.user_properties, message.content_type)
             if version is not None:
                 try:
@@ -479,59 +432,6 @@ class AsyncStateStoreClient:
             return message.payload, version
         finally:
             gate.leave()
-
-    async def _send_once(
-        self,
-        cmd: _Base[Any],
-        payload: bytes,
-        conn: Connection,
-        timeout: float | None,
-        deadline: float | None,
-        fencing_token: HybridLogicalClock | None,
-        persist: bool,
-    ) -> InboundMessage:
-        """Publish the request once and wait for its response until ``deadline`` (loop time)."""
-        loop = asyncio.get_running_loop()
-        self.requests_sent += 1
-        corr, fut = self._pending.open(loop)
-        timer: asyncio.TimerHandle | None = None
-        try:
-            props = headers.request_properties(self.client_id, self.hlc.tick(), fencing_token, persist)
-            if deadline is None:
-                expiry = 3600
-            else:
-                # one timer that fails the future, not an asyncio.timeout() (a Timeout object and a task
-                # cancellation per call): the request path's own cost is what bench_rpc measures
-                remaining = max(deadline - loop.time(), 0.001)
-                expiry = headers.expiry_seconds(remaining)
-                timer = loop.call_at(loop.time() + remaining, _expire, fut)
-            # No PUBACK wait: the response is what we wait for, and a connection that drops fails this call
-            # through the keeper. A refusing PUBACK (an ACL denial) or one that delivered to nobody (0x10) fails
-            # the response future at once: no wait for the timeout.
-            try:
-                conn.publish_nowait(
-                    topics.REQUEST_TOPIC,
-                    payload,
-                    qos=1,
-                    correlation_data=corr,
-                    response_topic=self._response_topic,
-                    user_properties=props,
-                    content_type=headers.CONTENT_TYPE,
-                    message_expiry=expiry,
-                    refusal=fut,
-                )
-            except ValueTooLargeError:  # over the broker's Maximum Packet Size: refused here, nothing was sent
-                self.requests_sent -= 1
-                raise
-            return await fut
-        except _Expired:
-            raise RequestTimeoutError(
-                f"no response to {cmd.VERB.decode()} within {timeout} s from {self.settings.url}"
-            ) from None
-        finally:
-            if timer is not None:
-                timer.cancel()
-            self._pending.close(corr, fut)
 
     def _clock_behind(self, exc: ClockDriftError) -> None:
         self.clock_drift_warnings += 1
@@ -598,7 +498,7 @@ class AsyncStateStoreClient:
         _check_max_payload(b"SET", payload, self.max_payload)
         if isinstance(limit, int):
             props = headers.request_properties(self.client_id, self.hlc.current, fencing_token, persist)
-            _check_packet_estimate(self._response_topic, props, payload, limit)
+            _check_packet_estimate(self._sender.response_topic, props, payload, limit)
 
     async def delete(
         self,
@@ -688,8 +588,8 @@ class AsyncStateStoreClient:
     # -- inbound ------------------------------------------------------------------------------------------
 
     def _on_message(self, message: InboundMessage) -> None:
-        if message.topic == self._response_topic:
-            self._pending.resolve(message)
+        if message.topic == self._sender.response_topic:
+            self._sender.pending.resolve(message)
             return
         if message.topic.startswith(topics.NOTIFY_PREFIX):
             try:

@@ -45,7 +45,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         | {"_transport.tls", "_transport.stream", "_transport.sat", "_transport.aio_settings"},
     ),
     ("transport-io", {"_transport.mqtt", "_transport.mqtt._hooks", "_transport.choice", "_sync"}),
-    ("client parts", {"_watches", "_keeper", "_in_flight", "_scan"}),
+    ("client parts", {"_watches", "_keeper", "_in_flight", "_scan", "_requests"}),
     ("client", {"client"}),
     ("primitives", {"codecs", "local_cache", "_fanout", "_cache_stats", "lock"}),
     ("namespace parts", {"_key_locks", "_index", "_generation", "election"}),

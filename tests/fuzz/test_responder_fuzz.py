@@ -398,7 +398,7 @@ async def drive_async(
         await release()  # late replies go out now, while the next batch is about to start
         for (key, _verb, _args), result in zip(calls, results, strict=True):
             tally.check(key, responder.expect.get(key), result)
-    assert len(client._pending) == 0, "pending calls left behind"
+    assert len(client._sender.pending) == 0, "pending calls left behind"
     return tally
 
 
@@ -430,7 +430,7 @@ async def test_misbehaving_responder_on_loopback() -> None:
         tally = await drive_async(client, responder, rng, n=1500, batch=150, timeout=0.3, release=release)
         # the stray replies of the last batch land on nothing, and the client still works
         await asyncio.gather(*tasks)
-        assert client._pending.unmatched > 0
+        assert client._sender.pending.unmatched > 0
     await service.close()
     tally.verdict("loopback", SEED, responder)
     assert set(responder.behaviours) == set(BEHAVIOURS), responder.behaviours

@@ -1,0 +1,165 @@
+"""Layer 3 (client part): :class:`RequestSender`, how one request reaches the service and its answer comes back.
+
+The concerns of the client's request path, each in one place (httpx's ``send`` chain is the model):
+:meth:`AsyncStateStoreClient._request` checks the arguments, waits for a slot under ``max_in_flight`` and merges
+the response's version into the client's clock; this module sends: it waits for the connection (within the
+call's deadline), publishes the request once with its correlation data and headers, waits for the response, and
+sends again what the broker delivered to nobody (PUBACK 0x10, a definite "not sent") until the service is back
+-- or, where the service never answered this client (a bare broker), says so within about a second.
+
+Must not import aiomqtt/paho, nor the layers above (codecs, mapping, cache, emulator).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ._backoff import Backoff
+from ._keeper import ConnectionKeeper
+from ._protocol import headers, topics
+from ._protocol.commands import _Base
+from ._protocol.hlc import HlcClock, HybridLogicalClock
+from ._transport.base import Connection, InboundMessage
+from ._transport.rpc import PendingCalls
+from ._transport.settings import ConnectionSettings
+from .errors import RequestTimeoutError, ServiceUnavailableError, ValueTooLargeError
+
+__all__ = ["RequestSender"]
+
+# A request the broker delivered to nobody (PUBACK 0x10) is sent again after these pauses (seconds, doubling),
+# within the call's deadline; where the service never answered this client, for about _FAIL_FAST seconds.
+_RESEND_BACKOFF_INITIAL = 0.01
+_RESEND_BACKOFF_MAX = 0.2
+_FAIL_FAST = 0.75
+_LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def _no_service(cmd: _Base[Any], settings: ConnectionSettings, answered_before: bool) -> str:
+    text = (
+        f"the state store did not answer on {settings.url}: the broker delivered the "
+        f"{cmd.VERB.decode()} request to no subscriber; nothing was written"
+    )
+    if not answered_before and settings.host in _LOCAL_HOSTS:
+        text += " (is the emulator running? start it with: sskv emulator)"
+    return text
+
+
+class _Expired(Exception):
+    """A request's deadline passed (turned into :class:`RequestTimeoutError` by its caller)."""
+
+
+def _expire(fut: asyncio.Future[Any]) -> None:
+    if not fut.done():
+        fut.set_exception(_Expired())
+
+
+class RequestSender:
+    """Sends a client's requests on its keeper's connection and matches the responses (one per client)."""
+
+    def __init__(self, settings: ConnectionSettings, hlc: HlcClock, keeper: ConnectionKeeper) -> None:
+        self.settings = settings
+        self._hlc = hlc
+        self._keeper = keeper
+        self.response_topic = topics.response_topic(settings.client_id)
+        #: the requests awaiting their response, by correlation data
+        self.pending = PendingCalls()
+        #: requests published (a request refused before sending is not counted)
+        self.requests_sent = 0
+        #: requests the broker acknowledged as delivered to nobody (PUBACK 0x10) and that were sent again
+        self.undelivered_resends = 0
+        # whether the state store ever answered this client: a broker where it never did fails fast
+        self.service_answered = False
+
+    async def send(
+        self,
+        cmd: _Base[Any],
+        payload: bytes,
+        *,
+        timeout: float | None,
+        deadline: float | None,
+        fencing_token: HybridLogicalClock | None,
+        persist: bool,
+    ) -> InboundMessage:
+        """The response to ``cmd`` (encoded as ``payload``), by ``deadline`` (loop time; ``None``: no limit)."""
+        loop = asyncio.get_running_loop()
+        resend: Backoff | None = None  # made on the first undelivered request only: not a cost of every call
+        fail_fast: float | None = None
+        keeper = self._keeper
+        while True:
+            conn = keeper.conn
+            if conn is None or not keeper.connected:  # reconnecting: wait for it, within the call's deadline
+                conn = await keeper.connection(None if deadline is None else max(deadline - loop.time(), 0.001))
+            try:
+                message = await self._send_once(cmd, payload, conn, timeout, deadline, fencing_token, persist)
+            except ServiceUnavailableError:
+                # PUBACK 0x10: the broker delivered the request to nobody -- a definite "not sent", not an
+                # unknown outcome -- so it is safe to send it again once the service (re)subscribes.
+                now = loop.time()
+                if fail_fast is None:
+                    fail_fast = now + _FAIL_FAST
+                give_up = deadline
+                if not self.service_answered:  # it never answered here: a bare broker, say so quickly
+                    give_up = fail_fast if deadline is None else min(deadline, fail_fast)
+                if resend is None:
+                    resend = Backoff(_RESEND_BACKOFF_INITIAL, _RESEND_BACKOFF_MAX, jitter=False)
+                if give_up is not None and now + resend.current >= give_up:
+                    raise ServiceUnavailableError(_no_service(cmd, self.settings, self.service_answered)) from None
+                await asyncio.sleep(resend.next())
+                self.undelivered_resends += 1
+                continue
+            self.service_answered = True
+            return message
+
+    async def _send_once(
+        self,
+        cmd: _Base[Any],
+        payload: bytes,
+        conn: Connection,
+        timeout: float | None,
+        deadline: float | None,
+        fencing_token: HybridLogicalClock | None,
+        persist: bool,
+    ) -> InboundMessage:
+        """Publish the request once and wait for its response until ``deadline`` (loop time)."""
+        loop = asyncio.get_running_loop()
+        self.requests_sent += 1
+        corr, fut = self.pending.open(loop)
+        timer: asyncio.TimerHandle | None = None
+        try:
+            props = headers.request_properties(self.settings.client_id, self._hlc.tick(), fencing_token, persist)
+            if deadline is None:
+                expiry = 3600
+            else:
+                # one timer that fails the future, not an asyncio.timeout() (a Timeout object and a task
+                # cancellation per call): the request path's own cost is what bench_rpc measures
+                remaining = max(deadline - loop.time(), 0.001)
+                expiry = headers.expiry_seconds(remaining)
+                timer = loop.call_at(loop.time() + remaining, _expire, fut)
+            # No PUBACK wait: the response is what we wait for, and a connection that drops fails this call
+            # through the keeper. A refusing PUBACK (an ACL denial) or one that delivered to nobody (0x10) fails
+            # the response future at once: no wait for the timeout.
+            try:
+                conn.publish_nowait(
+                    topics.REQUEST_TOPIC,
+                    payload,
+                    qos=1,
+                    correlation_data=corr,
+                    response_topic=self.response_topic,
+                    user_properties=props,
+                    content_type=headers.CONTENT_TYPE,
+                    message_expiry=expiry,
+                    refusal=fut,
+                )
+            except ValueTooLargeError:  # over the broker's Maximum Packet Size: refused here, nothing was sent
+                self.requests_sent -= 1
+                raise
+            return await fut
+        except _Expired:
+            raise RequestTimeoutError(
+                f"no response to {cmd.VERB.decode()} within {timeout} s from {self.settings.url}"
+            ) from None
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self.pending.close(corr, fut)
