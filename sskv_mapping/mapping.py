@@ -297,12 +297,24 @@ class AsyncStateStoreDict(Generic[V]):
             # changed (or deleted) under us: read again and decide on the new state
 
     async def popitem(self) -> tuple[str, V]:
-        """Remove and return the most recently listed pair; ``KeyError`` if empty."""
-        for key in reversed(await self._store.listed_keys(refresh=True)):
+        """Remove and return a pair (the most recently listed of one index shard); ``KeyError`` if empty.
+
+        The key comes from what this process knows of the listing already (no full re-read): its cost does not
+        grow with the namespace. A key another process popped first is skipped, and the next one tried."""
+        index = self._store.index
+        if index is None:
+            raise KeyError("popitem(): this namespace keeps no listing")
+        tried: list[str] = []
+        while True:
+            key = await index.candidate(tried)
+            if key is None:
+                if tried:
+                    await index.prune(tried)  # entries left dangling by a crash, once past the grace period
+                raise KeyError("popitem(): dictionary is empty")
             value = await self.pop(key, ABSENT)
             if value is not ABSENT:
                 return key, value
-        raise KeyError("popitem(): dictionary is empty")
+            tried.append(key)
 
     async def update(self, other: Any = (), /, **kwargs: V) -> None:
         """``d.update(mapping | iterable of pairs, **kwargs)``; the writes run concurrently."""
