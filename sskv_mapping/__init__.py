@@ -25,6 +25,7 @@ from .client import (
     SetResult,
     StateStoreClient,
     UnsetType,
+    escape_glob,
 )
 from .codecs import Codec, JsonCodec, MsgpackCodec, PickleCodec, RawCodec, StrCodec
 from .election import AsyncLeaderElection, LeaderElection, LeadershipChange
@@ -82,6 +83,7 @@ __all__ = [
     "ReadTicket",
     "CacheCounters",
     "__version__",
+    "escape_glob",
     "translate_ttl",
     *_errors_all,
 ]

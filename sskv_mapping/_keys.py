@@ -3,7 +3,8 @@
 * the client takes ``str`` (UTF-8) or bytes-like keys: :func:`store_key` -> ``bytes``;
 * the dict, the cache and the lock/election names built on them take ``str`` keys: :func:`text_key` (raises) and
   :func:`is_text_key` (asks: ``k in d`` and ``d.get(k)`` answer "absent" for what can never be stored);
-* namespaces: :func:`check_namespace`.
+* namespaces: :func:`check_namespace`;
+* SCAN patterns: :func:`scan_pattern` (checked before any I/O) and :func:`escape_glob` (a literal as a glob).
 
 Empty keys, non-``str``/bytes keys and ``str`` keys with lone surrogates (not encodable as UTF-8) are a
 :class:`~sskv_mapping.errors.ConfigurationError`, never a ``UnicodeError`` or ``TypeError`` from deep inside.
@@ -17,7 +18,16 @@ from collections.abc import Iterable
 
 from .errors import ConfigurationError
 
-__all__ = ["check_namespace", "is_text_key", "store_key", "text_key", "text_keys", "utf8"]
+__all__ = [
+    "check_namespace",
+    "escape_glob",
+    "is_text_key",
+    "scan_pattern",
+    "store_key",
+    "text_key",
+    "text_keys",
+    "utf8",
+]
 
 
 def utf8(text: str, what: str = "key") -> bytes:
@@ -81,3 +91,42 @@ def check_namespace(namespace: object) -> bytes:
     if "/" in namespace or "#" in namespace:
         raise ConfigurationError("namespace may not contain '/' or '#' (they separate its keys)")
     return utf8(namespace, "namespace")
+
+
+def scan_pattern(pattern: object) -> bytes:
+    """A SCAN pattern: ``str`` (UTF-8) or bytes-like, not empty -> ``bytes``; else :class:`ConfigurationError`.
+
+    The glob itself is the service's business (protocol.md §8): it is sent as given, not parsed here.
+    """
+    if isinstance(pattern, str):
+        data = utf8(pattern, "SCAN pattern")
+    elif isinstance(pattern, bytes | bytearray | memoryview):
+        data = bytes(pattern)
+    else:
+        raise ConfigurationError(f"a SCAN pattern is str or bytes, not {type(pattern).__name__}")
+    if not data:
+        raise ConfigurationError("a SCAN pattern may not be empty (use b'*' to list every key)")
+    return data
+
+
+_GLOB_ESCAPES = {ord("*"): b"[*]", ord("?"): b"[?]", ord("["): b"[[]"}
+
+
+def escape_glob(literal: str | bytes) -> bytes:
+    """``literal`` as a glob pattern that matches only itself: ``*`` -> ``[*]``, ``?`` -> ``[?]``, ``[`` -> ``[[]``.
+
+    The service's globs have no backslash escape (protocol.md §8); bracketing is the one way to say "this
+    character itself". ``escape_glob(prefix) + b"*"`` lists every key that starts with ``prefix``.
+
+    >>> escape_glob("ns[1]*/")
+    b'ns[[]1][*]/'
+    """
+    if isinstance(literal, str):
+        data = utf8(literal, "glob literal")
+    elif isinstance(literal, bytes | bytearray | memoryview):
+        data = bytes(literal)
+    else:
+        raise ConfigurationError(f"escape_glob takes str or bytes, not {type(literal).__name__}")
+    if b"*" not in data and b"?" not in data and b"[" not in data:
+        return data
+    return b"".join(_GLOB_ESCAPES.get(byte, bytes((byte,))) for byte in data)

@@ -19,18 +19,19 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
 from ._backoff import Backoff
 from ._keeper import ConnectionKeeper, ConnectionState, StateListener
-from ._keys import store_key
+from ._keys import escape_glob, scan_pattern, store_key
 from ._protocol import headers, topics
 from ._protocol.commands import Delete, Get, Set, SetCondition, VDelete, VDeleteResult, _Base
 from ._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
 from ._protocol.notifications import KeyEvent, parse_notification
+from ._scan import ScanSupport, keys_of, scan_pages
 from ._sync import BlockingTwin
 from ._transport.base import Connection, ConnectionFactory, InboundMessage
 from ._transport.choice import new_connection
@@ -62,6 +63,7 @@ __all__ = [
     "StateStoreClient",
     "TlsSettings",
     "UnsetType",
+    "escape_glob",
     "ttl_to_ms",
 ]
 
@@ -97,6 +99,9 @@ KeyLike = str | bytes | bytearray | memoryview
 #: (topic, correlation data, user properties). A broker with a smaller maximum packet size drops the whole
 #: connection on a larger request, so set ``max_payload`` below that broker's limit (see the client docstring).
 DEFAULT_MAX_PAYLOAD = 255 * 1024 * 1024
+
+#: A listing's default time budget (``scan(timeout=UNSET)``): this many times the client's request timeout.
+SCAN_TIMEOUT_FACTOR = 6
 
 # A request the broker delivered to nobody (PUBACK 0x10) is sent again after these pauses (seconds, doubling),
 # within the call's deadline; where the service never answered this client, for about _FAIL_FAST seconds.
@@ -260,6 +265,7 @@ class AsyncStateStoreClient:
         #: responses whose version was too far ahead of this machine's clock to merge (its clock is behind)
         self.clock_drift_warnings = 0
         self.bad_notifications = 0
+        self._scan = ScanSupport()
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -330,6 +336,7 @@ class AsyncStateStoreClient:
         await self._keeper.connection(_check_timeout(timeout))
 
     def _dropped(self) -> None:
+        self._scan.forget()  # the next connection may reach another service version
         self._pending.fail_all(ConnectionLostError(f"connection to {self.settings.url} lost"))
         self._watches.dropped()  # the service dropped our registrations
 
@@ -521,6 +528,41 @@ class AsyncStateStoreClient:
         cmd = VDelete(store_key(key), _value_bytes(value))
         payload, _ = await self._request(cmd, timeout=self._timeout(timeout), fencing_token=fencing_token)
         return cmd.decode(payload)
+
+    # -- listing (the pager lives in _scan) ---------------------------------------------------------------
+
+    def scan_pages(
+        self,
+        pattern: KeyLike,
+        *,
+        timeout: float | UnsetType | None = UNSET,
+        page_timeout: float | UnsetType | None = UNSET,
+    ) -> AsyncIterator[list[bytes]]:
+        """The keys matching the glob ``pattern`` (protocol.md §8), one list per service page (empty ones too);
+        ``timeout`` bounds the listing (default ``SCAN_TIMEOUT_FACTOR`` x the client's), ``page_timeout`` a page
+        (a failed page is asked again with its token). Pattern checked now (empty: ConfigurationError)."""
+        return self._scan_pages(scan_pattern(pattern), timeout, page_timeout)
+
+    def scan(
+        self,
+        pattern: KeyLike,
+        *,
+        timeout: float | UnsetType | None = UNSET,
+        page_timeout: float | UnsetType | None = UNSET,
+    ) -> AsyncIterator[bytes]:
+        """Every key matching ``pattern``, page after page: ``async for key in client.scan(escape_glob(ns) + b"*")``.
+        Like :meth:`scan_pages`; no order, and keys written during the listing may be missed or seen twice."""
+        return keys_of(self._scan_pages(scan_pattern(pattern), timeout, page_timeout))
+
+    def _scan_pages(self, pattern: bytes, timeout: Any, page_timeout: Any) -> AsyncGenerator[list[bytes], None]:
+        default = None if self.timeout is None else SCAN_TIMEOUT_FACTOR * self.timeout
+        listing = default if timeout is UNSET else _check_timeout(timeout)
+        return scan_pages(self._request, pattern, listing, self._timeout(page_timeout), self._scan)
+
+    @property
+    def supports_scan(self) -> bool | None:
+        """Does the service on this connection answer SCAN? ``None`` until a first page told (reset on reconnect)."""
+        return self._scan.supported
 
     # -- watches (the registrations live in _watches.Watches) ----------------------------------------------
 
@@ -743,6 +785,41 @@ class StateStoreClient(BlockingTwin):
     ) -> VDeleteResult:
         return self._run(self._async.vdelete(key, value, fencing_token=fencing_token, timeout=timeout))
 
+    def scan_pages(
+        self,
+        pattern: KeyLike,
+        *,
+        timeout: float | UnsetType | None = UNSET,
+        page_timeout: float | UnsetType | None = UNSET,
+    ) -> Iterator[list[bytes]]:
+        """Like the async twin: one list per service page; the pattern is checked now, before any I/O."""
+        return self._pages(self._async.scan_pages(pattern, timeout=timeout, page_timeout=page_timeout))
+
+    def _pages(self, pages: AsyncIterator[list[bytes]]) -> Iterator[list[bytes]]:
+        try:
+            while True:
+                try:
+                    yield self._run(_next_page(pages))
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._run(_close_pages(pages))
+
+    def scan(
+        self,
+        pattern: KeyLike,
+        *,
+        timeout: float | UnsetType | None = UNSET,
+        page_timeout: float | UnsetType | None = UNSET,
+    ) -> Iterator[bytes]:
+        """Like the async twin: every key matching ``pattern`` (one hop to the loop thread per page, not per key)."""
+        pages = self.scan_pages(pattern, timeout=timeout, page_timeout=page_timeout)
+        return (key for page in pages for key in page)
+
+    @property
+    def supports_scan(self) -> bool | None:
+        return self._async.supports_scan
+
     def watch(self, key: KeyLike) -> KeyWatch:
         return KeyWatch(self, store_key(key))
 
@@ -763,3 +840,13 @@ class StateStoreClient(BlockingTwin):
     @property
     def watched_keys(self) -> list[bytes]:
         return self._async.watched_keys
+
+
+async def _next_page(pages: AsyncIterator[list[bytes]]) -> list[bytes]:
+    return await pages.__anext__()
+
+
+async def _close_pages(pages: AsyncIterator[list[bytes]]) -> None:
+    aclose = getattr(pages, "aclose", None)
+    if aclose is not None:
+        await aclose()

@@ -28,6 +28,7 @@ Must not import anything outside the standard library (nor any other module of s
     │   ├── RequestSyntaxError
     │   ├── NotAuthorizedError
     │   ├── UnknownCommandError
+    │   │   └── UnsupportedCommandError      SCAN's first page answered ``unknown command`` (an older service)
     │   ├── WrongNumberOfArgumentsError
     │   ├── MissingTimestampError
     │   ├── MalformedTimestampError
@@ -79,6 +80,7 @@ __all__ = [
     "TimestampSkewError",
     "TransportError",
     "UnknownCommandError",
+    "UnsupportedCommandError",
     "UnsupportedVersionError",
     "ValueTooLargeError",
     "WrongNumberOfArgumentsError",
@@ -244,6 +246,12 @@ class UnknownCommandError(ServiceError):
     """The verb is not recognised."""
 
     TEXT = "unknown command"
+
+
+class UnsupportedCommandError(UnknownCommandError):
+    """The service does not know the command at all: it answered the first page of a SCAN with ``unknown
+    command`` (an older service; protocol.md §8). The client remembers it for the connection
+    (``supports_scan is False``) and raises this again without asking until it reconnects."""
 
 
 class WrongNumberOfArgumentsError(ServiceError):

@@ -36,6 +36,7 @@ EXPECTED = {
     "ConnectionState",
     "UNSET",
     "UnsetType",
+    "escape_glob",
     # connections
     "ConnectionSettings",
     "TlsSettings",
@@ -86,6 +87,7 @@ EXPECTED = {
     "RequestSyntaxError",
     "NotAuthorizedError",
     "UnknownCommandError",
+    "UnsupportedCommandError",
     "ValueTooLargeError",
     "WrongNumberOfArgumentsError",
     "MissingTimestampError",

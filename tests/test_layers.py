@@ -39,14 +39,17 @@ LAYERS: list[tuple[str, set[str]]] = [
         | {"_transport.tls", "_transport.stream"},
     ),
     ("transport-io", {"_transport.mqtt", "_transport.mqtt._fastpath", "_transport.choice", "_sync"}),
-    ("client parts", {"_watches", "_keeper"}),
+    ("client parts", {"_watches", "_keeper", "_scan"}),
     ("client", {"client"}),
     ("primitives", {"codecs", "local_cache", "_fanout", "_cache_stats", "lock"}),
     ("namespace parts", {"_key_locks", "_index", "_generation", "election"}),
     ("namespace", {"_store"}),
     ("cache algorithms", {"_renewal", "_counter", "_single_flight", "_cache_writes"}),
     ("mapping and cache", {"mapping", "cache"}),
-    ("emulator", {"emulator", "emulator.core", "emulator.broker", "emulator.server", "emulator.inprocess"}),
+    (
+        "emulator",
+        {"emulator", "emulator.core", "emulator.scan", "emulator.broker", "emulator.server", "emulator.inprocess"},
+    ),
     ("entry points", {"emulator.__main__", "_cli_client", "cli", "demo", "__init__"}),
     (
         "integrations",
@@ -64,6 +67,7 @@ PURE = {name for name in RANK if name.startswith("_protocol")} | {
     "_ttl",
     "_backoff",
     "emulator.core",
+    "emulator.scan",
     "local_cache",
 }
 IO_MODULES = {"asyncio", "socket", "selectors", "subprocess", "ssl", "aiomqtt", "paho"}  # a threading.Lock is fine

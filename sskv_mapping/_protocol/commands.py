@@ -19,6 +19,7 @@ from ..errors import (
     ProtocolError,
     RequestSyntaxError,
     UnknownCommandError,
+    UnsupportedCommandError,
     WrongNumberOfArgumentsError,
 )
 from . import resp3
@@ -29,6 +30,8 @@ __all__ = [
     "Delete",
     "Get",
     "KeyNotify",
+    "Scan",
+    "ScanPage",
     "Set",
     "SetCondition",
     "VDelete",
@@ -183,9 +186,65 @@ class KeyNotify(_Base[bool]):
         raise _unexpected("KEYNOTIFY", reply)
 
 
-Command = Get | Set | Delete | VDelete | KeyNotify
+@dataclass(frozen=True, slots=True)
+class ScanPage:
+    """One SCAN reply: the page's ``keys`` (possibly none) and the continuation ``token`` (``None``: last page)."""
 
-_ARITY = {b"GET": (2, 2), b"DEL": (2, 2), b"VDEL": (3, 3), b"KEYNOTIFY": (2, 3), b"SET": (3, 6)}
+    keys: list[bytes]
+    token: bytes | None
+
+
+def _scan_malformed(why: str, reply: object) -> ProtocolError:
+    return ProtocolError(f"malformed SCAN reply ({why}): {reply!r:.120}")
+
+
+@dataclass(frozen=True, slots=True)
+class Scan(_Base[ScanPage]):
+    """``SCAN pattern [token]`` -> :class:`ScanPage` (protocol.md §8).
+
+    The first page carries no token; later pages echo the previous reply's token byte for byte with the same
+    pattern. ``unknown command`` on a first page raises :class:`UnsupportedCommandError` (an older service); the
+    reply grammar is enforced exactly (``*1``/``*2``, an array of non-null bulk keys, a non-null bulk token).
+    """
+
+    pattern: bytes
+    token: bytes | None = None
+    VERB: ClassVar[bytes] = b"SCAN"
+
+    def encode(self) -> bytes:
+        if self.token is None:
+            return resp3.encode_request(b"SCAN", self.pattern)
+        return resp3.encode_request(b"SCAN", self.pattern, self.token)
+
+    def decode(self, payload: bytes) -> ScanPage:
+        reply = resp3.parse_reply(payload)
+        if isinstance(reply, resp3.ErrorReply):
+            if self.token is None and reply.text == UnknownCommandError.TEXT:
+                raise UnsupportedCommandError(reply.text)
+            raise service_error(reply.text)
+        if not isinstance(reply, list):
+            raise _scan_malformed("not an array", reply)
+        if not 1 <= len(reply) <= 2:
+            raise _scan_malformed(f"{len(reply)} elements, not 1 or 2", reply)
+        items = reply[0]
+        if not isinstance(items, list):
+            raise _scan_malformed("the keys are not an array", reply)
+        keys: list[bytes] = []
+        for key in items:
+            if not isinstance(key, bytes):
+                raise _scan_malformed("a key that is not a bulk string", reply)
+            keys.append(key)
+        if len(reply) == 1:
+            return ScanPage(keys, None)
+        token = reply[1]
+        if not isinstance(token, bytes):
+            raise _scan_malformed("the token is not a bulk string", reply)
+        return ScanPage(keys, token)
+
+
+Command = Get | Set | Delete | VDelete | KeyNotify | Scan
+
+_ARITY = {b"GET": (2, 2), b"DEL": (2, 2), b"VDEL": (3, 3), b"KEYNOTIFY": (2, 3), b"SET": (3, 6), b"SCAN": (2, 3)}
 
 
 def _positive_ms(raw: bytes) -> int:
@@ -214,6 +273,11 @@ def parse_command(payload: bytes) -> Command:
         raise UnknownCommandError()
     if not arity[0] <= len(args) <= arity[1]:
         raise WrongNumberOfArgumentsError()
+    if verb == b"SCAN":
+        # An empty pattern (which the SDKs refuse before sending) or an empty token: the emulator's choice.
+        if not args[1] or (len(args) == 3 and not args[2]):
+            raise RequestSyntaxError()
+        return Scan(args[1], args[2] if len(args) == 3 else None)
     key = args[1]
     if not key:
         raise KeyLengthZeroError()

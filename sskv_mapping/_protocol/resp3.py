@@ -9,7 +9,7 @@ Requests are arrays of bulk strings. Replies are one of:
 * ``$<n>\\r\\n<bytes>\\r\\n`` -> ``bytes``; ``$-1\\r\\n`` -> ``None``
 * ``-ERR <text>\\r\\n``      -> :class:`ErrorReply` (a value, not raised: the command layer decides)
 * ``-1\\r\\n``               -> ``-1`` (the public article's legacy "not applied")
-* ``*<n>\\r\\n`` + n items   -> ``list`` (notifications, the coming SCAN)
+* ``*<n>\\r\\n`` + n items   -> ``list`` (notifications, SCAN)
 
 Parsing is strict: exact lengths, CRLF terminators, nothing after the value. Every malformed input raises
 :class:`ProtocolError` and nothing else.

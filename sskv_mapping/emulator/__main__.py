@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .._protocol.topics import REQUEST_TOPIC
 from ..errors import StateStoreError
+from .scan import DEFAULT_SCAN_PAGE_SIZE
 
 __all__ = ["add_emulator_arguments", "build_parser", "main", "run"]
 
@@ -30,8 +31,9 @@ Serve a faithful local emulator of the Azure IoT Operations state store on an MQ
 The emulator connects to the broker as an ordinary client, subscribes to the state store
 request topic
   {REQUEST_TOPIC}
-and answers like the service: GET, SET (NX, NEX, PX), DEL, VDEL, KEYNOTIFY, hybrid logical
-clock versions, fencing tokens, expiry with DELETE notifications.
+and answers like the service: GET, SET (NX, NEX, PX), DEL, VDEL, KEYNOTIFY, SCAN (glob
+patterns, service-chosen pages, opaque continuation tokens), hybrid logical clock versions,
+fencing tokens, expiry with DELETE notifications.
 
 Use a mosquitto started with 'log_dest topic' and 'connection_messages true' (or
 'sskv emulator --with-broker', which does that for you): that is how the emulator sees
@@ -45,6 +47,8 @@ SIGTERM or Ctrl-C (exit status 0). Exit status 1: the broker could not be reache
 examples:
   python -m sskv_mapping.emulator --port 1883
   python -m sskv_mapping.emulator --port 1883 --max-keys 10000 --persist-file store.json
+  python -m sskv_mapping.emulator --port 1883 --scan-page-size 5 --scan-empty-pages 1
+  python -m sskv_mapping.emulator --port 1883 --no-scan      # an older service without SCAN
 """
 
 
@@ -55,6 +59,20 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def _page_size(text: str) -> int:
+    value = _positive_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("a SCAN page holds at least 1 key")
+    return value
+
+
+def _empty_pages(text: str) -> int:
+    value = _positive_int(text)
+    if value > 255:
+        raise argparse.ArgumentTypeError("at most 255 empty pages")
     return value
 
 
@@ -85,6 +103,27 @@ def add_emulator_arguments(parser: argparse.ArgumentParser, *, broker_address: b
         type=Path,
         metavar="FILE",
         help="keep entries written with 'aio-persistence: true' in FILE (JSON), reloaded at start",
+    )
+    parser.add_argument(
+        "--scan-page-size",
+        type=_page_size,
+        default=DEFAULT_SCAN_PAGE_SIZE,
+        metavar="N",
+        help="the most keys in one SCAN page (default %(default)s)",
+    )
+    parser.add_argument(
+        "--scan-empty-pages",
+        type=_empty_pages,
+        default=0,
+        metavar="N",
+        help="give N empty SCAN pages (with more to come) before every page of keys, as the real service may "
+        "(default %(default)s)",
+    )
+    parser.add_argument(
+        "--no-scan",
+        dest="scan",
+        action="store_false",
+        help="answer SCAN with 'unknown command', like a service older than SCAN",
     )
     parser.add_argument(
         "--log-level",
@@ -129,7 +168,12 @@ async def serve(args: argparse.Namespace, host: str, port: int) -> int:
     )
     server = EmulatorServer(
         settings,
-        EmulatorCore(max_keys=args.max_keys),
+        EmulatorCore(
+            max_keys=args.max_keys,
+            scan=args.scan,
+            scan_page_size=args.scan_page_size,
+            scan_empty_pages=args.scan_empty_pages,
+        ),
         persist_file=args.persist_file,
         on_ready=_announce,
     )

@@ -14,7 +14,9 @@ What it models:
 * ``NX`` / ``NEX`` / ``PX``; fencing tokens (§6); KEYNOTIFY registrations per client id (§4) and the
   ``NOTIFY`` payloads; an optional key quota;
 * persistence: entries written with ``aio-persistence: true`` can be dumped (:meth:`dump_persistent`) and
-  loaded back (:meth:`load_persistent`); the file itself is the server's business.
+  loaded back (:meth:`load_persistent`); the file itself is the server's business;
+* SCAN (§8) over a sorted key list kept incrementally (:mod:`sskv_mapping.emulator.scan` says how pages and
+  tokens are made); ``scan=False`` answers it ``unknown command``, like an older service.
 
 Choices where protocol.md leaves a cell blank: a DEL/VDEL that deleted answers with ``__ts`` = the version
 of the delete (the same ``__ts`` as its DELETE notification); DEL/VDEL that changed nothing, KEYNOTIFY and
@@ -37,6 +39,7 @@ from .._protocol.commands import (
     Delete,
     Get,
     KeyNotify,
+    Scan,
     Set,
     SetCondition,
     VDelete,
@@ -58,7 +61,9 @@ from ..errors import (
     QuotaExceededError,
     ServiceError,
     TimestampSkewError,
+    UnknownCommandError,
 )
+from .scan import DEFAULT_SCAN_PAGE_SIZE, KeySpace
 
 __all__ = ["SERVICE_NODE_ID", "CoreResult", "EmulatorCore", "Notification", "StoredEntry"]
 
@@ -128,6 +133,9 @@ class EmulatorCore:
         node_id: the node id of the service clock.
         max_keys: the key quota (``None``: unlimited); a SET that would create a key beyond it fails with
             ``the quota has been exceeded``.
+        scan: answer SCAN (default); ``False`` answers it ``-ERR unknown command`` like an older service.
+        scan_page_size: the most keys in one SCAN page.
+        scan_empty_pages: this many empty pages (with more to come) before every page of keys.
 
     Example:
         >>> from sskv_mapping._protocol.resp3 import encode_request
@@ -149,6 +157,9 @@ class EmulatorCore:
         now_ms: Callable[[], int] = system_clock_ms,
         node_id: str = SERVICE_NODE_ID,
         max_keys: int | None = None,
+        scan: bool = True,
+        scan_page_size: int = DEFAULT_SCAN_PAGE_SIZE,
+        scan_empty_pages: int = 0,
     ) -> None:
         if max_keys is not None and max_keys < 0:
             raise ValueError("max_keys must be >= 0 (or None for no quota)")
@@ -168,6 +179,8 @@ class EmulatorCore:
         #: Bumped whenever an entry written with ``aio-persistence`` changes (set, deleted, expired);
         #: a server compares it to decide when to rewrite its persistence file.
         self.persistence_generation = 0
+        #: the sorted keys SCAN pages through (``None``: SCAN is answered ``unknown command``)
+        self.keyspace = KeySpace(page_size=scan_page_size, empty_pages=scan_empty_pages) if scan else None
 
     # -- inspection ---------------------------------------------------------------------------------
 
@@ -214,6 +227,8 @@ class EmulatorCore:
         notes = self._expire(now) if self._expiries and self._expiries[0][0] <= now else []
         try:
             cmd = parse_command(payload)
+            if self.keyspace is None and type(cmd) is Scan:
+                raise UnknownCommandError()
             raw_ts = props.get(TIMESTAMP)
             if raw_ts is not None:
                 self._merge(self._request_hlc(raw_ts, now, TimestampSkewError), now)
@@ -244,8 +259,15 @@ class EmulatorCore:
         if kind is Delete or kind is VDelete:
             assert isinstance(cmd, Delete | VDelete)
             return self._delete(cmd, props, now, notes)
+        if kind is Scan:
+            assert isinstance(cmd, Scan) and self.keyspace is not None
+            return CoreResult(self.keyspace.answer(cmd, lambda key: self._live(key, now)), None, notes)
         assert isinstance(cmd, KeyNotify)
         return CoreResult(self._keynotify(cmd, client_id), None, notes)
+
+    def _live(self, key: bytes, now: int) -> bool:
+        entry = self._store.get(key)
+        return entry is not None and (entry.expires_at_ms is None or entry.expires_at_ms > now)
 
     def _set(self, cmd: Set, props: Mapping[str, str], now: int, notes: list[Notification]) -> CoreResult:
         key = cmd.key
@@ -265,6 +287,8 @@ class EmulatorCore:
         if persist or (entry is not None and entry.persist):
             self.persistence_generation += 1
         self._store[key] = StoredEntry(cmd.value, version, expires, token, persist)
+        if entry is None and self.keyspace is not None:
+            self.keyspace.added(key)
         if expires is not None:
             self._schedule(expires, key)
         self._notify(key, encode_notification(KeyOperation.SET, cmd.value), version, notes)
@@ -414,6 +438,8 @@ class EmulatorCore:
         for key, entry in loaded:
             if not key or (entry.expires_at_ms is not None and entry.expires_at_ms <= now):
                 continue
+            if key not in self._store and self.keyspace is not None:
+                self.keyspace.added(key)
             self._store[key] = entry
             if entry.expires_at_ms is not None:
                 self._schedule(entry.expires_at_ms, key)
@@ -426,6 +452,8 @@ class EmulatorCore:
 
     def _remove(self, key: bytes, entry: StoredEntry, now: int, notes: list[Notification]) -> HybridLogicalClock:
         del self._store[key]
+        if self.keyspace is not None:
+            self.keyspace.removed(key)
         if entry.persist:
             self.persistence_generation += 1
         version = self._tick(now)

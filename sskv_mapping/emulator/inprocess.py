@@ -26,20 +26,35 @@ from .._transport.loopback import LoopbackBroker
 from .._transport.settings import ConnectionSettings
 from ..client import AsyncStateStoreClient
 from .core import EmulatorCore
+from .scan import DEFAULT_SCAN_PAGE_SIZE
 from .server import EmulatorServer
 
 __all__ = ["InProcessStateStore"]
 
 
 class InProcessStateStore:
-    """A loopback broker plus the emulator serving on it, started by ``async with``."""
+    """A loopback broker plus the emulator serving on it, started by ``async with``.
 
-    def __init__(self, *, now_ms: Callable[[], int] = system_clock_ms, max_keys: int | None = None) -> None:
+    ``scan=False`` makes it an older service without SCAN; ``scan_page_size`` and ``scan_empty_pages`` shape its
+    SCAN pages (see :class:`~sskv_mapping.emulator.core.EmulatorCore`)."""
+
+    def __init__(
+        self,
+        *,
+        now_ms: Callable[[], int] = system_clock_ms,
+        max_keys: int | None = None,
+        scan: bool = True,
+        scan_page_size: int = DEFAULT_SCAN_PAGE_SIZE,
+        scan_empty_pages: int = 0,
+    ) -> None:
         self.broker = LoopbackBroker()
-        kwargs: dict[str, Any] = {"now_ms": now_ms}
-        if max_keys is not None:
-            kwargs["max_keys"] = max_keys
-        self.core = EmulatorCore(**kwargs)
+        self.core = EmulatorCore(
+            now_ms=now_ms,
+            max_keys=max_keys,
+            scan=scan,
+            scan_page_size=scan_page_size,
+            scan_empty_pages=scan_empty_pages,
+        )
         self.server = EmulatorServer(
             ConnectionSettings(client_id="sskv-emulator"),
             self.core,

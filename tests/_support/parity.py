@@ -1,4 +1,8 @@
-"""The sync/async parity check: every public async method has a blocking twin with the same parameters."""
+"""The sync/async parity check: every public async method has a blocking twin with the same parameters.
+
+"Async method" means a coroutine function, and also a method that hands back an async iterator (an async
+generator function, or a plain method annotated ``-> AsyncIterator[...]`` such as ``client.scan``): its twin
+returns a blocking iterator and takes the same parameters."""
 
 from __future__ import annotations
 
@@ -11,9 +15,18 @@ def public_coroutines(cls: type) -> dict[str, inspect.Signature]:
     for name, member in inspect.getmembers(cls):
         if name.startswith("_") and name not in ("__aenter__", "__aexit__"):
             continue
-        if inspect.iscoroutinefunction(member):
+        if inspect.iscoroutinefunction(member) or _returns_async_iterator(member):
             out[name] = inspect.signature(member)
     return out
+
+
+def _returns_async_iterator(member: object) -> bool:
+    if inspect.isasyncgenfunction(member):
+        return True
+    if not inspect.isfunction(member) or hasattr(member, "__wrapped__"):  # e.g. an @asynccontextmanager
+        return False
+    returns = inspect.signature(member).return_annotation
+    return isinstance(returns, str) and returns.startswith(("AsyncIterator[", "AsyncGenerator["))
 
 
 _DUNDER_TWINS = {"__aenter__": "__enter__", "__aexit__": "__exit__", "aclose": "close"}

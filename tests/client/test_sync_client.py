@@ -18,7 +18,9 @@ from sskv_mapping.lock import AsyncLeasedLock, LeasedLock
 
 def test_every_async_client_method_has_a_sync_twin() -> None:
     checked = assert_twins(AsyncStateStoreClient, StateStoreClient)
-    assert {"get", "set", "delete", "vdelete", "connect", "close", "subscribe_key"} <= set(checked)
+    assert {"get", "set", "delete", "vdelete", "connect", "close", "subscribe_key", "scan", "scan_pages"} <= set(
+        checked
+    )
     # the constructors take the same arguments too
     a = inspect.signature(AsyncStateStoreClient.__init__).parameters
     s = inspect.signature(StateStoreClient.__init__).parameters

@@ -24,6 +24,8 @@ from sskv_mapping._protocol.commands import (
     Delete,
     Get,
     KeyNotify,
+    Scan,
+    ScanPage,
     Set,
     SetCondition,
     VDelete,
@@ -41,7 +43,7 @@ from sskv_mapping._protocol.mqtt_publish import (
 )
 from sskv_mapping._protocol.notifications import KeyOperation, encode_notification, parse_notification
 from sskv_mapping._protocol.topics import NOTIFY_PREFIX, notification_topic
-from sskv_mapping.errors import ProtocolError, RequestSyntaxError, ServiceError
+from sskv_mapping.errors import ProtocolError, RequestSyntaxError, ServiceError, UnsupportedCommandError
 
 __all__ = [
     "HLC_SEEDS",
@@ -91,6 +93,10 @@ REQUEST_SEEDS: list[bytes] = [
     resp3.encode_request(b"keynotify", b"k", b"stop"),
     resp3.encode_request(),
     resp3.encode_request(b"SCAN", b"*"),
+    resp3.encode_request(b"SCAN", b"key*", b"\x00\xffx"),
+    resp3.encode_request(b"scan", b"[!a-z]?[*]"),
+    resp3.encode_request(b"SCAN", b""),
+    resp3.encode_request(b"SCAN", b"*", b""),
     resp3.encode_request(b"GET", b""),
 ]
 
@@ -113,6 +119,10 @@ REPLY_SEEDS: list[bytes] = [
     encode_notification(KeyOperation.SET, b"new value"),
     b"*2\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n$3\r\ntok\r\n",  # a SCAN page
     b"*1\r\n*0\r\n",
+    b"*1\r\n*2\r\n$4\r\nkey1\r\n$4\r\nkey2\r\n",  # SCAN's last page
+    b"*2\r\n*0\r\n$3\r\n\x00\xffx\r\n",  # an empty page with more to come
+    b"*2\r\n*1\r\n$-1\r\n$1\r\nt\r\n",  # SCAN: a null key
+    b"*3\r\n*0\r\n$1\r\nt\r\n$1\r\nu\r\n",
     b"*3\r\n+OK\r\n:5\r\n$-1\r\n",
 ]
 
@@ -346,6 +356,8 @@ _DECODERS: list[Command] = [
     VDelete(b"k", b"v"),
     KeyNotify(b"k"),
     KeyNotify(b"k", stop=True),
+    Scan(b"k*"),
+    Scan(b"k*", b"\x00tok"),
 ]
 
 MUST_FAIL = object()  # marker: the decoder must raise ProtocolError
@@ -363,6 +375,12 @@ def expected_decode(cmd: Command, reply: resp3.Reply) -> object:
         return bool(reply) if is_int and reply in (0, 1) else MUST_FAIL
     if isinstance(cmd, VDelete):
         return VDeleteResult(reply) if isinstance(reply, int) and reply in (-1, 0, 1) else MUST_FAIL
+    if isinstance(cmd, Scan):  # protocol.md §8: [keys] or [keys, token]; keys and token non-null bulks
+        if not isinstance(reply, list) or len(reply) not in (1, 2) or not isinstance(reply[0], list):
+            return MUST_FAIL
+        if not all(isinstance(k, bytes) for k in reply[0]) or (len(reply) == 2 and not isinstance(reply[1], bytes)):
+            return MUST_FAIL
+        return ScanPage(list(reply[0]), reply[1] if len(reply) == 2 else None)  # type: ignore[arg-type]
     return True if ok else False if cmd.stop and is_int and reply == 0 else MUST_FAIL
 
 
@@ -372,7 +390,10 @@ def _check_decoders(data: bytes, reply: resp3.Reply | Reject) -> None:
             got: object = cmd.decode(data)
         except ServiceError as exc:
             assert isinstance(reply, resp3.ErrorReply), f"{cmd!r} raised {exc!r} for a non-error reply {data!r:.200}"
-            assert exc.text == reply.text and type(exc) is ERROR_TEXTS.get(reply.text, ServiceError)
+            expected_type = ERROR_TEXTS.get(reply.text, ServiceError)
+            if isinstance(cmd, Scan) and cmd.token is None and reply.text == "unknown command":
+                expected_type = UnsupportedCommandError  # a first page: the service has no SCAN
+            assert exc.text == reply.text and type(exc) is expected_type
             continue
         except ProtocolError:
             assert isinstance(reply, Reject) or expected_decode(cmd, reply) is MUST_FAIL, (
@@ -430,7 +451,8 @@ def check_request(data: bytes) -> bool:
     except ServiceError as exc:
         assert type(exc) in ERROR_TEXTS.values() and exc.text == exc.TEXT, f"untyped service error {exc!r}"
         return True
-    assert args and args[0].upper() == cmd.VERB and cmd.key == args[1], f"{data!r:.300} parsed to {cmd!r:.200}"
+    first = cmd.pattern if isinstance(cmd, Scan) else cmd.key
+    assert args and args[0].upper() == cmd.VERB and first == args[1], f"{data!r:.300} parsed to {cmd!r:.200}"
     assert parse_command(cmd.encode()) == cmd  # round trip through the client's encoder
     return True
 

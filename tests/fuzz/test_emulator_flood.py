@@ -33,6 +33,7 @@ import pytest
 from _support.procs import EmulatorProcess
 
 from sskv_mapping._protocol import headers, resp3
+from sskv_mapping._protocol.commands import Scan
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.topics import REQUEST_TOPIC, SERVICE_ID
 from sskv_mapping._transport.base import InboundMessage
@@ -180,6 +181,11 @@ class Flood:
                     resp3.encode_request(b"VDEL", key),
                     resp3.encode_request(b"KEYNOTIFY", key, b"GO"),
                     resp3.encode_request(b"DEL", b""),
+                    resp3.encode_request(b"SCAN", key + b"*"),
+                    resp3.encode_request(b"scan", b"[!a-z]?[*]"),
+                    resp3.encode_request(b"SCAN", b"a[b"),
+                    resp3.encode_request(b"SCAN", key, rng.randbytes(rng.randrange(0, 40))),
+                    resp3.encode_request(b"SCAN", b"*", b"\x01" + rng.randbytes(12)),
                     resp3.encode_request(),
                 ]
             )
@@ -292,7 +298,8 @@ class Replies:
 
 
 def reply_kind(message: InboundMessage) -> str:
-    """What a reply is: ``505``, ``err:<text>``, ``ok``, ``value``, ``nil``, ``int``; raises on a malformed one."""
+    """What a reply is: ``505``, ``err:<text>``, ``ok``, ``value``, ``nil``, ``int``, ``page`` (SCAN); raises on a
+    malformed one."""
     props = dict(message.user_properties)
     assert message.content_type == headers.CONTENT_TYPE, f"reply content type {message.content_type!r}"
     try:
@@ -311,6 +318,9 @@ def reply_kind(message: InboundMessage) -> str:
         return "nil"
     if isinstance(reply, bytes):
         return "value"
+    if isinstance(reply, list):  # a SCAN page: the strict §8 grammar, as the client reads it
+        Scan(b"*").decode(message.payload)
+        return "page"
     assert isinstance(reply, int) and reply in (-1, 0, 1), f"unexpected reply {reply!r}"
     return "int"
 

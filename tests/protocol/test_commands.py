@@ -271,7 +271,7 @@ def test_parse_command_arity(args: list[bytes]) -> None:
     assert info.value.text == "wrong number of arguments"
 
 
-@pytest.mark.parametrize("verb", [b"PING", b"HGET", b"SCAN", b"GETX", b"", b"SET ", b"\xff"])
+@pytest.mark.parametrize("verb", [b"PING", b"HGET", b"SCANX", b"GETX", b"", b"SET ", b"\xff"])
 def test_parse_command_unknown_verb(verb: bytes) -> None:
     with pytest.raises(UnknownCommandError) as info:
         parse_command(req(verb, b"k"))

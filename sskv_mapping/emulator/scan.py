@@ -1,0 +1,264 @@
+"""Layer 5 (emulator), pure part: SCAN (protocol.md §8) -- glob patterns, the sorted key space, pages and tokens.
+
+Must not import asyncio, sockets, aiomqtt/paho, the transport or the client.
+
+The choices where §8 leaves the service's behaviour open (each documented in the README, "Listing keys"):
+
+* **Globs** (the Rust ``glob`` crate's rules, as reported for the service): ``*`` any run of characters (``/``
+  included; ``**`` is the same as ``*``), ``?`` exactly one character, ``[abc]``, ``[a-z]``, ``[!abc]``; inside
+  brackets ``]`` right after ``[`` or ``[!`` is a member, ``-`` first or last is a member, and ``*``, ``?``, ``[``
+  are members, so ``[*]``, ``[?]``, ``[[]`` are the escapes; no backslash escape; case-sensitive; the whole key
+  must match. Matching is per character of the UTF-8 key; a key that is not UTF-8 is still matched, each invalid
+  byte counting as one character (the service is reported to list only UTF-8 keys: the emulator is more lenient).
+  An unclosed ``[`` is an invalid pattern: ``-ERR syntax error`` (as is an empty pattern or an empty token).
+* **Order and pages**: the keys are kept in a sorted list (bytes order), updated incrementally with ``bisect`` on
+  every new and removed key, so a page costs what it examines, not the size of the store. A page holds up to
+  ``page_size`` matching keys and examines at most ``max(10 * page_size, 64)`` keys: a sparse pattern gives empty
+  pages with more to come, as the real service does. A pattern's literal prefix (before its first ``*``, ``?``
+  or ``[``) narrows the walk to that prefix's range of the sorted list.
+* **Tokens**: opaque bytes ``0x01 | MAC (8 bytes) | empty pages still to give (1 byte) | 0x00, or 0x01 + the last
+  key examined``; the MAC (keyed BLAKE2b) binds the token to the pattern and to this emulator instance. The next
+  page starts after that key, so a key present for the whole listing is listed exactly once however many keys are
+  added or removed meanwhile. A token that does not verify (another pattern, altered bytes, an earlier emulator
+  process) answers ``-ERR`` :data:`INVALID_TOKEN_TEXT`.
+* **Empty pages**: with ``empty_pages=N``, N empty pages with more to come precede every page of keys (the first
+  included), so clients meet what the service does without luck.
+* Expired keys are never listed (the core purges due keys before every request; a key past its time is skipped).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import hashlib
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .._protocol import resp3
+from .._protocol.commands import Scan
+from ..errors import RequestSyntaxError, ServiceError
+
+__all__ = ["DEFAULT_SCAN_PAGE_SIZE", "INVALID_TOKEN_TEXT", "Glob", "KeySpace", "compile_glob", "glob_match"]
+
+#: Keys per SCAN page unless configured (``--scan-page-size``).
+DEFAULT_SCAN_PAGE_SIZE = 100
+#: The ``-ERR`` text for a continuation token that does not verify (the service's text is unknown).
+INVALID_TOKEN_TEXT = "invalid scan continuation token"
+
+_STAR = None  # an element of a compiled glob: None is "*", else a one-character test
+_TOKEN_FORMAT = 1
+_MAC_SIZE = 8
+_MAX_EMPTY_PAGES = 255
+
+
+@dataclass(frozen=True, slots=True)
+class _Class:
+    """``[...]``: ``members`` and ``ranges`` (inclusive), negated by ``[!...]``."""
+
+    negate: bool
+    members: frozenset[str]
+    ranges: tuple[tuple[str, str], ...]
+
+    def __call__(self, ch: str) -> bool:
+        hit = ch in self.members or any(lo <= ch <= hi for lo, hi in self.ranges)
+        return hit != self.negate
+
+
+_Element = str | _Class | None  # a literal character, a class, "?" as the empty string, or _STAR
+
+
+@dataclass(frozen=True, slots=True)
+class Glob:
+    """A compiled pattern: ``prefix`` (its literal beginning, bytes) and its elements."""
+
+    prefix: bytes
+    elements: tuple[_Element, ...]
+    #: "prefix*": every key with the prefix matches (no per-key work)
+    prefix_only: bool
+
+    def matches(self, key: bytes) -> bool:
+        if self.prefix_only:
+            return key.startswith(self.prefix)
+        return _match(self.elements, key.decode("utf-8", "surrogateescape"))
+
+
+def _one(element: _Element, ch: str) -> bool:
+    if isinstance(element, str):
+        return element == "" or element == ch
+    assert element is not None
+    return element(ch)
+
+
+def _match(elements: tuple[_Element, ...], text: str) -> bool:
+    """Greedy match with backtracking to the last ``*`` (linear in practice, O(len * elements) at worst)."""
+    i = j = 0
+    star = -1
+    mark = 0
+    n, m = len(text), len(elements)
+    while i < n:
+        if j < m and elements[j] is not _STAR and _one(elements[j], text[i]):
+            i += 1
+            j += 1
+        elif j < m and elements[j] is _STAR:
+            star, mark = j, i
+            j += 1
+        elif star >= 0:
+            j = star + 1
+            mark += 1
+            i = mark
+        else:
+            return False
+    while j < m and elements[j] is _STAR:
+        j += 1
+    return j == m
+
+
+def _bracket(text: str, i: int) -> tuple[_Class, int]:
+    """Parse the class starting after ``[`` at ``i``; returns it and the index after its ``]``."""
+    negate = i < len(text) and text[i] == "!"
+    if negate:
+        i += 1
+    start = i
+    members: set[str] = set()
+    ranges: list[tuple[str, str]] = []
+    while True:
+        if i >= len(text):
+            raise RequestSyntaxError()  # an unclosed "["
+        ch = text[i]
+        if ch == "]" and i > start:
+            return _Class(negate, frozenset(members), tuple(ranges)), i + 1
+        if i + 2 < len(text) and text[i + 1] == "-" and text[i + 2] != "]":
+            ranges.append((ch, text[i + 2]))
+            i += 3
+            continue
+        members.add(ch)
+        i += 1
+
+
+@functools.lru_cache(maxsize=256)
+def compile_glob(pattern: bytes) -> Glob:
+    """Compile a SCAN pattern; :class:`RequestSyntaxError` for an empty one or an unclosed ``[``."""
+    if not pattern:
+        raise RequestSyntaxError()
+    cut = min((p for p in (pattern.find(b"*"), pattern.find(b"?"), pattern.find(b"[")) if p >= 0), default=-1)
+    prefix = pattern if cut < 0 else pattern[:cut]
+    text = pattern.decode("utf-8", "surrogateescape")
+    elements: list[_Element] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "*":
+            if not elements or elements[-1] is not _STAR:
+                elements.append(_STAR)
+            i += 1
+        elif ch == "?":
+            elements.append("")
+            i += 1
+        elif ch == "[":
+            cls, i = _bracket(text, i + 1)
+            elements.append(cls)
+        else:
+            elements.append(ch)
+            i += 1
+    prefix_only = cut >= 0 and pattern[cut:] == b"*"
+    return Glob(prefix, tuple(elements), prefix_only)
+
+
+def glob_match(pattern: bytes, key: bytes) -> bool:
+    """Does the whole ``key`` match the glob ``pattern``? (The emulator's rules; see the module docstring.)"""
+    return compile_glob(pattern).matches(key)
+
+
+def _reply(keys: list[bytes], token: bytes | None) -> bytes:
+    head = b"*2\r\n" if token is not None else b"*1\r\n"
+    body = resp3.encode_request(*keys)  # an array of bulk strings
+    return head + body + (resp3.encode_bulk(token) if token is not None else b"")
+
+
+class KeySpace:
+    """The store's keys in sorted order, and SCAN answered over them.
+
+    The core calls :meth:`added` for every new key and :meth:`removed` for every key that goes (deleted,
+    expired), and :meth:`answer` for a SCAN; ``live(key)`` tells whether a listed key is still there and unexpired.
+    """
+
+    def __init__(self, *, page_size: int = DEFAULT_SCAN_PAGE_SIZE, empty_pages: int = 0, secret: bytes | None = None):
+        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+            raise ValueError("the SCAN page size must be an int >= 1")
+        if isinstance(empty_pages, bool) or not isinstance(empty_pages, int) or not 0 <= empty_pages <= 255:
+            raise ValueError(f"empty_pages must be an int in 0..{_MAX_EMPTY_PAGES}")
+        self.page_size = page_size
+        self.empty_pages = empty_pages
+        self.examine_limit = max(10 * page_size, 64)
+        self._secret = secret if secret is not None else secrets.token_bytes(16)
+        self._keys: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def added(self, key: bytes) -> None:
+        bisect.insort(self._keys, key)
+
+    def removed(self, key: bytes) -> None:
+        keys = self._keys
+        i = bisect.bisect_left(keys, key)
+        if i < len(keys) and keys[i] == key:
+            del keys[i]
+
+    def answer(self, cmd: Scan, live: Callable[[bytes], bool]) -> bytes:
+        """The reply payload to ``cmd``; raises the :class:`ServiceError` to answer instead."""
+        glob = compile_glob(cmd.pattern)
+        if cmd.token is None:
+            after, empties = None, self.empty_pages
+        else:
+            after, empties = self._open(cmd.pattern, cmd.token)
+        if empties > 0:
+            return _reply([], self._seal(cmd.pattern, after, empties - 1))
+        keys, last, more = self._page(glob, after, live)
+        return _reply(keys, self._seal(cmd.pattern, last, self.empty_pages) if more else None)
+
+    def _page(
+        self, glob: Glob, after: bytes | None, live: Callable[[bytes], bool]
+    ) -> tuple[list[bytes], bytes | None, bool]:
+        keys = self._keys
+        prefix = glob.prefix
+        i = bisect.bisect_left(keys, prefix) if after is None else bisect.bisect_right(keys, max(after, prefix))
+        n = len(keys)
+        found: list[bytes] = []
+        examined = 0
+        last = after
+        while i < n and len(found) < self.page_size and examined < self.examine_limit:
+            key = keys[i]
+            if not key.startswith(prefix):
+                return found, last, False  # past the prefix's range: nothing further can match
+            examined += 1
+            i += 1
+            last = key
+            if glob.matches(key) and live(key):
+                found.append(key)
+        return found, last, i < n and keys[i].startswith(prefix)
+
+    def _mac(self, pattern: bytes, body: bytes) -> bytes:
+        h = hashlib.blake2b(key=self._secret, digest_size=_MAC_SIZE)
+        h.update(b"%d:" % len(pattern))
+        h.update(pattern)
+        h.update(body)
+        return h.digest()
+
+    def _seal(self, pattern: bytes, after: bytes | None, empties: int) -> bytes:
+        body = bytes((empties,)) + (b"\x00" if after is None else b"\x01" + after)
+        return bytes((_TOKEN_FORMAT,)) + self._mac(pattern, body) + body
+
+    def _open(self, pattern: bytes, token: bytes) -> tuple[bytes | None, int]:
+        if len(token) < 3 + _MAC_SIZE or token[0] != _TOKEN_FORMAT:
+            raise ServiceError(INVALID_TOKEN_TEXT)
+        mac, body = token[1 : 1 + _MAC_SIZE], token[1 + _MAC_SIZE :]
+        if not secrets.compare_digest(mac, self._mac(pattern, body)):
+            raise ServiceError(INVALID_TOKEN_TEXT)
+        empties, flag, rest = body[0], body[1], body[2:]
+        if flag == 0 and not rest:
+            return None, empties
+        if flag == 1 and rest:
+            return rest, empties
+        raise ServiceError(INVALID_TOKEN_TEXT)
