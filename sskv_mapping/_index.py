@@ -1,7 +1,8 @@
 """Layer 4: the dict's key index -- what makes ``len``, iteration and ``clear`` possible -- in small shards.
 
-The state store has no key listing (SCAN is coming, protocol.md §8). A dict namespace therefore keeps an index
-of its keys *in the store itself*, split into ``S`` shards so that nothing grows with the namespace:
+An older state store has no key listing (SCAN, protocol.md §8, is newer). A dict namespace in ``index`` mode
+therefore keeps an index of its keys *in the store itself*, split into ``S`` shards so that nothing grows with the
+namespace:
 
 * a key's shard is a stable hash of the key (blake2b, never Python's ``hash``) modulo ``S``;
 * shard ``i`` is the key ``ns#index/<i as 4 hex digits>``, a JSON object ``{key: added_ms}`` or, for a key written
@@ -33,7 +34,8 @@ first process that opens it, under the old index's lock (so two processes migrat
 excluded meanwhile). If ``ns#index`` appears again after the migration, a 0.1.0 process is still writing to the
 namespace: opening it then raises :class:`ConfigurationError` rather than list it wrong.
 
-:class:`KeyIndex` is the seam where SCAN can replace the stored index once the real service answers it.
+:class:`KeyIndex` is the seam where SCAN replaces the stored index where the service answers it
+(:mod:`sskv_mapping._listing`).
 
 Must not import aiomqtt/paho, the emulator, or the mapping/cache modules.
 """
@@ -99,6 +101,10 @@ class KeyIndex(Protocol):
     async def remove(self, keys: Iterable[str]) -> None: ...
 
     async def prune(self, missing: Iterable[str]) -> int: ...
+
+    async def candidate(self, skip: Iterable[str] = ()) -> str | None:
+        """A listed key not in ``skip`` (what ``popitem`` pops), ``None`` if there is none."""
+        ...
 
 
 def shard_of(key: str, shards: int) -> int:
@@ -202,7 +208,7 @@ class StoredKeyIndex:
         lease: float = 5.0,
         grace_ms: int = 60_000,
         lock_timeout: float | None = 30.0,
-        keep: float = 0.1,
+        keep: float = 0.02,
         now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         if not 1 <= shards <= 0xFFFF:
@@ -216,7 +222,8 @@ class StoredKeyIndex:
         self.v1_key = namespace + b"#index"
         self._v1_lock = namespace + b"#index-lock"
         self._lease = lease
-        # how long a shard lock is kept after a write, so the next write into the shard is one SET
+        # how long a shard lock is kept after a write, so that the next write into the shard (a loop of inserts,
+        # popitem after popitem) is one SET; short, because another process wanting the shard waits it out
         self._keep = keep
         self._grace_ms = grace_ms
         self._lock_timeout = lock_timeout
@@ -405,7 +412,7 @@ class StoredKeyIndex:
             if not new - self._used_set:
                 return  # an earlier batch carried them
             batch, self._used_pending = self._used_pending, set()
-            used_lock = owned_lock(self.client, self.used_key + b"-lock", lease=self._lease)
+            used_lock = owned_lock(self.client, self.used_key + b"-lock", lease=self._lease, keep=self._keep)
             try:
                 async with used_lock.hold(self._lock_timeout) as lock:
                     await self._refresh_used()

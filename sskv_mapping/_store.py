@@ -7,7 +7,7 @@ the hot path of a cache hit, which any thread may call (the local cache is threa
 
 Key layout for namespace ``ns``: data keys are ``ns/<key>`` (a cache's: ``ns#g.<generation>/<key>``); the dict's
 index shards are ``ns#index/<i>`` with their locks ``ns#index-lock/<i>`` and ``ns#index-meta`` (never a data key:
-namespaces hold no ``#``).
+namespaces hold no ``#``, so the SCAN pattern of the data keys, ``escape_glob("ns/") + "*"``, matches none of them).
 
 Reads register KEYNOTIFY for the key *before* the GET, so no change between the two is missed; the local
 cache is then kept current by notifications, ordered by version. Writes go to the store, then into the
@@ -28,7 +28,7 @@ from datetime import timedelta
 from typing import Generic, TypeVar
 
 from ._fanout import gather_bounded
-from ._index import StoredKeyIndex
+from ._index import KeyIndex
 from ._keys import check_namespace, text_key, utf8
 from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.hlc import HybridLogicalClock
@@ -75,7 +75,7 @@ class NamespaceStore(Generic[V]):
         codec: Codec[V],
         *,
         cache: LocalCache[V] | None,
-        index: bool = True,
+        index: Callable[[NamespaceStore[V]], KeyIndex] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
@@ -97,7 +97,8 @@ class NamespaceStore(Generic[V]):
         #: how many idle watches were released so far
         self.watches_released = 0
         self._wall_ms = wall_ms
-        self.index: StoredKeyIndex | None = StoredKeyIndex(client, ns, self.data_key, now_ms=wall_ms) if index else None
+        # the key listing the owner injects (the dict's: SCAN or a stored index, see _listing); None: the cache's
+        self.index: KeyIndex | None = None if index is None else index(self)
         self._was_down = False
         self._started = False
         self._closed = False
@@ -325,25 +326,38 @@ class NamespaceStore(Generic[V]):
         if isinstance(value, Encoded):
             value = value.value
         ttl_ms = ttl_to_ms(ttl)
-        if listed and self.index is not None:
-            # listing the key and watching it are independent: one round trip of waiting saved on a new key
-            listing = self.index.add([(key, None if ttl_ms is None else self._wall_ms() + ttl_ms)])
-            await asyncio.gather(listing, self._ensure_watch(data_key))
-        else:
+        # The key's watch (for the local cache) runs beside the write, not before it: a new key is one round trip
+        # of waiting (scan) or its listing's (index). Only a key watched before the SET was sent may be cached with
+        # the written value: a change after it is surely notified then. Otherwise the next read fetches it.
+        # A fenced write watches first, as before: its entry keeps the token it was written with (``entry()``).
+        if fencing_token is not None:
             await self._ensure_watch(data_key)
-        started = self._clock()
-        result = await self.client.set(
-            data_key,
-            raw,
-            condition=condition,
-            ttl=None if ttl_ms is None else timedelta(milliseconds=ttl_ms),  # exact: no ms -> s -> ms round trip
-            fencing_token=fencing_token,
-        )
+        watched = self._watch_active(data_key)
+        watching = None
+        if self.cache is not None and data_key not in self._watches:
+            watching = asyncio.ensure_future(self._ensure_watch(data_key))
+        try:
+            if listed and self.index is not None:  # listed before the data exists: see _index's invariants
+                await self.index.add([(key, None if ttl_ms is None else self._wall_ms() + ttl_ms)])
+            started = self._clock()
+            result = await self.client.set(
+                data_key,
+                raw,
+                condition=condition,
+                ttl=None if ttl_ms is None else timedelta(milliseconds=ttl_ms),  # exact: no ms -> s -> ms
+                fencing_token=fencing_token,
+            )
+        finally:
+            if watching is not None:
+                try:
+                    await watching
+                except StateStoreError as exc:  # the write stands; the key is just not cached
+                    log.debug("watching %r failed: %s", data_key, exc)
         if result.applied and self.cache is not None:
-            if self._watch_active(data_key):
+            if watched and self._watch_active(data_key):
                 expires = None if ttl_ms is None else started + ttl_ms / 1000
                 self.cache.store_write(data_key, CachedEntry(value, raw, result.version, fencing_token, expires))
-            else:  # not notified of later changes (see read_data_key): keep nothing
+            else:  # not (surely) notified of later changes (see read_data_key): keep nothing
                 self.cache.invalidate(data_key)
         return result
 

@@ -143,7 +143,7 @@ class AsyncStateStoreCache(Generic[V]):
         lease = _check_options(local_cache_size, max_in_flight, lock_lease, lock_timeout)
         cache: LocalCache[V] | None = LocalCache(maxsize=local_cache_size, clock=clock) if local_cache_size else None
         self._store: NamespaceStore[V] = NamespaceStore(
-            client, namespace, resolved, cache=cache, index=False, clock=clock
+            client, namespace, resolved, cache=cache, index=None, clock=clock
         )
         ns = namespace.encode("utf-8")  # checked by NamespaceStore
         self._ns = ns

@@ -4,7 +4,8 @@ async twin :class:`AsyncStateStoreDict`.
 Reads are served by a local cache kept current by the store's change notifications (a hit never leaves
 the calling thread); writes go to the store. ``setdefault`` is atomic across processes (``SET NX``),
 ``pop`` uses ``VDEL`` so it never deletes a value another process just wrote. ``len``, iteration and
-``clear`` go through the namespace's key index (:mod:`sskv_mapping._index`).
+``clear`` read the namespace's listing: a SCAN of its keys where the service answers SCAN, else its stored key
+index (``listing=``, :mod:`sskv_mapping._listing`).
 
 A network failure raises a :class:`~sskv_mapping.errors.TransportError`, never ``KeyError``: ``d.get(k)``
 and ``k in d`` cannot mistake an outage for a missing key.
@@ -20,7 +21,9 @@ from functools import partial
 from typing import Any, Generic, TypeVar, cast, overload
 
 from ._fanout import gather_bounded
-from ._keys import is_text_key, text_key
+from ._index import KeyIndex
+from ._keys import check_namespace, is_text_key, text_key
+from ._listing import ListingMode, NamespaceListing, check_listing
 from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.hlc import HybridLogicalClock
 from ._store import Encoded, NamespaceStore, StoreEntry
@@ -68,9 +71,11 @@ class AsyncStateStoreDict(Generic[V]):
         local_cache_size: int = 10_000,
         cache_ttl: float | None = None,
         stale_while_disconnected: bool = False,
+        listing: ListingMode = "auto",
         clock: Callable[[], float] = time.monotonic,
         _owns_client: bool = False,
     ) -> None:
+        mode = check_listing(listing)
         resolved: Codec[Any] = JsonCodec() if codec is None else get_codec(codec)
         cache: LocalCache[V] | None = None
         if local_cache_size > 0:
@@ -80,7 +85,13 @@ class AsyncStateStoreDict(Generic[V]):
                 clock=clock,
                 stale_while_disconnected=stale_while_disconnected,
             )
-        self._store: NamespaceStore[V] = NamespaceStore(client, namespace, resolved, cache=cache, clock=clock)
+
+        def index(store: NamespaceStore[V]) -> KeyIndex:
+            return NamespaceListing(client, check_namespace(namespace), store.data_key, mode=mode)
+
+        self._store: NamespaceStore[V] = NamespaceStore(
+            client, namespace, resolved, cache=cache, index=index, clock=clock
+        )
         # every d[key] hit: one call into the local cache (a dict's key prefix never changes)
         self._reader = None if cache is None else cache.reader(self._store.prefix)
         self._owns_client = _owns_client
@@ -101,6 +112,7 @@ class AsyncStateStoreDict(Generic[V]):
         timeout: float | None = 10.0,
         local_cache_size: int = 10_000,
         stale_while_disconnected: bool = False,
+        listing: ListingMode = "auto",
     ) -> AsyncStateStoreDict[Any]:
         """Connect a client of its own and open the namespace (closed with the dict); ``timeout``: seconds per
         request (``None``: forever)."""
@@ -114,6 +126,7 @@ class AsyncStateStoreDict(Generic[V]):
             codec=codec,
             local_cache_size=local_cache_size,
             stale_while_disconnected=stale_while_disconnected,
+            listing=listing,
             _owns_client=True,
         )
         try:
@@ -390,6 +403,7 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
         local_cache_size: int = 10_000,
         cache_ttl: float | None = None,
         stale_while_disconnected: bool = False,
+        listing: ListingMode = "auto",
         clock: Callable[[], float] = time.monotonic,
         _owns_client: bool = False,
     ) -> None:
@@ -402,6 +416,7 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
             local_cache_size=local_cache_size,
             cache_ttl=cache_ttl,
             stale_while_disconnected=stale_while_disconnected,
+            listing=listing,
             clock=clock,
         )
         self._owns_client = _owns_client
@@ -424,6 +439,7 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
         timeout: float | None = 10.0,
         local_cache_size: int = 10_000,
         stale_while_disconnected: bool = False,
+        listing: ListingMode = "auto",
     ) -> StateStoreDict[Any]:
         """Connect a client of its own and open the namespace (closed with the dict); ``timeout``: seconds per
         request (``None``: forever)."""
@@ -438,6 +454,7 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
                 codec=codec,
                 local_cache_size=local_cache_size,
                 stale_while_disconnected=stale_while_disconnected,
+                listing=listing,
                 _owns_client=True,
             )
         except BaseException:

@@ -45,7 +45,7 @@ async def main(host: str, port: int, namespace: str, step: str, nth: int, mode: 
         return result
 
     client.set = set_then_maybe_die  # type: ignore[method-assign]
-    d: AsyncStateStoreDict[int] = AsyncStateStoreDict(client, namespace=namespace, local_cache_size=0)
+    d: AsyncStateStoreDict[int] = AsyncStateStoreDict(client, namespace=namespace, local_cache_size=0, listing="index")
     await d.open()
     if mode == "seq":
         for i in range(12):

@@ -47,7 +47,9 @@ async def test_a_writer_killed_between_steps_leaves_no_unlisted_data(
         )
         assert run.returncode == -9, (run.returncode, run.stdout, run.stderr[-2000:])
 
-        d: AsyncStateStoreDict[int] = AsyncStateStoreDict(client, namespace=namespace, local_cache_size=0)
+        d: AsyncStateStoreDict[int] = AsyncStateStoreDict(
+            client, namespace=namespace, local_cache_size=0, listing="index"
+        )
         async with d:
             listing = await d._store.listed_keys(refresh=True)
             written = {f"k{i}" for i in range(12) if await client.get(f"{namespace}/k{i}") is not None}
