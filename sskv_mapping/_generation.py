@@ -15,6 +15,12 @@ The old generation's entries are not deleted by the switch. Entries with a TTL a
 generation from the list. A sweep cut short (the process exits) is resumed by the next process that opens the
 namespace or clears it.
 
+Where the service answers SCAN (protocol.md §8), an entry without a TTL is written without the ledger (one SET,
+like one with a TTL), and the sweep also deletes what a SCAN of the retired generation's prefix finds. A write
+that raced the clear is caught by its writer: after its SET it checks the generation again (the watched copy, which
+the clear's notification reached before the SET's reply), and deletes its entry from a generation retired
+meanwhile -- a SCAN started after the clear may not see a key written during it, but that writer sees the clear.
+
 Why the ledger cannot miss an entry: a TTL-less write holds the shard's lock while it (1) re-reads ``ns#gen``
 and goes to the new generation if it changed, (2) lists the key, (3) writes the entry. A sweep reads each
 shard under the same lock *after* the generation changed, so every write it can miss saw the new generation in
@@ -248,6 +254,10 @@ class PersistentLedger:
         self._lease = lease
         self._lock_timeout = lock_timeout
 
+    @property
+    def generation(self) -> NamespaceGeneration:
+        return self._generation
+
     def _shard_key(self, gen: str, shard: int) -> bytes:
         return self._ns + f"#persist/{gen}/{shard:02x}".encode()
 
@@ -308,8 +318,10 @@ async def sweep_retired(
     generation: NamespaceGeneration,
     ledger: PersistentLedger,
     delete: Callable[[str, str], Coroutine[Any, Any, object]],
+    scan: Callable[[str], Coroutine[Any, Any, int]] | None = None,
 ) -> int:
-    """Sweep every retired generation of ``generation.state`` (``delete(gen, key)`` deletes one entry)."""
+    """Sweep every retired generation of ``generation.state`` (``delete(gen, key)`` deletes one entry); ``scan(gen)``,
+    where the service answers SCAN, deletes the entries written without a ledger (found by their key prefix)."""
     state = generation.state
     total = 0
     for gen in state.retired if state is not None else ():
@@ -319,6 +331,8 @@ async def sweep_retired(
 
         try:
             total += await ledger.sweep(gen, delete_in)
+            if scan is not None:
+                total += await scan(gen)
             await generation.swept(gen)
         except StateStoreError as exc:
             log.warning("could not sweep the retired generation %s (the next open or clear resumes): %s", gen, exc)
