@@ -70,9 +70,9 @@ def owned_lock(client: AsyncStateStoreClient, name: bytes, *, lease: float, keep
     return record
 
 
-async def drain_owned(client: AsyncStateStoreClient, names: set[bytes]) -> None:
-    """Release the kept locks among ``names`` and wait for their releases under way."""
-    records = [r for n, r in list(_owned.get(client, {}).items()) if n in names]
+async def drain_owned(client: AsyncStateStoreClient, names: set[bytes] | None = None) -> None:
+    """Release the kept locks among ``names`` (default: all of the client's) and wait for their releases."""
+    records = [r for n, r in list(_owned.get(client, {}).items()) if names is None or n in names]
     if records:
         await asyncio.gather(*(r.drain() for r in records), return_exceptions=True)
 

@@ -35,7 +35,8 @@ async def test_a_ttl_less_write_is_one_set_where_scan_answers(store: InProcessSt
     namespace = f"cs{uuid.uuid4().hex[:8]}"
     client = await _client(store)
     try:
-        async with AsyncStateStoreCache(client, namespace=namespace) as cache:
+        cache: AsyncStateStoreCache[Any] = AsyncStateStoreCache(client, namespace=namespace)
+        async with cache:
             await cache.set("warm", 0, ttl=None)  # the generation known, SCAN asked once
             before = client.requests_sent
             await cache.set("one", 1, ttl=None)
@@ -58,10 +59,9 @@ async def test_ttl_less_writes_racing_clears_leave_nothing_behind(store: InProce
     namespace = f"cs{uuid.uuid4().hex[:8]}"
     a, b = await _client(store), await _client(store)
     try:
-        async with (
-            AsyncStateStoreCache(a, namespace=namespace) as cache,
-            AsyncStateStoreCache(b, namespace=namespace) as writer,
-        ):
+        cache: AsyncStateStoreCache[Any] = AsyncStateStoreCache(a, namespace=namespace)
+        writer: AsyncStateStoreCache[Any] = AsyncStateStoreCache(b, namespace=namespace)
+        async with cache, writer:
             generations = {cache.generation}
 
             async def write_many() -> None:

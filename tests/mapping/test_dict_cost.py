@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from sskv_mapping._key_locks import drain_owned
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.emulator.inprocess import InProcessStateStore
@@ -63,8 +64,12 @@ async def _costs(client: AsyncStateStoreClient, d: AsyncStateStoreDict[int]) -> 
     out: dict[str, int] = {}
 
     async def count(name: str, op: Callable[[], Awaitable[Any]]) -> None:
+        # the locks an operation takes are released in the background (or kept a moment): its count includes
+        # those releases, drained before the next operation starts
+        await drain_owned(client)
         before = client.requests_sent
         await op()
+        await drain_owned(client)
         out[name] = max(out.get(name, 0), client.requests_sent - before)
 
     for j in range(3):
@@ -107,9 +112,8 @@ async def test_a_single_key_operation_costs_the_same_at_10_and_10k_keys(
     for op in small:
         if op in ("len", "keys"):
             continue
-        # +3: whether a shard lock kept from the previous write is still kept (saving its SET NEX and read, and
-        # leaving its VDEL to a later moment) depends on timing, not on the namespace's size
-        assert big[op] <= small[op] + 3, (op, small[op], big[op])
+        # +1: a SCAN (scan mode's popitem) may take one more page before it finds a key, whatever the size
+        assert big[op] <= small[op] + 1, (op, small[op], big[op])
         assert big[op] <= ONE_KEY_BOUND, (op, big[op])
     if listing == "index":  # a warm index answers from what its notifications keep: no request
         assert big["len"] == 0 and big["keys"] == 0
