@@ -204,6 +204,12 @@ class NamespaceStore(Generic[V]):
         if len(self._watches) > self.watch_limit:
             self._release_idle_watches(keep=data_key)
 
+    async def _watch_quietly(self, data_key: bytes) -> None:
+        try:
+            await self._ensure_watch(data_key)
+        except StateStoreError as exc:  # the key is just not cached; the next read watches it again
+            log.debug("watching %r failed: %s", data_key, exc)
+
     def _release_idle_watches(self, keep: bytes) -> None:
         """Stop watching every key the cache does not hold (nor reads now), except ``keep`` (about to be).
 
@@ -326,33 +332,28 @@ class NamespaceStore(Generic[V]):
         if isinstance(value, Encoded):
             value = value.value
         ttl_ms = ttl_to_ms(ttl)
-        # The key's watch (for the local cache) runs beside the write, not before it: a new key is one round trip
-        # of waiting (scan) or its listing's (index). Only a key watched before the SET was sent may be cached with
-        # the written value: a change after it is surely notified then. Otherwise the next read fetches it.
+        # The key's watch (for the local cache) starts beside the write and is not waited for: a new key is one
+        # round trip of waiting (scan) or its listing's then one (index). Only a key watched before the SET was sent
+        # may be cached with the written value (a change after it is surely notified); else the next read fetches it.
         # A fenced write watches first, as before: its entry keeps the token it was written with (``entry()``).
         if fencing_token is not None:
             await self._ensure_watch(data_key)
         watched = self._watch_active(data_key)
-        watching = None
-        if self.cache is not None and data_key not in self._watches:
-            watching = asyncio.ensure_future(self._ensure_watch(data_key))
-        try:
-            if listed and self.index is not None:  # listed before the data exists: see _index's invariants
-                await self.index.add([(key, None if ttl_ms is None else self._wall_ms() + ttl_ms)])
-            started = self._clock()
-            result = await self.client.set(
-                data_key,
-                raw,
-                condition=condition,
-                ttl=None if ttl_ms is None else timedelta(milliseconds=ttl_ms),  # exact: no ms -> s -> ms
-                fencing_token=fencing_token,
-            )
-        finally:
-            if watching is not None:
-                try:
-                    await watching
-                except StateStoreError as exc:  # the write stands; the key is just not cached
-                    log.debug("watching %r failed: %s", data_key, exc)
+        if self.cache is not None and data_key not in self._watches and data_key not in self._watching:
+            # not waited for: nothing written now is cached unwatched; a read joins the registration under way
+            task = asyncio.get_running_loop().create_task(self._watch_quietly(data_key))
+            self._releasing.add(task)
+            task.add_done_callback(self._releasing.discard)
+        if listed and self.index is not None:  # listed before the data exists: see _index's invariants
+            await self.index.add([(key, None if ttl_ms is None else self._wall_ms() + ttl_ms)])
+        started = self._clock()
+        result = await self.client.set(
+            data_key,
+            raw,
+            condition=condition,
+            ttl=None if ttl_ms is None else timedelta(milliseconds=ttl_ms),  # exact: no ms -> s -> ms
+            fencing_token=fencing_token,
+        )
         if result.applied and self.cache is not None:
             if watched and self._watch_active(data_key):
                 expires = None if ttl_ms is None else started + ttl_ms / 1000

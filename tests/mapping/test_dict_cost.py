@@ -125,8 +125,10 @@ async def _empty_with_popitem(client: AsyncStateStoreClient, d: AsyncStateStoreD
     per_call: list[int] = []
     popped: set[str] = set()
     for _ in range(n):
+        await drain_owned(client)  # each call counted with the lock releases it causes, not its predecessor's
         before = client.requests_sent
         key, _value = await d.popitem()
+        await drain_owned(client)
         per_call.append(client.requests_sent - before)
         popped.add(key)
     assert len(popped) == n
