@@ -103,6 +103,7 @@ async def measure(host: str, port: int, sizes: list[int], samples: int) -> list[
                         t0 = time.perf_counter()
                         await fresh.keys()
                         warm = time.perf_counter() - t0
+                    await d.clear()  # the next size starts from a quiet store
                 rows.append(
                     {
                         "n": n,
@@ -117,7 +118,6 @@ async def measure(host: str, port: int, sizes: list[int], samples: int) -> list[
                         "warm": warm,
                     }
                 )
-                await d.clear()
     finally:
         await other.close()
         await client.close()
