@@ -26,6 +26,10 @@ process started here:
       registration, the namespace's subscription); the difference is that bookkeeping. Plus the namespace
       index copy (a ``{key: ms}`` dict) per listed key.
 
+(iv)  listing modes (``--listing-sizes``; ``--listing-only`` runs just this part): new key, popitem and a full
+      listing in ``listing="scan"`` and ``listing="index"``, against ``client.set`` in the same run (see
+      ``_bench_listing.py``).
+
 This is a script, not a test: the machines are shared and noisy; only same-run ratios mean much.
 """
 
@@ -48,6 +52,9 @@ from pathlib import Path
 from typing import Any
 
 from cachetools import TTLCache
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench_listing as bench_listing
 
 from sskv_mapping._index import IndexEntry
 from sskv_mapping._index import _decode as decode_index
@@ -346,6 +353,9 @@ def main() -> int:
     ap.add_argument("--changes", type=int, default=500, help="changes per reader mode (ii)")
     ap.add_argument("--entries", type=int, default=100_000, help="entries in the local cache (iii)")
     ap.add_argument("--watched", type=int, default=5_000, help="keys read over the network for (iii)")
+    ap.add_argument("--listing-sizes", default="1000,10000,100000", help="namespace sizes for (iv), comma-separated")
+    ap.add_argument("--listing-samples", type=int, default=200, help="samples per median in (iv)")
+    ap.add_argument("--listing-only", action="store_true", help="run (iv) only")
     ap.add_argument("--role", choices=["main", "reader"], default="main", help=argparse.SUPPRESS)
     ap.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -357,6 +367,16 @@ def main() -> int:
         return reader_main(args)
 
     print(f"machine: {machine()}", flush=True)
+    sizes = [int(x) for x in args.listing_sizes.split(",") if x]
+    if args.listing_only:
+        with MosquittoBroker() as broker:
+            emulator = start_emulator(broker.host, broker.port)
+            try:
+                bench_listing.run(broker.host, broker.port, sizes, args.listing_samples)
+            finally:
+                emulator.terminate()
+                emulator.wait(10)
+        return 0
     with MosquittoBroker() as broker:
         emulator = start_emulator(broker.host, broker.port)
         try:
@@ -373,6 +393,7 @@ def main() -> int:
                 cache_bytes = cache_only_bytes(d, args.entries)
             real, real_cache_part, snapshot = real_read_bytes(broker.host, broker.port, args.watched)
             index = index_bytes(args.entries)
+            listing_rows = asyncio.run(bench_listing.measure(broker.host, broker.port, sizes, args.listing_samples))
         finally:
             emulator.terminate()
             try:
@@ -435,6 +456,7 @@ def main() -> int:
     print(f"largest allocation sites of the real reader, bytes per key read ({args.watched:,} keys):")
     for name, size in top_files(snapshot, args.watched):
         print(f"  {name:<40} {size:8,.0f}")
+    bench_listing.report(listing_rows, args.listing_samples)
     print()
     p99 = {mode: pct(latency[mode]["from_ack"], 99) for mode in latency}
     print(

@@ -58,14 +58,16 @@ async def measure_dict(host: str, port: int, n: int, samples: int) -> dict[str, 
     raw = json.dumps(VALUE, separators=(",", ":")).encode()
     async with AsyncStateStoreClient(host, port, timeout=60) as client:
         # filled through a dict without a local cache (one SET per key, no watch), measured through a default one
-        filler: AsyncStateStoreDict[Any] = AsyncStateStoreDict(client, namespace=namespace, local_cache_size=0)
+        filler: AsyncStateStoreDict[Any] = AsyncStateStoreDict(
+            client, namespace=namespace, local_cache_size=0, listing="index"
+        )
         async with filler:
             started = time.perf_counter()
             chunk = 5_000
             for start in range(0, n, chunk):
                 await filler.update({f"fill:{i:07d}": VALUE for i in range(start, min(n, start + chunk))})
             fill_s = time.perf_counter() - started
-        d: AsyncStateStoreDict[Any] = AsyncStateStoreDict(client, namespace=namespace)
+        d: AsyncStateStoreDict[Any] = AsyncStateStoreDict(client, namespace=namespace, listing="index")
         async with d:
             index = d._store.index
             assert index is not None

@@ -3,7 +3,8 @@ generations a ``clear`` retired.
 
 * A write is one SET, fenced when the key is protected by a lock (:mod:`~sskv_mapping._key_locks`); an entry
   without a TTL is listed in its generation's ledger first (:mod:`~sskv_mapping._generation`), so that the
-  sweep a later ``clear`` starts can delete it.
+  sweep a later ``clear`` starts can delete it -- unless the service answers SCAN: the sweep then finds it by
+  its generation's key prefix, and the write is one SET too.
 * A delete is one DEL (fenced if need be) and forgets the key locally.
 * :class:`Sweeper` runs at most one background sweep per cache, and goes round again while clears retire more.
 
@@ -18,14 +19,16 @@ import logging
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from ._fanout import gather_bounded
 from ._generation import NamespaceGeneration, PersistentLedger, sweep_retired
 from ._key_locks import KeyLocks
+from ._keys import escape_glob
 from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.hlc import HybridLogicalClock
 from ._renewal import renew_expiry
 from ._store import NamespaceStore
 from .client import SetResult
-from .errors import FencingTokenRequiredError, StateStoreError
+from .errors import FencingTokenRequiredError, StateStoreError, UnsupportedCommandError
 
 __all__ = ["EntryWriter", "Sweeper"]
 
@@ -62,6 +65,17 @@ class EntryWriter(Generic[V]):
             return await self._store.write(
                 key, value, ttl=seconds, condition=condition, fencing_token=token, listed=False
             )
+        if await self.scan_answers():
+            # a sweep finds it by SCAN: one SET, no ledger (see _generation)
+            generation = self._ledger.generation
+            gen = await generation.ensure_current()
+            prefix = self.prefix_of(gen)
+            result = await self._store.write(
+                key, value, ttl=None, condition=condition, fencing_token=token, listed=False, prefix=prefix
+            )
+            if result.applied and await generation.ensure_current() != gen:
+                await self.delete(key, prefix)  # cleared meanwhile: its sweep may have missed this entry
+            return result
         async with self._ledger.listing(key) as gen:
             return await self._store.write(
                 key,
@@ -72,6 +86,34 @@ class EntryWriter(Generic[V]):
                 listed=False,
                 prefix=self.prefix_of(gen),
             )
+
+    async def scan_answers(self) -> bool:
+        """Does the service answer SCAN (asked once per connection, with one page of this namespace)?"""
+        client = self._store.client
+        known = client.supports_scan
+        if known is not None:
+            return known
+        try:
+            async for _ in client.scan_pages(escape_glob(self._store.prefix) + b"*"):
+                break
+        except UnsupportedCommandError:
+            return False
+        return True
+
+    async def sweep_by_scan(self, gen: str) -> int:
+        """Delete every entry of the retired generation ``gen`` that a SCAN of its prefix finds."""
+        if not await self.scan_answers():
+            return 0
+        prefix = self.prefix_of(gen)
+        found = [k[len(prefix) :] async for k in self._store.client.scan(escape_glob(prefix) + b"*")]
+        keys: list[str] = []
+        for raw in found:
+            try:
+                keys.append(raw.decode("utf-8"))
+            except UnicodeDecodeError:  # not written by a cache (whose keys are text): deleted as it is
+                await self._store.client.delete(prefix + raw)
+        await gather_bounded((self.delete(k, prefix) for k in keys), 64)
+        return len(keys)
 
     async def write(
         self, key: str, value: V, seconds: float | None, *, condition: SetCondition | None = None
@@ -109,7 +151,7 @@ class EntryWriter(Generic[V]):
     async def renew(self, key: str, seconds: float | None) -> bool:
         """Restart the key's expiry (see :func:`~sskv_mapping._renewal.renew_expiry`); an entry that will have no
         TTL is listed in the ledger first, as every such write."""
-        if seconds is None:
+        if seconds is None and not await self.scan_answers():
             async with self._ledger.listing(key):
                 return await renew_expiry(self._store, key, seconds, self._locks.fenced)
         return await renew_expiry(self._store, key, seconds, self._locks.fenced)
@@ -157,7 +199,7 @@ class Sweeper:
             state = self._generation.state
             if state is None or not state.retired:
                 return total
-            total += await sweep_retired(self._generation, self._ledger, self._delete)
+            total += await sweep_retired(self._generation, self._ledger, self._delete, self._writer.sweep_by_scan)
             await self._generation.refresh()
 
     async def sweep(self) -> int:

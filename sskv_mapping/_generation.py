@@ -15,6 +15,12 @@ The old generation's entries are not deleted by the switch. Entries with a TTL a
 generation from the list. A sweep cut short (the process exits) is resumed by the next process that opens the
 namespace or clears it.
 
+Where the service answers SCAN (protocol.md §8), an entry without a TTL is written without the ledger (one SET,
+like one with a TTL), and the sweep also deletes what a SCAN of the retired generation's prefix finds. A write
+that raced the clear is caught by its writer: after its SET it checks the generation again (the watched copy, which
+the clear's notification reached before the SET's reply), and deletes its entry from a generation retired
+meanwhile -- a SCAN started after the clear may not see a key written during it, but that writer sees the clear.
+
 Why the ledger cannot miss an entry: a TTL-less write holds the shard's lock while it (1) re-reads ``ns#gen``
 and goes to the new generation if it changed, (2) lists the key, (3) writes the entry. A sweep reads each
 shard under the same lock *after* the generation changed, so every write it can miss saw the new generation in
@@ -40,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._fanout import gather_bounded
-from ._key_locks import release_quietly
+from ._key_locks import OwnedLock, owned_lock
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
 from .client import AsyncStateStoreClient, KeySubscription
@@ -188,12 +194,9 @@ class NamespaceGeneration:
 
     @contextlib.asynccontextmanager
     async def _locked(self) -> AsyncIterator[AsyncLeasedLock]:
-        lock = AsyncLeasedLock(self.client, self._lock_key, lease=self._lease)
-        await lock.acquire(timeout=self._lock_timeout)
-        try:
+        # held as this process's lock: re-taken at once after a reconnect, never waited out (see _key_locks)
+        async with owned_lock(self.client, self._lock_key, lease=self._lease).hold(self._lock_timeout) as lock:
             yield lock
-        finally:
-            await release_quietly(lock)
 
     async def _change(self, change: Callable[[GenerationState | None], GenerationState]) -> GenerationState:
         async with self._locked() as lock:
@@ -251,11 +254,18 @@ class PersistentLedger:
         self._lease = lease
         self._lock_timeout = lock_timeout
 
+    @property
+    def generation(self) -> NamespaceGeneration:
+        return self._generation
+
     def _shard_key(self, gen: str, shard: int) -> bytes:
         return self._ns + f"#persist/{gen}/{shard:02x}".encode()
 
-    def _lock(self, gen: str, shard: int) -> AsyncLeasedLock:
-        return AsyncLeasedLock(self.client, self._ns + f"#persist-lock/{gen}/{shard:02x}".encode(), lease=self._lease)
+    def _lock(self, gen: str, shard: int) -> OwnedLock:
+        # this process's lock: after a reconnect a writer re-takes what it held at once (SET NEX with its own
+        # holder value), instead of waiting out the lease of a lock its own process held
+        name = self._ns + f"#persist-lock/{gen}/{shard:02x}".encode()
+        return owned_lock(self.client, name, lease=self._lease)
 
     async def _read(self, gen: str, shard: int) -> list[str]:
         entry = await self.client.get(self._shard_key(gen, shard))
@@ -276,45 +286,28 @@ class PersistentLedger:
         shard = _shard_of(key)
         while True:
             gen = await self._generation.ensure_current()
-            lock = self._lock(gen, shard)
-            await lock.acquire(timeout=self._lock_timeout)
-            try:
+            async with self._lock(gen, shard).hold(self._lock_timeout) as lock:
                 if (await self._generation.refresh()).gen != gen:
-                    await release_quietly(lock)
                     continue  # cleared meanwhile: list it in the new generation instead
                 keys = await self._read(gen, shard)
                 if key not in keys:
                     keys.append(key)
                     await lock.set(self._shard_key(gen, shard), json.dumps(keys, ensure_ascii=False).encode())
-            except BaseException:
-                await release_quietly(lock)
-                raise
-            break
-        try:
-            yield gen
-        finally:
-            await release_quietly(lock)
+                yield gen
+                return
 
     async def sweep(self, gen: str, delete: Callable[[str], Coroutine[Any, Any, object]]) -> int:
         """Delete every entry the ledger of the retired generation ``gen`` lists (``delete(key)``), then the
         ledger itself; returns how many keys it listed."""
 
         async def one(shard: int) -> int:
-            lock = self._lock(gen, shard)
-            await lock.acquire(timeout=self._lock_timeout)
-            try:
+            async with self._lock(gen, shard).hold(self._lock_timeout):
                 keys = await self._read(gen, shard)
-            finally:
-                await release_quietly(lock)
             # nothing can be added to this shard now: every writer re-reads the generation under the lock
             await gather_bounded((delete(k) for k in keys), 64)
             if keys:
-                lock = self._lock(gen, shard)
-                await lock.acquire(timeout=self._lock_timeout)
-                try:
+                async with self._lock(gen, shard).hold(self._lock_timeout) as lock:
                     await lock.delete(self._shard_key(gen, shard))
-                finally:
-                    await release_quietly(lock)
             return len(keys)
 
         counts = await gather_bounded((one(s) for s in range(LEDGER_SHARDS)), LEDGER_SHARDS)
@@ -325,8 +318,10 @@ async def sweep_retired(
     generation: NamespaceGeneration,
     ledger: PersistentLedger,
     delete: Callable[[str, str], Coroutine[Any, Any, object]],
+    scan: Callable[[str], Coroutine[Any, Any, int]] | None = None,
 ) -> int:
-    """Sweep every retired generation of ``generation.state`` (``delete(gen, key)`` deletes one entry)."""
+    """Sweep every retired generation of ``generation.state`` (``delete(gen, key)`` deletes one entry); ``scan(gen)``,
+    where the service answers SCAN, deletes the entries written without a ledger (found by their key prefix)."""
     state = generation.state
     total = 0
     for gen in state.retired if state is not None else ():
@@ -336,6 +331,8 @@ async def sweep_retired(
 
         try:
             total += await ledger.sweep(gen, delete_in)
+            if scan is not None:
+                total += await scan(gen)
             await generation.swept(gen)
         except StateStoreError as exc:
             log.warning("could not sweep the retired generation %s (the next open or clear resumes): %s", gen, exc)

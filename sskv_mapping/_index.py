@@ -1,7 +1,8 @@
 """Layer 4: the dict's key index -- what makes ``len``, iteration and ``clear`` possible -- in small shards.
 
-The state store has no key listing (SCAN is coming, protocol.md §8). A dict namespace therefore keeps an index
-of its keys *in the store itself*, split into ``S`` shards so that nothing grows with the namespace:
+An older state store has no key listing (SCAN, protocol.md §8, is newer). A dict namespace in ``index`` mode
+therefore keeps an index of its keys *in the store itself*, split into ``S`` shards so that nothing grows with the
+namespace:
 
 * a key's shard is a stable hash of the key (blake2b, never Python's ``hash``) modulo ``S``;
 * shard ``i`` is the key ``ns#index/<i as 4 hex digits>``, a JSON object ``{key: added_ms}`` or, for a key written
@@ -33,7 +34,8 @@ first process that opens it, under the old index's lock (so two processes migrat
 excluded meanwhile). If ``ns#index`` appears again after the migration, a 0.1.0 process is still writing to the
 namespace: opening it then raises :class:`ConfigurationError` rather than list it wrong.
 
-:class:`KeyIndex` is the seam where SCAN can replace the stored index once the real service answers it.
+:class:`KeyIndex` is the seam where SCAN replaces the stored index where the service answers it
+(:mod:`sskv_mapping._listing`).
 
 Must not import aiomqtt/paho, the emulator, or the mapping/cache modules.
 """
@@ -52,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ._fanout import gather_bounded
-from ._key_locks import release_quietly
+from ._key_locks import OwnedLock, drain_owned, owned_lock
 from ._protocol.commands import SetCondition
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
@@ -99,6 +101,10 @@ class KeyIndex(Protocol):
     async def remove(self, keys: Iterable[str]) -> None: ...
 
     async def prune(self, missing: Iterable[str]) -> int: ...
+
+    async def candidate(self, skip: Iterable[str] = ()) -> str | None:
+        """A listed key not in ``skip`` (what ``popitem`` pops), ``None`` if there is none."""
+        ...
 
 
 def shard_of(key: str, shards: int) -> int:
@@ -170,6 +176,9 @@ class _Shard:
     # One rewrite at a time per shard and process: the leased lock's holder value is ours for every task here,
     # so it cannot tell our own tasks apart. Waiting tasks' keys ride along in the next batch.
     mutex: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # the shard lock's tenure in which ``entries`` was last read or written under the lock: while the lock has been
+    # ours since, nobody else wrote the shard, and a rewrite needs no read first
+    synced_tenure: int = -1
     pending_add: dict[str, IndexEntry] = field(default_factory=dict)
     pending_remove: set[str] = field(default_factory=set)
 
@@ -199,6 +208,7 @@ class StoredKeyIndex:
         lease: float = 5.0,
         grace_ms: int = 60_000,
         lock_timeout: float | None = 30.0,
+        keep: float = 0.02,
         now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         if not 1 <= shards <= 0xFFFF:
@@ -212,6 +222,9 @@ class StoredKeyIndex:
         self.v1_key = namespace + b"#index"
         self._v1_lock = namespace + b"#index-lock"
         self._lease = lease
+        # how long a shard lock is kept after a write, so that the next write into the shard (a loop of inserts,
+        # popitem after popitem) is one SET; short, because another process wanting the shard waits it out
+        self._keep = keep
         self._grace_ms = grace_ms
         self._lock_timeout = lock_timeout
         self._now_ms = now_ms
@@ -231,8 +244,8 @@ class StoredKeyIndex:
     def shard_key(self, i: int) -> bytes:
         return self._ns + f"#index/{i:04x}".encode()
 
-    def _lock(self, i: int) -> AsyncLeasedLock:
-        return AsyncLeasedLock(self.client, self._ns + f"#index-lock/{i:04x}".encode(), lease=self._lease)
+    def _lock(self, i: int) -> OwnedLock:
+        return owned_lock(self.client, self._ns + f"#index-lock/{i:04x}".encode(), lease=self._lease, keep=self._keep)
 
     # -- lifecycle --------------------------------------------------------------------------------------
 
@@ -271,9 +284,8 @@ class StoredKeyIndex:
 
     async def _create_or_migrate(self) -> int:
         """Write the meta key (migrating a 0.1.0 index first, if there is one); returns the agreed shard count."""
-        lock = AsyncLeasedLock(self.client, self._v1_lock, lease=max(self._lease, 30.0))
-        await lock.acquire(timeout=self._lock_timeout)
-        try:
+        v1_lock = owned_lock(self.client, self._v1_lock, lease=max(self._lease, 30.0))
+        async with v1_lock.hold(self._lock_timeout) as lock:
             shards = await self._read_meta()  # another process may have done it while we waited
             if shards is not None:
                 return shards
@@ -286,8 +298,6 @@ class StoredKeyIndex:
             if old is not None:
                 await lock.delete(self.v1_key)  # fenced by 0.1.0's lock tokens: ours is newer
                 log.info("migrated the 0.1.0 index of %r (%d keys) into %d shards", self._ns, len(old.value), shards)
-        finally:
-            await release_quietly(lock)
         return (await self._read_meta()) or shards
 
     async def _migrate(self, old: dict[str, int], shards: int) -> None:
@@ -296,7 +306,7 @@ class StoredKeyIndex:
             by_shard.setdefault(shard_of(key, shards), {})[key] = IndexEntry(added)
 
         async def write(i: int, entries: dict[str, IndexEntry]) -> None:
-            async with self._locked(i) as lock:
+            async with self._locked(i) as lock:  # before any shard is known here: nothing to mark stale
                 current = _decode((await self._get(i)) or None)
                 current.update({k: e for k, e in entries.items() if k not in current})
                 await lock.set(self.shard_key(i), _encode(current))
@@ -305,8 +315,11 @@ class StoredKeyIndex:
         await gather_bounded((write(i, e) for i, e in by_shard.items()), _FAN_OUT)
 
     async def close(self) -> None:
-        if self._tasks:  # releases of shard locks still under way
+        if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        # shard locks kept, and releases still under way
+        names = {self._ns + f"#index-lock/{i:04x}".encode() for i in range(self.shards)}
+        await drain_owned(self.client, names | {self.used_key + b"-lock", self._v1_lock})
         subs = [s.sub for s in [*self._shards, self._used] if s.sub is not None]
         for shard in [*self._shards, self._used]:
             shard.sub = None
@@ -346,8 +359,7 @@ class StoredKeyIndex:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         shard.loading = fut
         try:
-            if shard.sub is None:
-                shard.sub = await self.client.subscribe_key(self.shard_key(i), functools.partial(self._on_event, i))
+            await self._watch(i)
             await self._refresh_shard(i)
             shard.loaded = True
             fut.set_result(None)
@@ -400,18 +412,15 @@ class StoredKeyIndex:
             if not new - self._used_set:
                 return  # an earlier batch carried them
             batch, self._used_pending = self._used_pending, set()
-            lock = AsyncLeasedLock(self.client, self.used_key + b"-lock", lease=self._lease)
+            used_lock = owned_lock(self.client, self.used_key + b"-lock", lease=self._lease, keep=self._keep)
             try:
-                await lock.acquire(timeout=self._lock_timeout)
-                try:
+                async with used_lock.hold(self._lock_timeout) as lock:
                     await self._refresh_used()
                     merged = dict(self._used.entries)
                     merged.update({str(i): IndexEntry(0) for i in batch})
                     if merged != self._used.entries:
                         result = await lock.set(self.used_key, _encode_used(merged))
                         self._adopt_used(merged, result.version)
-                finally:
-                    await release_quietly(lock)
             except BaseException:
                 self._used_pending |= batch - self._used_set
                 raise
@@ -424,26 +433,50 @@ class StoredKeyIndex:
 
     @contextlib.asynccontextmanager
     async def _locked(self, i: int) -> AsyncIterator[AsyncLeasedLock]:
-        lock = self._lock(i)
-        await lock.acquire(timeout=self._lock_timeout)
-        try:
+        async with self._lock(i).hold(self._lock_timeout) as lock:
             yield lock
-        finally:
-            await release_quietly(lock)
 
-    async def _rewrite(
-        self, i: int, change: Callable[[dict[str, IndexEntry]], bool], written: Callable[[], None] | None = None
-    ) -> None:
-        """Read-modify-write shard ``i`` under its lock, the write fenced by the lock's token; ``written()`` is
-        called once the shard is in the store (before the lock is released)."""
-        async with self._locked(i) as lock:
-            current = await self._refresh_shard(i)
-            if change(current):
-                # an empty shard is written as ``{}``, not deleted: every state of it has a version
-                result = await lock.set(self.shard_key(i), _encode(current))
-                self._shards[i].adopt(current, result.version)
-            if written is not None:
-                written()
+    async def _watch(self, i: int) -> None:
+        shard = self._shards[i]
+        if shard.sub is None:
+            sub = await self.client.subscribe_key(self.shard_key(i), functools.partial(self._on_event, i))
+            if shard.sub is None:
+                shard.sub = sub
+            else:
+                await sub.close()
+
+    async def _rewrite(self, i: int, change: Callable[[dict[str, IndexEntry]], bool]) -> None:
+        """Read-modify-write shard ``i`` under its lock, the write fenced by the lock's token.
+
+        The read is skipped when the lock stayed ours since our last read or write of the shard (kept between
+        writes): nobody else can have written it. A shard not watched yet is watched meanwhile (the KEYNOTIFY
+        runs beside the lock's SET NEX), and the read under the lock loads it."""
+        shard = self._shards[i]
+        owned = self._lock(i)
+        watching = None if shard.sub is not None else asyncio.ensure_future(self._watch(i))
+        try:
+            async with owned.hold(self._lock_timeout) as lock:
+                if watching is not None:
+                    await watching
+                try:
+                    if shard.synced_tenure == owned.tenure and shard.loaded:
+                        current = dict(shard.entries)
+                    else:
+                        current = dict(await self._refresh_shard(i))
+                        shard.loaded = shard.loaded or shard.sub is not None
+                    if change(current):
+                        # an empty shard is written as ``{}``, not deleted: every state of it has a version
+                        result = await lock.set(self.shard_key(i), _encode(current))
+                        shard.adopt(current, result.version)
+                    shard.synced_tenure = owned.tenure
+                except BaseException:
+                    shard.synced_tenure = -1
+                    raise
+        finally:
+            if watching is not None and not watching.done():
+                watching.cancel()
+                with contextlib.suppress(BaseException):
+                    await watching
 
     # -- the KeyIndex API -------------------------------------------------------------------------------
 
@@ -471,9 +504,11 @@ class StoredKeyIndex:
         await gather_bounded((self._add_to(i, items, now) for i, items in by_shard.items()), _FAN_OUT)
 
     async def _add_to(self, i: int, items: list[tuple[str, int | None]], now: int) -> None:
-        shard = await self._load(i)
+        shard = self._shards[i]
 
         def needed(key: str, expires: int | None) -> bool:
+            if not shard.loaded:
+                return True  # not known here yet: the read under the lock decides
             listed = shard.entries.get(key)
             return listed is None or not _same_kind(listed.expires_ms, expires)
 
@@ -485,37 +520,10 @@ class StoredKeyIndex:
             shard.pending_remove.discard(k)
             listed = shard.entries.get(k)
             shard.pending_add[k] = IndexEntry(listed.added_ms if listed else now, e)
-        # The caller may go on (write the data key) once the shard is written; the lock's release (VDEL) runs on
-        # meanwhile, still under the shard's mutex, in a task of its own: one round trip less for a new key.
-        listed_now: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        task = asyncio.get_running_loop().create_task(self._add_batch(i, shard, new, needed, listed_now))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        await asyncio.shield(listed_now)
-
-    async def _add_batch(
-        self,
-        i: int,
-        shard: _Shard,
-        new: list[tuple[str, int | None]],
-        needed: Callable[[str, int | None], bool],
-        listed_now: asyncio.Future[None],
-    ) -> None:
-        def settle(error: BaseException | None = None) -> None:
-            if listed_now.done():
-                return
-            if error is None:
-                listed_now.set_result(None)
-            elif isinstance(error, asyncio.CancelledError):
-                listed_now.cancel()
-            else:
-                listed_now.set_exception(error)
-                listed_now.exception()
-
+        # Group commit: the keys of every task that queued on the mutex meanwhile ride in one rewrite.
         async with shard.mutex:
-            if not any(needed(k, e) for k, e in new):
-                settle()
-                return  # an earlier batch carried them
+            if not any(k in shard.pending_add for k, _ in new):
+                return  # an earlier batch wrote them (a failed batch puts its keys back)
             batch, shard.pending_add = shard.pending_add, {}
 
             def change(entries: dict[str, IndexEntry]) -> bool:
@@ -528,14 +536,40 @@ class StoredKeyIndex:
                 return changed
 
             try:
-                await self._rewrite(i, change, settle)
-            except BaseException as exc:
+                await self._rewrite(i, change)
+            except BaseException:
                 for k, listed in batch.items():  # let a later call retry them
                     shard.pending_add.setdefault(k, listed)
-                settle(exc)
-                if not isinstance(exc, Exception):
-                    raise
-            settle()
+                raise
+
+    async def candidate(self, skip: Iterable[str] = ()) -> str | None:
+        """A listed key not in ``skip`` -- the newest of one shard -- from what this process knows already
+        (the shards it watches), loading one more shard only when those hold none; ``None`` only once every
+        shard in use was read again and holds nothing else (the namespace is empty). What ``popitem`` pops:
+        its cost does not grow with the namespace."""
+        await self.start()
+        skipped = set(skip)
+
+        def newest(i: int) -> str | None:
+            entries = self._shards[i].entries
+            keys = [k for k in entries if k not in skipped] if skipped else list(entries)
+            return max(keys, key=lambda k: (entries[k].added_ms, k)) if keys else None
+
+        for refresh in (False, True):
+            used = sorted(await self._load_used(refresh=refresh), reverse=True)
+            for i in used:  # known first: no round trip
+                if self._shards[i].loaded and (key := newest(i)) is not None:
+                    return key
+            for i in used:  # then one shard at a time, read (and watched) now
+                shard = self._shards[i]
+                if not shard.loaded or refresh:
+                    if shard.loaded:
+                        await self._refresh_shard(i)
+                    else:
+                        await self._load(i)
+                    if (key := newest(i)) is not None:
+                        return key
+        return None
 
     async def remove(self, keys: Iterable[str]) -> None:
         await self.start()
@@ -545,7 +579,7 @@ class StoredKeyIndex:
         await gather_bounded((self._remove_from(i, ks) for i, ks in by_shard.items()), _FAN_OUT)
 
     async def _remove_from(self, i: int, keys: list[str]) -> None:
-        shard = await self._load(i)
+        shard = self._shards[i] if self._shards[i].loaded else await self._load(i)
         gone = [k for k in keys if k in shard.entries or k in shard.pending_add]
         if not gone:
             return
@@ -591,7 +625,8 @@ class StoredKeyIndex:
                 return 0
             removed: list[str] = []
             async with self._shards[i].mutex, self._locked(i) as lock:
-                current = await self._refresh_shard(i)
+                self._shards[i].synced_tenure = -1  # the next rewrite reads the shard again
+                current = dict(await self._refresh_shard(i))
                 checks = [k for k in candidates if stale(current.get(k))]
                 found = await gather_bounded((self.client.get(self._data_key(k)) for k in checks), _FAN_OUT)
                 for key, entry in zip(checks, found, strict=True):

@@ -8,6 +8,14 @@ callers never see the fencing.
 One task per key and process contends for the key's store lock (the others queue on an in-process mutex), so a
 release does not wake a herd of local waiters that would all retry the same ``SET NEX``.
 
+:class:`OwnedLock` is how the library's own locks (index shards, ledger shards, per-key locks, the generation
+lock) are held: one record per client and lock name, a holder value that stays the same until a release is
+confirmed, so that after a reconnect the next holder in this process *re-takes* a lock it may still hold
+(``SET NEX`` with its own value succeeds at once, protocol.md §6) instead of waiting out its lease. Releases run
+in the background, outside the in-process mutex: one lost reply does not hold up the next writer of that lock.
+A lock may also be *kept* a short while after use (``keep``), so the next holder in this process skips the
+``SET NEX`` and knows that nobody else wrote what the lock protects meanwhile.
+
 Must not import aiomqtt/paho, the emulator or the mapping/cache modules.
 """
 
@@ -16,15 +24,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
+import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 from ._protocol.hlc import HybridLogicalClock
 from .client import AsyncStateStoreClient
-from .errors import FencingTokenRequiredError, StateStoreError
+from .errors import FencingTokenRequiredError, LockError, StateStoreError, TransportError
 from .lock import AsyncLeasedLock
 
-__all__ = ["KeyLocks", "release_quietly"]
+__all__ = ["KeyLocks", "OwnedLock", "drain_owned", "owned_lock", "release_quietly"]
 
 log = logging.getLogger("sskv_mapping.cache")
 
@@ -40,6 +51,176 @@ async def release_quietly(lock: AsyncLeasedLock) -> None:
         await lock.release()
     except StateStoreError as exc:
         log.warning("could not release lock %r (its lease will run out): %s", lock.name, exc)
+
+
+# client -> lock name -> its record; a record leaves once nobody uses it and its lock is released
+_owned: weakref.WeakKeyDictionary[AsyncStateStoreClient, dict[bytes, OwnedLock]] = weakref.WeakKeyDictionary()
+_process_ids: weakref.WeakKeyDictionary[AsyncStateStoreClient, str] = weakref.WeakKeyDictionary()
+
+
+def owned_lock(client: AsyncStateStoreClient, name: bytes, *, lease: float, keep: float = 0.0) -> OwnedLock:
+    """The record of lock ``name`` for ``client`` (made on first use; ``lease``/``keep`` of the first caller)."""
+    records = _owned.setdefault(client, {})
+    record = records.get(name)
+    if record is None:
+        ident = _process_ids.get(client)
+        if ident is None:
+            ident = _process_ids[client] = f"{client.client_id}/{secrets.token_hex(6)}"
+        record = records[name] = OwnedLock(client, name, ident, lease=lease, keep=keep)
+    return record
+
+
+async def drain_owned(client: AsyncStateStoreClient, names: set[bytes] | None = None) -> None:
+    """Release the kept locks among ``names`` (default: all of the client's) and wait for their releases."""
+    records = [r for n, r in list(_owned.get(client, {}).items()) if names is None or n in names]
+    if records:
+        await asyncio.gather(*(r.drain() for r in records), return_exceptions=True)
+
+
+class OwnedLock:
+    """One store lock as this client holds it for its tasks, one at a time (see the module docstring).
+
+    ``tenure`` counts fresh acquisitions: while it stays the same between two holds, nobody else held the lock
+    in between (a caller may trust what it read or wrote under the lock then).
+    """
+
+    def __init__(self, client: AsyncStateStoreClient, name: bytes, ident: str, *, lease: float, keep: float) -> None:
+        self.client = client
+        self.name = name
+        self._ident = ident
+        self._lease = lease
+        self.keep = keep
+        self._mutex = asyncio.Lock()
+        self._users = 0
+        self._serial = 0
+        self.tenure = 0
+        self._lock = self._new_lock()
+        self._taken = False  # True from a SET NEX sent (its reply may be lost) until a release is confirmed
+        self._continuous = False  # held without a gap since the last hold ended cleanly
+        self._idle: asyncio.TimerHandle | None = None
+        self._releasing: set[asyncio.Task[None]] = set()
+
+    def _new_lock(self) -> AsyncLeasedLock:
+        self._serial += 1
+        return AsyncLeasedLock(self.client, self.name, holder=f"{self._ident}.{self._serial}", lease=self._lease)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, timeout: float | None) -> AsyncIterator[AsyncLeasedLock]:
+        """Hold the lock (waiting up to ``timeout`` for this process's other holders and for the store lock)."""
+        self._users += 1
+        try:
+            async with asyncio.timeout(timeout):
+                await self._mutex.acquire()
+        except TimeoutError:
+            self._users -= 1
+            self._forget_if_idle()
+            raise LockError(f"timed out after {timeout} s waiting for lock {self.name!r}") from None
+        outcome: BaseException | None = None
+        try:
+            if self._idle is not None:
+                self._idle.cancel()
+                self._idle = None
+            lock = self._lock
+            # reuse a kept lock while at least half its lease is left (by our clock); else (re-)take it: SET NEX
+            # with the same holder value renews our own lock at once, even one whose grant or release reply a
+            # dropped connection lost
+            kept = self._taken and lock.held and lock.lease_deadline - time.monotonic() >= lock.lease_ms / 2000
+            if not kept:
+                continuous = self._continuous and lock.held
+                self._continuous = False
+                self._taken = True
+                try:
+                    await lock.acquire(timeout=timeout)
+                except LockError:
+                    self._taken = False  # someone else held it all along: nothing of ours to release
+                    raise
+                if not continuous:
+                    self.tenure += 1
+            self._continuous = False
+            yield lock
+        except BaseException as exc:
+            outcome = exc
+            raise
+        finally:
+            self._users -= 1
+            self._after_hold(outcome)
+            self._mutex.release()
+
+    def _after_hold(self, outcome: BaseException | None) -> None:
+        if not self._taken:
+            self._forget_if_idle()
+        elif outcome is None:
+            self._continuous = True
+            if self._users > 0:
+                return  # handed to the next holder of this process as it is
+            if self.keep > 0:
+                self._idle = asyncio.get_running_loop().call_later(self.keep, self._release_soon)
+            else:
+                self._release_soon()
+        elif isinstance(outcome, TransportError):
+            # maybe still ours: the next holder here re-takes it at once; if none comes, release it once the
+            # connection is back
+            self._spawn(self._release_after_reconnect(self._lock))
+        else:
+            self._release_soon()
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        async def run() -> None:
+            await work
+
+        task = asyncio.get_running_loop().create_task(run(), name=f"sskv-release-{self.name!r}")
+        self._releasing.add(task)
+        task.add_done_callback(self._released)
+
+    def _release_soon(self) -> None:
+        """Release in the background. The next holder takes the lock under a new holder value meanwhile, so a
+        late VDEL of this one cannot delete its lock (it waits for the DELETE instead)."""
+        self._idle = None
+        if self._users > 0 or not self._taken:
+            return  # a holder of this process is about to use it (or there is nothing to release)
+        lock, self._lock, self._taken, self._continuous = self._lock, self._new_lock(), False, False
+        self._spawn(self._release(lock))
+
+    async def _release_after_reconnect(self, lock: AsyncLeasedLock) -> None:
+        with contextlib.suppress(StateStoreError):
+            await self.client.wait_connected(lock.lease_ms / 1000)
+        if self._lock is lock and self._users == 0 and self._idle is None and not self._continuous:
+            self._release_soon()
+
+    @staticmethod
+    async def _release(lock: AsyncLeasedLock) -> None:
+        # a release lost to a dropped connection is sent again (the request waits for the reconnect) until the
+        # lease is surely over: a waiter watches the lock for the DELETE it makes
+        deadline = time.monotonic() + lock.lease_ms / 1000
+        while True:
+            try:
+                await lock.client.vdelete(lock.name, lock.holder, timeout=max(deadline - time.monotonic(), 0.5))
+                return
+            except TransportError as exc:
+                if time.monotonic() >= deadline:
+                    log.warning("could not release lock %r (its lease ran out meanwhile): %s", lock.name, exc)
+                    return
+            except StateStoreError as exc:
+                log.warning("could not release lock %r (its lease will run out): %s", lock.name, exc)
+                return
+
+    def _released(self, task: asyncio.Task[None]) -> None:
+        self._releasing.discard(task)
+        self._forget_if_idle()
+
+    def _forget_if_idle(self) -> None:
+        if self._users == 0 and not self._taken and not self._releasing and self._idle is None:
+            records = _owned.get(self.client)
+            if records is not None and records.get(self.name) is self:
+                del records[self.name]
+
+    async def drain(self) -> None:
+        """Release a kept lock now and wait for the releases under way (a namespace's close)."""
+        if self._idle is not None:
+            self._idle.cancel()
+            self._release_soon()
+        if self._releasing:
+            await asyncio.gather(*self._releasing, return_exceptions=True)
 
 
 class _Mutex:
@@ -84,13 +265,9 @@ class KeyLocks:
     @contextlib.asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[AsyncLeasedLock]:
         """Hold the key's write lock (``#lock/<key>``): the lock of ``incr`` and of fenced writes."""
-        async with self._queued(key):
-            lock = self.lock("lock", key)
-            await lock.acquire(timeout=self.timeout)
-            try:
-                yield lock
-            finally:
-                await release_quietly(lock)
+        # one task per key and process at a time (the record's mutex); re-taken at once after a reconnect
+        async with owned_lock(self.client, self.name("lock", key), lease=self.lease).hold(self.timeout) as lock:
+            yield lock
 
     async def fenced(self, key: str, op: FencedOp[T]) -> T:
         """Run ``op(None)``; if the key is fenced, run ``op(token)`` under the key's lock instead."""

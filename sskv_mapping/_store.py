@@ -7,7 +7,7 @@ the hot path of a cache hit, which any thread may call (the local cache is threa
 
 Key layout for namespace ``ns``: data keys are ``ns/<key>`` (a cache's: ``ns#g.<generation>/<key>``); the dict's
 index shards are ``ns#index/<i>`` with their locks ``ns#index-lock/<i>`` and ``ns#index-meta`` (never a data key:
-namespaces hold no ``#``).
+namespaces hold no ``#``, so the SCAN pattern of the data keys, ``escape_glob("ns/") + "*"``, matches none of them).
 
 Reads register KEYNOTIFY for the key *before* the GET, so no change between the two is missed; the local
 cache is then kept current by notifications, ordered by version. Writes go to the store, then into the
@@ -28,7 +28,7 @@ from datetime import timedelta
 from typing import Generic, TypeVar
 
 from ._fanout import BoundedWork, gather_bounded
-from ._index import StoredKeyIndex
+from ._index import KeyIndex
 from ._keys import check_namespace, text_key, utf8
 from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.hlc import HybridLogicalClock
@@ -80,7 +80,7 @@ class NamespaceStore(Generic[V]):
         codec: Codec[V],
         *,
         cache: LocalCache[V] | None,
-        index: bool = True,
+        index: Callable[[NamespaceStore[V]], KeyIndex] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
@@ -106,12 +106,16 @@ class NamespaceStore(Generic[V]):
         )
         #: how many idle watches were released so far
         self.watches_released = 0
+        # a new key's watch, started beside its SET and not waited for (one per write in progress: bounded by the
+        # callers and the client's max_in_flight); close() lets them end before releasing the watches
+        self._new_watches: set[asyncio.Task[None]] = set()
         # Re-reads entries before they outlive the local cache's max_staleness (see _revalidate_loop).
         self._revalidator: asyncio.Task[None] | None = None
         #: cached entries re-read in the background so far (to keep them within max_staleness)
         self.revalidations = 0
         self._wall_ms = wall_ms
-        self.index: StoredKeyIndex | None = StoredKeyIndex(client, ns, self.data_key, now_ms=wall_ms) if index else None
+        # the key listing the owner injects (the dict's: SCAN or a stored index, see _listing); None: the cache's
+        self.index: KeyIndex | None = None if index is None else index(self)
         self._was_down = False
         self._started = False
         self._closed = False
@@ -174,6 +178,8 @@ class NamespaceStore(Generic[V]):
         if self._revalidator is not None:
             self._revalidator.cancel()
             self._revalidator = None
+        while self._new_watches:
+            await asyncio.wait(list(self._new_watches))
         subs, self._watches = list(self._watches.values()), {}
         await gather_bounded((self._release_watch(sub) for sub in subs), _RELEASE_FAN_OUT)
         await self._releasing.wait()
@@ -214,6 +220,12 @@ class NamespaceStore(Generic[V]):
             del self._watching[data_key]
         if len(self._watches) > self.watch_limit:
             self._release_idle_watches(keep=data_key)
+
+    async def _watch_quietly(self, data_key: bytes) -> None:
+        try:
+            await self._ensure_watch(data_key)
+        except StateStoreError as exc:  # the key is just not cached; the next read watches it again
+            log.debug("watching %r failed: %s", data_key, exc)
 
     def _release_idle_watches(self, keep: bytes) -> None:
         """Stop watching every key the cache does not hold (nor reads now), except ``keep`` (about to be).
@@ -402,28 +414,36 @@ class NamespaceStore(Generic[V]):
         if isinstance(value, Encoded):
             value = value.value
         ttl_ms = ttl_to_ms(ttl)
-        if listed and self.index is not None:
+        # The key's watch (for the local cache) starts beside the write and is not waited for: a new key is one
+        # round trip of waiting (scan) or its listing's then one (index). Only a key watched before the SET was sent
+        # may be cached with the written value (a change after it is surely notified); else the next read fetches it.
+        # A fenced write watches first, as before: its entry keeps the token it was written with (``entry()``).
+        if fencing_token is not None:
+            await self._ensure_watch(data_key)
+        watched = self._watch_active(data_key)
+        if self.cache is not None and data_key not in self._watches and data_key not in self._watching:
+            # not waited for: nothing written now is cached unwatched; a read joins the registration under way
+            task = asyncio.get_running_loop().create_task(self._watch_quietly(data_key))
+            self._new_watches.add(task)
+            task.add_done_callback(self._new_watches.discard)
+        if listed and self.index is not None:  # listed before the data exists: see _index's invariants
             # a value too large to store must not leave its key listed: refused before the index entry is written
             exact_ttl = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)
             self.client.check_set(data_key, raw, condition=condition, ttl=exact_ttl, fencing_token=fencing_token)
-            # listing the key and watching it are independent: one round trip of waiting saved on a new key
-            listing = self.index.add([(key, None if ttl_ms is None else self._wall_ms() + ttl_ms)])
-            await asyncio.gather(listing, self._ensure_watch(data_key))
-        else:
-            await self._ensure_watch(data_key)
+            await self.index.add([(key, None if ttl_ms is None else self._wall_ms() + ttl_ms)])
         started = self._clock()
         result = await self.client.set(
             data_key,
             raw,
             condition=condition,
-            ttl=None if ttl_ms is None else timedelta(milliseconds=ttl_ms),  # exact: no ms -> s -> ms round trip
+            ttl=None if ttl_ms is None else timedelta(milliseconds=ttl_ms),  # exact: no ms -> s -> ms
             fencing_token=fencing_token,
         )
         if result.applied and self.cache is not None:
-            if self._watch_active(data_key):
+            if watched and self._watch_active(data_key):
                 expires = None if ttl_ms is None else started + ttl_ms / 1000
                 self.cache.store_write(data_key, CachedEntry(value, raw, result.version, fencing_token, expires))
-            else:  # not notified of later changes (see read_data_key): keep nothing
+            else:  # not (surely) notified of later changes (see read_data_key): keep nothing
                 self.cache.invalidate(data_key)
         return result
 

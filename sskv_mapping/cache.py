@@ -150,7 +150,7 @@ class AsyncStateStoreCache(Generic[V]):
         lease = _check_options(local_cache_size, max_in_flight, lock_lease, lock_timeout)
         cache: LocalCache[V] | None = _local_cache(local_cache_size, clock, max_staleness)
         self._store: NamespaceStore[V] = NamespaceStore(
-            client, namespace, resolved, cache=cache, index=False, clock=clock
+            client, namespace, resolved, cache=cache, index=None, clock=clock
         )
         ns = namespace.encode("utf-8")  # checked by NamespaceStore
         self._ns = ns

@@ -37,7 +37,14 @@ from .client import (
     SetResult,
     StateStoreClient,
 )
-from .errors import ConfigurationError, LockError, RequestTimeoutError, StateStoreError
+from .errors import (
+    ConfigurationError,
+    ConnectionLostError,
+    LockError,
+    RequestTimeoutError,
+    StateStoreError,
+    TransportError,
+)
 
 __all__ = ["AsyncLeasedLock", "LeasedLock"]
 
@@ -169,7 +176,14 @@ class AsyncLeasedLock:
                 sub = await self.client.subscribe_key(self.name, on_event)
                 while True:
                     changed.clear()
-                    token = await self.try_acquire()
+                    try:
+                        token = await self.try_acquire()
+                    except ConnectionLostError:
+                        # the connection dropped under our SET NEX, which may have been granted with the reply lost:
+                        # the next one, with the same holder value, re-takes it at once once the connection is back
+                        # (a request that got no answer on a live connection is a RequestTimeoutError: raised)
+                        await self.client.wait_connected()
+                        continue
                     if token is not None:
                         return token
                     await changed.wait()
@@ -259,12 +273,24 @@ class AsyncLeasedLock:
         interval = self.lease_ms / 1000 * self._renew_fraction
         while True:
             await asyncio.sleep(interval)
-            try:
-                await self.renew()
-            except LockError as exc:
-                self._lost = self._lost or str(exc)
-                log.warning("lost lock %r: %s", self.name, exc)
-                return
+            while True:
+                try:
+                    await self.renew()
+                    break
+                except LockError as exc:
+                    if isinstance(exc.__cause__, TransportError) and self._clock() < self._lease_deadline:
+                        # the connection dropped: the lock is still ours until its lease ends, so renew it (the
+                        # same SET NEX re-takes it) as soon as the connection is back, not after the lease
+                        await self._wait_connected()
+                        continue
+                    self._lost = self._lost or str(exc)
+                    log.warning("lost lock %r: %s", self.name, exc)
+                    return
+
+    async def _wait_connected(self) -> None:
+        left = self._lease_deadline - self._clock()
+        with contextlib.suppress(StateStoreError):
+            await self.client.wait_connected(max(left, 0.001))
 
     async def _stop_renewing(self) -> None:
         task, self._renew_task = self._renew_task, None

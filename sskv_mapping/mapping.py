@@ -4,7 +4,8 @@ async twin :class:`AsyncStateStoreDict`.
 Reads are served by a local cache kept current by the store's change notifications (a hit never leaves
 the calling thread); writes go to the store. ``setdefault`` is atomic across processes (``SET NX``),
 ``pop`` uses ``VDEL`` so it never deletes a value another process just wrote. ``len``, iteration and
-``clear`` go through the namespace's key index (:mod:`sskv_mapping._index`).
+``clear`` read the namespace's listing: a SCAN of its keys where the service answers SCAN, else its stored key
+index (``listing=``, :mod:`sskv_mapping._listing`).
 
 A network failure raises a :class:`~sskv_mapping.errors.TransportError`, never ``KeyError``: ``d.get(k)``
 and ``k in d`` cannot mistake an outage for a missing key.
@@ -20,7 +21,9 @@ from functools import partial
 from typing import Any, Generic, TypeVar, cast, overload
 
 from ._fanout import gather_bounded
-from ._keys import is_text_key, text_key
+from ._index import KeyIndex
+from ._keys import check_namespace, is_text_key, text_key
+from ._listing import ListingMode, NamespaceListing, check_listing
 from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.hlc import HybridLogicalClock
 from ._store import Encoded, NamespaceStore, StoreEntry
@@ -70,9 +73,11 @@ class AsyncStateStoreDict(Generic[V]):
         cache_ttl: float | None = None,
         stale_while_disconnected: bool = False,
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
+        listing: ListingMode = "auto",
         clock: Callable[[], float] = time.monotonic,
         _owns_client: bool = False,
     ) -> None:
+        mode = check_listing(listing)
         resolved: Codec[Any] = JsonCodec() if codec is None else get_codec(codec)
         cache: LocalCache[V] | None = None
         if local_cache_size > 0:
@@ -83,7 +88,13 @@ class AsyncStateStoreDict(Generic[V]):
                 stale_while_disconnected=stale_while_disconnected,
                 max_staleness=max_staleness,
             )
-        self._store: NamespaceStore[V] = NamespaceStore(client, namespace, resolved, cache=cache, clock=clock)
+
+        def index(store: NamespaceStore[V]) -> KeyIndex:
+            return NamespaceListing(client, check_namespace(namespace), store.data_key, mode=mode)
+
+        self._store: NamespaceStore[V] = NamespaceStore(
+            client, namespace, resolved, cache=cache, index=index, clock=clock
+        )
         # every d[key] hit: one call into the local cache (a dict's key prefix never changes)
         self._reader = None if cache is None else cache.reader(self._store.prefix)
         self._owns_client = _owns_client
@@ -106,6 +117,7 @@ class AsyncStateStoreDict(Generic[V]):
         stale_while_disconnected: bool = False,
         settings: ConnectionSettings | None = None,
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
+        listing: ListingMode = "auto",
     ) -> AsyncStateStoreDict[Any]:
         """Connect a client of its own and open the namespace (closed with the dict); ``timeout``: seconds per
         request (``None``: forever); ``settings``: a complete :class:`ConnectionSettings`
@@ -128,6 +140,7 @@ class AsyncStateStoreDict(Generic[V]):
             local_cache_size=local_cache_size,
             stale_while_disconnected=stale_while_disconnected,
             max_staleness=max_staleness,
+            listing=listing,
             _owns_client=True,
         )
         try:
@@ -311,12 +324,24 @@ class AsyncStateStoreDict(Generic[V]):
             # changed (or deleted) under us: read again and decide on the new state
 
     async def popitem(self) -> tuple[str, V]:
-        """Remove and return the most recently listed pair; ``KeyError`` if empty."""
-        for key in reversed(await self._store.listed_keys(refresh=True)):
+        """Remove and return a pair (the most recently listed of one index shard); ``KeyError`` if empty.
+
+        The key comes from what this process knows of the listing already (no full re-read): its cost does not
+        grow with the namespace. A key another process popped first is skipped, and the next one tried."""
+        index = self._store.index
+        if index is None:
+            raise KeyError("popitem(): this namespace keeps no listing")
+        tried: list[str] = []
+        while True:
+            key = await index.candidate(tried)
+            if key is None:
+                if tried:
+                    await index.prune(tried)  # entries left dangling by a crash, once past the grace period
+                raise KeyError("popitem(): dictionary is empty")
             value = await self.pop(key, ABSENT)
             if value is not ABSENT:
                 return key, value
-        raise KeyError("popitem(): dictionary is empty")
+            tried.append(key)
 
     async def update(self, other: Any = (), /, **kwargs: V) -> None:
         """``d.update(mapping | iterable of pairs, **kwargs)``; the writes run concurrently."""
@@ -393,6 +418,7 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
         cache_ttl: float | None = None,
         stale_while_disconnected: bool = False,
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
+        listing: ListingMode = "auto",
         clock: Callable[[], float] = time.monotonic,
         _owns_client: bool = False,
     ) -> None:
@@ -406,6 +432,7 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
             cache_ttl=cache_ttl,
             stale_while_disconnected=stale_while_disconnected,
             max_staleness=max_staleness,
+            listing=listing,
             clock=clock,
         )
         self._owns_client = _owns_client
@@ -430,6 +457,7 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
         stale_while_disconnected: bool = False,
         settings: ConnectionSettings | None = None,
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
+        listing: ListingMode = "auto",
     ) -> StateStoreDict[Any]:
         """Connect a client of its own and open the namespace (closed with the dict); ``timeout``: seconds per
         request (``None``: forever); ``settings``: a complete :class:`ConnectionSettings`
@@ -453,6 +481,7 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
                 local_cache_size=local_cache_size,
                 stale_while_disconnected=stale_while_disconnected,
                 max_staleness=max_staleness,
+                listing=listing,
                 _owns_client=True,
             )
         except BaseException:

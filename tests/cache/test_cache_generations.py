@@ -119,7 +119,9 @@ async def test_another_process_stops_serving_cleared_values_local_cache_included
 
     await cache.sweep()
     assert await cache.client.get(old_keys[0]) is None  # the TTL-less entry was deleted, not orphaned
-    assert await cache.client.get(old_keys[1]) is not None  # the expiring one ages out by its TTL
+    if cache.client.supports_scan is False:  # the ledger's sweep leaves the expiring one to age out by its TTL
+        assert await cache.client.get(old_keys[1]) is not None
+    # (a sweep by SCAN finds every entry of the retired generation, and cannot tell which expire: it deletes both)
 
     await cache.set("after", "c")  # the namespace works on in the new generation, for both
     assert worker.call(op="get", key="after")["value"] == "c"

@@ -37,6 +37,7 @@ import threading
 import time
 from typing import Any
 
+from sskv_mapping._key_locks import drain_owned
 from sskv_mapping._sync import get_loop_thread
 from sskv_mapping.cache import StateStoreCache
 from sskv_mapping.client import ConnectionState, StateStoreClient
@@ -77,9 +78,9 @@ class CacheAsMap:
     """The blocking cache with the two dict operations the loads use (``--kind cache``): the same load, the
     same stale-read rules, through the cache backend (a local cache kept current by notifications)."""
 
-    def __init__(self, client: StateStoreClient, namespace: str) -> None:
+    def __init__(self, client: StateStoreClient, namespace: str, ttl: float | None = 600) -> None:
         self.cache: StateStoreCache[Any] = StateStoreCache(
-            client, namespace=namespace, local_cache_size=64, default_ttl=600
+            client, namespace=namespace, local_cache_size=64, default_ttl=ttl
         )
         self.client = client
         self.local_cache = self.cache.local_cache
@@ -148,6 +149,11 @@ class Worker:
         attempted = {k: 0 for k in keys}
         for k in keys:  # set-up: every key exists (and is in the namespace index) before the load starts
             d[k] = 0
+        # background work the set-up started ends before the census: a new key's watch (a read joins it) and the
+        # release of the index shard locks kept after the writes
+        for k in keys:
+            d.get(k)
+        get_loop_thread().run(drain_owned(d.client.async_client))
         census("ready")
         emit("ready", data_keys={k: self.data_key(d, k) for k in keys})
         last_report = 0.0
@@ -246,9 +252,11 @@ class Worker:
         client.add_state_listener(self.on_state)
         client.connect()
         d: Any = (
-            CacheAsMap(client, args.namespace)
-            if args.kind == "cache"
-            else StateStoreDict(client, namespace=args.namespace)
+            CacheAsMap(client, args.namespace, ttl=None if args.kind == "cache-nottl" else 600)
+            if args.kind.startswith("cache")
+            else StateStoreDict(
+                client, namespace=args.namespace, listing="index" if args.kind == "dict-index" else "auto"
+            )
         )
         threading.Thread(target=self._read_stdin, name=STDIN_THREAD, daemon=True).start()
         self.result: dict[str, Any] = {}
@@ -283,7 +291,12 @@ def main() -> int:
     parser.add_argument("--keys", type=lambda s: s.split(","), required=True)
     parser.add_argument("--seconds", type=float, default=120.0, help="hard deadline of the load")
     parser.add_argument("--timeout", type=float, default=10.0, help="client call timeout (the client's default)")
-    parser.add_argument("--kind", choices=["dict", "cache"], default="dict", help="StateStoreDict or the cache")
+    parser.add_argument(
+        "--kind",
+        choices=["dict", "dict-index", "cache", "cache-nottl"],
+        default="dict",
+        help="StateStoreDict (listing auto, or index) or the cache (entries with a TTL, or without: ledger/SCAN path)",
+    )
     parser.add_argument("--pace", type=float, default=0.004, help="pause between operations (s)")
     return Worker(parser.parse_args()).main()
 

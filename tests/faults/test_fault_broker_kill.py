@@ -85,9 +85,11 @@ def test_broker_sigkill_restarts_under_mixed_load(
     namespace = f"faults{uuid.uuid4().hex[:8]}"
     writer_keys = {f"w{i}": [f"w{i}-k{j}" for j in range(KEYS_PER_WRITER)] for i in range(2)}
     writer_keys["cw"] = [f"cw-k{j}" for j in range(KEYS_PER_WRITER)]  # the cache writer's keys
-    kinds = {"w0": "dict", "w1": "dict", "cw": "cache"}
+    writer_keys["cn"] = [f"cn-k{j}" for j in range(KEYS_PER_WRITER)]  # a cache writer without TTLs
+    # one dict lists by SCAN (auto), one by the stored index; the TTL-less cache writer takes locks of its own
+    kinds = {"w0": "dict", "w1": "dict-index", "cw": "cache", "cn": "cache-nottl"}
     all_keys = [k for keys in writer_keys.values() for k in keys]
-    dict_keys = [k for name, keys in writer_keys.items() if kinds[name] == "dict" for k in keys]
+    dict_keys = [k for name, keys in writer_keys.items() if kinds[name].startswith("dict") for k in keys]
     hard_deadline = window + 60  # the workers stop by themselves even if the test never says "stop"
     fault_report.scenario = "a. broker SIGKILL+restart"
     fault_report.faults = f"{restarts} broker SIGKILL+restart"
@@ -163,7 +165,8 @@ def test_broker_sigkill_restarts_under_mixed_load(
                         first_acks.append(max(0.0, min(firsts) - t_served))
         longest = max(d["longest_call"] for d in done.values())
         fault_report.load = (
-            f"2+2 dict and 1+1 cache writer/reader procs, default timeouts, {elapsed:.0f}s: "
+            "2+2 dict (SCAN and index listing) and 2+1 cache (one without TTLs) writer/reader procs, "
+            f"default timeouts, {elapsed:.0f}s: "
             f"{writes_acked} writes acked "
             f"({writes_unknown} unknown outcome), {reads} reads ({hits} cache hits)"
         )

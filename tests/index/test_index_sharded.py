@@ -48,7 +48,7 @@ class Sizes:
 
 async def test_an_insert_rewrites_and_broadcasts_one_small_shard(new_client: Any, namespace: str) -> None:
     writer = await new_client()
-    d: AsyncStateStoreDict[int] = AsyncStateStoreDict(writer, namespace=namespace, local_cache_size=0)
+    d: AsyncStateStoreDict[int] = AsyncStateStoreDict(writer, namespace=namespace, local_cache_size=0, listing="index")
     async with d:
         await d.update({f"k{i:05d}": i for i in range(2_000)})
         index = d._store.index
@@ -66,7 +66,7 @@ async def test_an_insert_rewrites_and_broadcasts_one_small_shard(new_client: Any
 
 
 async def test_a_fresh_len_reads_the_shards_not_the_data(new_client: Any, namespace: str) -> None:
-    async with AsyncStateStoreDict(await new_client(), namespace=namespace, local_cache_size=0) as d:
+    async with AsyncStateStoreDict(await new_client(), namespace=namespace, local_cache_size=0, listing="index") as d:
         await d.update({f"k{i}": i for i in range(300)})
     reader = await new_client()
     asked: list[bytes] = []
@@ -77,7 +77,7 @@ async def test_a_fresh_len_reads_the_shards_not_the_data(new_client: Any, namesp
         return await original(key, **kwargs)
 
     reader.get = spy  # type: ignore[method-assign]
-    async with AsyncStateStoreDict(reader, namespace=namespace) as fresh:
+    async with AsyncStateStoreDict(reader, namespace=namespace, listing="index") as fresh:
         assert await fresh.len() == 300
         assert sorted(await fresh.keys()) == sorted(f"k{i}" for i in range(300))
     data_reads = [k for k in asked if k.startswith(f"{namespace}/".encode())]
@@ -87,7 +87,7 @@ async def test_a_fresh_len_reads_the_shards_not_the_data(new_client: Any, namesp
 
 async def test_an_expired_key_leaves_the_listing(new_client: Any, namespace: str) -> None:
     client = await new_client()
-    async with AsyncStateStoreDict(client, namespace=namespace) as d:
+    async with AsyncStateStoreDict(client, namespace=namespace, listing="index") as d:
         await d.set("stays", 1)
         gone = asyncio.Event()
         await client.subscribe_key(f"{namespace}/brief", lambda e: gone.set() if e.op is KeyOperation.DELETE else None)
@@ -115,8 +115,8 @@ async def _write_v1_namespace(client: AsyncStateStoreClient, namespace: str, key
 async def test_a_0_1_0_namespace_is_migrated_once_by_two_processes_opening_it(new_client: Any, namespace: str) -> None:
     old = {f"old{i}": i for i in range(150)}
     await _write_v1_namespace(await new_client(), namespace, old)
-    a: AsyncStateStoreDict[int] = AsyncStateStoreDict(await new_client(), namespace=namespace)
-    b: AsyncStateStoreDict[int] = AsyncStateStoreDict(await new_client(), namespace=namespace)
+    a: AsyncStateStoreDict[int] = AsyncStateStoreDict(await new_client(), namespace=namespace, listing="index")
+    b: AsyncStateStoreDict[int] = AsyncStateStoreDict(await new_client(), namespace=namespace, listing="index")
     await asyncio.gather(a.open(), b.open())
     try:
         assert await a.copy() == old and await b.copy() == old
@@ -131,9 +131,9 @@ async def test_a_0_1_0_namespace_is_migrated_once_by_two_processes_opening_it(ne
 async def test_a_0_1_0_writer_after_the_migration_is_refused_loudly(new_client: Any, namespace: str) -> None:
     client = await new_client()
     await _write_v1_namespace(client, namespace, {"a": 1})
-    async with AsyncStateStoreDict(client, namespace=namespace) as d:
+    async with AsyncStateStoreDict(client, namespace=namespace, listing="index") as d:
         assert await d.keys() == ["a"]
     await _write_v1_namespace(client, namespace, {"b": 2})  # an old process still running
-    late: AsyncStateStoreDict[int] = AsyncStateStoreDict(await new_client(), namespace=namespace)
+    late: AsyncStateStoreDict[int] = AsyncStateStoreDict(await new_client(), namespace=namespace, listing="index")
     with pytest.raises(ConfigurationError, match=r"0\.1\.0"):
         await late.open()

@@ -70,11 +70,12 @@ def wait_for(d: StateStoreDict[Any], key: str, done: Any, timeout: float) -> Non
 
 
 def follow(d: StateStoreDict[Any], key: str, until: Any, timeout: float) -> None:
-    say({"polling": True})
     before = misses(d)
-    seen: list[Any] = []
+    # the first read before "polling" is said: what B held before the writer starts is surely the first value seen
+    seen: list[Any] = [d.get(key)]
+    say({"polling": True})
     deadline = time.monotonic() + timeout
-    reads = 0
+    reads = 1
     while True:
         value = d.get(key)
         reads += 1

@@ -16,7 +16,8 @@ right after its own write, without a barrier (read-your-writes).
 A small key alphabet (with a non-ASCII key and one containing ``/``) and small values make collisions,
 overwrites of equal and unequal values and deletes of missing keys common.
 
-Runs on the loopback store (many examples, fast) and over mosquitto + the emulator process (bounded).
+Runs on the loopback store (many examples, fast) and over mosquitto + the emulator process (bounded), with the
+namespace listed by SCAN and by the stored index.
 """
 
 from __future__ import annotations
@@ -52,13 +53,13 @@ STEPS = {"loopback": 30, "broker": 25}
 class DictMachine(RuleBasedStateMachine):
     """Two dicts over one namespace, one oracle."""
 
-    def __init__(self, clients: list[StateStoreClient]) -> None:
+    def __init__(self, clients: list[StateStoreClient], listing: str) -> None:
         super().__init__()
         self.namespace = f"h{uuid.uuid4().hex[:12]}"
         self.clients = clients
         self.dicts: list[StateStoreDict[Any]] = []
         for client in clients:
-            self.dicts.append(StateStoreDict(client, namespace=self.namespace))
+            self.dicts.append(StateStoreDict(client, namespace=self.namespace, listing=listing))  # type: ignore[arg-type]
         self.oracle: dict[str, Any] = {}
 
     def teardown(self) -> None:
@@ -186,13 +187,14 @@ class DictMachine(RuleBasedStateMachine):
         assert self.dicts[0] == self.dicts[1]
 
 
+@pytest.mark.parametrize("listing", ["scan", "index"])
 def test_two_dicts_agree_with_a_plain_dict(
-    request: pytest.FixtureRequest, make_client: Callable[..., StateStoreClient]
+    request: pytest.FixtureRequest, make_client: Callable[..., StateStoreClient], listing: str
 ) -> None:
     which = request.node.callspec.params["backend"]
     clients = [make_client(), make_client()]
     run_state_machine_as_test(  # type: ignore[no-untyped-call]
-        lambda: DictMachine(clients),
+        lambda: DictMachine(clients, listing),
         settings=settings(
             max_examples=EXAMPLES[which],
             stateful_step_count=STEPS[which],

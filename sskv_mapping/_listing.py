@@ -1,0 +1,154 @@
+"""Layer 4: how a dict namespace lists its keys -- by SCAN where the service answers it, else by its stored index.
+
+``listing="scan"``: a new key is one SET; ``len``, iteration and ``clear`` are a SCAN of the namespace's data keys,
+``escape_glob(ns + "/") + "*"`` (protocol.md §8). The pattern cannot match an index key (``ns#index...``) nor another
+namespace's key (namespaces hold no ``#`` or ``/``), so a namespace written in ``index`` mode lists correctly here.
+If the namespace already has a stored index (``ns#index-meta``), writes keep it current too, so processes that
+list it by the index still see every key: the two modes never disagree on one namespace.
+
+``listing="index"``: the stored, notification-kept index of :mod:`sskv_mapping._index` (services without SCAN,
+or where a live listing that costs no request is worth a new key's extra round trips).
+
+``listing="auto"``: decided at first use -- SCAN if the service answers it (one probe page), else the index.
+
+Must not import aiomqtt/paho, the emulator, or the mapping/cache modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Literal
+
+from ._index import IndexEntry, StoredKeyIndex
+from ._keys import escape_glob
+from .client import AsyncStateStoreClient
+from .errors import ConfigurationError, UnsupportedCommandError
+
+__all__ = ["LISTING_MODES", "ListingMode", "NamespaceListing"]
+
+ListingMode = Literal["scan", "index", "auto"]
+LISTING_MODES: tuple[str, ...] = ("scan", "index", "auto")
+
+
+def check_listing(mode: object) -> ListingMode:
+    if mode not in LISTING_MODES:
+        raise ConfigurationError(f"listing must be one of {', '.join(LISTING_MODES)}, not {mode!r}")
+    return mode  # type: ignore[return-value]
+
+
+class NamespaceListing:
+    """The :class:`~sskv_mapping._index.KeyIndex` a dict uses: SCAN or the stored index, per ``mode``."""
+
+    def __init__(
+        self,
+        client: AsyncStateStoreClient,
+        namespace: bytes,
+        data_key: Callable[[str], bytes],
+        *,
+        mode: ListingMode = "auto",
+        now_ms: Callable[[], int] | None = None,
+    ) -> None:
+        self.client = client
+        self.requested = check_listing(mode)
+        self.stored = (
+            StoredKeyIndex(client, namespace, data_key)
+            if now_ms is None
+            else StoredKeyIndex(client, namespace, data_key, now_ms=now_ms)
+        )
+        self._prefix = namespace + b"/"
+        self.pattern = escape_glob(self._prefix) + b"*"
+        #: ``"scan"`` or ``"index"`` once started
+        self.mode: Literal["scan", "index"] | None = None
+        self._keep_index = False  # scan mode on a namespace that has a stored index: writes keep it current
+
+    # -- what the index mode exposes (tests, benchmarks) ---------------------------------------------------
+
+    @property
+    def shards(self) -> int:
+        return self.stored.shards
+
+    def shard_key(self, i: int) -> bytes:
+        return self.stored.shard_key(i)
+
+    def watched_keys(self) -> set[bytes]:
+        return self.stored.watched_keys() if self._indexed else set()
+
+    @property
+    def _indexed(self) -> bool:
+        return self.mode == "index" or self._keep_index
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self.mode is not None:
+            return
+        if self.requested == "index":
+            await self.stored.start()
+            self.mode = "index"
+            return
+        if self.requested == "auto" and not await self._scan_answers():
+            await self.stored.start()
+            self.mode = "index"
+            return
+        if await self.client.get(self.stored.meta_key) is not None:
+            await self.stored.start()  # an indexed namespace: keep its index current for its index readers
+            self._keep_index = True
+        self.mode = "scan"
+
+    async def _scan_answers(self) -> bool:
+        known = self.client.supports_scan
+        if known is not None:
+            return known
+        try:
+            async for _ in self.client.scan_pages(self.pattern):
+                break  # one page tells
+        except UnsupportedCommandError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        if self._indexed:
+            await self.stored.close()
+        self.mode = None
+        self._keep_index = False
+
+    # -- the KeyIndex API -----------------------------------------------------------------------------------
+
+    async def _keys(self) -> AsyncIterator[str]:
+        cut = len(self._prefix)
+        async for key in self.client.scan(self.pattern):
+            try:
+                yield key[cut:].decode("utf-8")
+            except UnicodeDecodeError:  # not written through a dict (whose keys are text): not one of its keys
+                continue
+
+    async def listing(self, *, refresh: bool = False) -> dict[str, IndexEntry]:
+        await self.start()
+        if self.mode == "index":
+            return await self.stored.listing(refresh=refresh)
+        listed = IndexEntry(0)
+        return {key: listed async for key in self._keys()}
+
+    async def add(self, keys: Iterable[tuple[str, int | None]]) -> None:
+        await self.start()
+        if self._indexed:
+            await self.stored.add(keys)
+
+    async def remove(self, keys: Iterable[str]) -> None:
+        await self.start()
+        if self._indexed:
+            await self.stored.remove(keys)
+
+    async def prune(self, missing: Iterable[str]) -> int:
+        await self.start()
+        return await self.stored.prune(missing) if self._indexed else 0
+
+    async def candidate(self, skip: Iterable[str] = ()) -> str | None:
+        await self.start()
+        if self.mode == "index":
+            return await self.stored.candidate(skip)
+        skipped = set(skip)
+        async for key in self._keys():  # the first page usually holds one
+            if key not in skipped:
+                return key
+        return None
