@@ -121,13 +121,12 @@ class AsyncStateStoreCache(Generic[V]):
         max_staleness: seconds a local entry is served after its last confirmation (:class:`LocalCache`); None: ever.
         lock_lease: lease (seconds) of the per-key locks of ``incr`` and ``get_or_set`` (the latter renews
             its lease while the value is computed), and of the generation and ledger locks.
-        lock_timeout: how long to wait for such a lock before :class:`~sskv_mapping.LockError` (``None``:
-            forever).
+        lock_timeout: how long to wait for such a lock before :class:`~sskv_mapping.LockError` (None: forever).
         max_in_flight: the most requests ``get_many``/``set_many``/``delete_many`` keep in flight.
         clock: monotonic seconds, for latencies and the local cache.
 
-    Entries stored without a TTL cost more than others (about six round trips instead of one): each is listed
-    in the generation's ledger first, so that a later ``clear`` can delete it.
+    An entry without a TTL is one SET where the service answers SCAN (a ``clear`` finds it by a SCAN of the old
+    generation); on a service without SCAN it is listed in the generation's ledger first (about six round trips).
     """
 
     def __init__(

@@ -110,7 +110,7 @@ async def test_many_requests_in_flight(client: AsyncStateStoreClient) -> None:
     await asyncio.gather(*(client.set(k, k.encode()) for k in keys))
     entries = await asyncio.gather(*(client.get(k) for k in keys))
     assert [e.value if e else None for e in entries] == [k.encode() for k in keys]
-    assert len(client._pending) == 0
+    assert len(client._sender.pending) == 0
 
 
 async def test_fencing_token_on_writes(client: AsyncStateStoreClient) -> None:

@@ -110,7 +110,7 @@ async def test_garbage_reply_to_get_is_a_protocol_error(
     fake.behaviour = answer(payload)
     with pytest.raises(ProtocolError):
         await lone_client.get("k")
-    assert len(lone_client._pending) == 0
+    assert len(lone_client._sender.pending) == 0
 
 
 async def test_missing_stat_is_a_protocol_error(fake: FakeService, lone_client: AsyncStateStoreClient) -> None:
@@ -164,15 +164,15 @@ async def test_wrong_correlation_data_is_ignored_and_times_out(
     fake.behaviour = lambda m: [(uuid.uuid4().bytes, (b"$1\r\nX\r\n", OK_PROPS))]
     with pytest.raises(RequestTimeoutError):
         await lone_client.get("k", timeout=0.5)
-    assert lone_client._pending.unmatched >= 1
-    assert len(lone_client._pending) == 0
+    assert lone_client._sender.pending.unmatched >= 1
+    assert len(lone_client._sender.pending) == 0
 
 
 async def test_silence_times_out_and_cleans_up(fake: FakeService, lone_client: AsyncStateStoreClient) -> None:
     fake.behaviour = lambda m: []
     with pytest.raises(RequestTimeoutError):
         await lone_client.get("k", timeout=0.3)
-    assert len(lone_client._pending) == 0
+    assert len(lone_client._sender.pending) == 0
     assert len(fake.requests) == 1
     expiry = fake.requests[0].message_expiry
     assert expiry == 1  # the timeout, rounded up to whole seconds
@@ -217,7 +217,7 @@ async def test_cancelled_call_is_cleaned_up(fake: FakeService, lone_client: Asyn
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert len(lone_client._pending) == 0
+    assert len(lone_client._sender.pending) == 0
     fake.behaviour = answer(b"$2\r\nok\r\n")
     entry = await lone_client.get("k")
     assert entry is not None and entry.value == b"ok"

@@ -99,7 +99,7 @@ async def test_broker_restart_mid_traffic(stack: object, stack_url: tuple[str, i
         assert outcomes["ok"] > 20
         entry = await a.get(f"{key}-t")
         assert entry is not None
-        assert len(a._pending) == 0 and len(b._pending) == 0
+        assert len(a._sender.pending) == 0 and len(b._sender.pending) == 0
 
 
 class DroppingConnection(MqttConnection):
@@ -171,6 +171,6 @@ async def test_in_flight_calls_fail_with_connection_lost(stack: object, stack_ur
             with pytest.raises(ConnectionLostError):
                 await asyncio.wait_for(call, 5)
             await states.wait_for(ConnectionState.RECONNECTING)
-            assert len(a._pending) == 0
+            assert len(a._sender.pending) == 0
         finally:
             stack.emulator.resume()  # type: ignore[attr-defined]
