@@ -237,7 +237,6 @@ class StoredKeyIndex:
         self._used_set: set[int] = set()  # the same, as shard numbers
         self._used_pending: set[int] = set()
         self._used_mutex = asyncio.Lock()
-        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- keys -------------------------------------------------------------------------------------------
 
@@ -315,8 +314,6 @@ class StoredKeyIndex:
         await gather_bounded((write(i, e) for i, e in by_shard.items()), _FAN_OUT)
 
     async def close(self) -> None:
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
         # shard locks kept, and releases still under way
         names = {self._ns + f"#index-lock/{i:04x}".encode() for i in range(self.shards)}
         await drain_owned(self.client, names | {self.used_key + b"-lock", self._v1_lock})

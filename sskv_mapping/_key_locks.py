@@ -30,6 +30,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
+from ._fanout import gather_bounded
 from ._protocol.hlc import HybridLogicalClock
 from .client import AsyncStateStoreClient
 from .errors import FencingTokenRequiredError, LockError, StateStoreError, TransportError
@@ -40,6 +41,8 @@ __all__ = ["KeyLocks", "OwnedLock", "drain_owned", "owned_lock", "release_quietl
 log = logging.getLogger("sskv_mapping.cache")
 
 T = TypeVar("T")
+
+_DRAIN_FAN_OUT = 16
 
 #: A write that takes the fencing token to send (``None``: none).
 FencedOp = Callable[[HybridLogicalClock | None], Awaitable[T]]
@@ -73,8 +76,8 @@ def owned_lock(client: AsyncStateStoreClient, name: bytes, *, lease: float, keep
 async def drain_owned(client: AsyncStateStoreClient, names: set[bytes] | None = None) -> None:
     """Release the kept locks among ``names`` (default: all of the client's) and wait for their releases."""
     records = [r for n, r in list(_owned.get(client, {}).items()) if names is None or n in names]
-    if records:
-        await asyncio.gather(*(r.drain() for r in records), return_exceptions=True)
+    # one release per kept lock at most (a namespace holds one per index shard it wrote lately): a few at a time
+    await gather_bounded((r.drain() for r in records), _DRAIN_FAN_OUT)
 
 
 class OwnedLock:

@@ -196,6 +196,10 @@ class Worker:
         floor = {k: 0 for k in keys}
         cache = d.local_cache
         client = d.client
+        # the local cache's revalidator (one task per namespace for its life, started with the first watch)
+        # exists before the census: a read of each key starts it
+        for k in keys:
+            d.get(k)
         census("ready")
         emit("ready")
         rounds = 0
