@@ -1,6 +1,6 @@
 """A broker on its default settings vs the tuned one: dict writes through mosquitto + the emulator.
 
-Run:  python benchmarks/bench_stock.py [--rounds 5] [--writes 200] [--new-keys 50] [--no-quickack]
+Run:  python benchmarks/bench_stock.py [--rounds 5] [--writes 200] [--new-keys 50] [--no-quickack] [--listing index]
 
 Two private mosquittos on loopback, each with its own emulator process: one as the test suite tunes it
 (``set_tcp_nodelay true``) and one as a stock install runs it (``MosquittoBroker(stock=True)``: Nagle on the
@@ -91,6 +91,7 @@ def main() -> int:
     ap.add_argument("--writes", type=int, default=200, help="existing-key writes (and client.set) per round")
     ap.add_argument("--new-keys", type=int, default=50, help="new dict keys per round")
     ap.add_argument("--no-quickack", action="store_true", help="TCP_QUICKACK off (the code before it)")
+    ap.add_argument("--listing", choices=("auto", "scan", "index"), default="auto", help="the dicts' listing mode")
     args = ap.parse_args()
     quickack = not args.no_quickack
     if not quickack:
@@ -107,7 +108,7 @@ def main() -> int:
             client = StateStoreClient(broker.host, broker.port)
             client.connect()
             clients.append(client)
-            dicts[name] = StateStoreDict(client, namespace=f"bench{uuid.uuid4().hex[:8]}")
+            dicts[name] = StateStoreDict(client, namespace=f"bench{uuid.uuid4().hex[:8]}", listing=args.listing)
         for r in range(args.rounds):
             line = []
             for name, broker in brokers.items():
@@ -128,7 +129,9 @@ def main() -> int:
             proc.wait(10)
         for broker in brokers.values():
             broker.stop()
-    print(f"\nTCP_QUICKACK {'on' if quickack else 'off'}; median of {args.rounds} rounds (each a median)\n")
+    print(
+        f"\nTCP_QUICKACK {'on' if quickack else 'off'}, listing={args.listing}; median of {args.rounds} rounds (each a median)\n"
+    )
     print("| measure | tuned broker | stock broker | stock / tuned |")
     print("|---|---|---|---|")
     for what, label in (
