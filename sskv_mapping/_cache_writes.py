@@ -28,7 +28,7 @@ from ._protocol.hlc import HybridLogicalClock
 from ._renewal import renew_expiry
 from ._store import NamespaceStore
 from .client import SetResult
-from .errors import FencingTokenRequiredError, StateStoreError, UnsupportedCommandError
+from .errors import ClientStateError, FencingTokenRequiredError, StateStoreError, UnsupportedCommandError
 
 __all__ = ["EntryWriter", "Sweeper"]
 
@@ -219,5 +219,8 @@ class Sweeper:
 
 
 def _log_sweep_failure(task: asyncio.Task[int]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.warning("a background sweep failed (the next open or clear resumes it): %s", task.exception())
+    exc = None if task.cancelled() else task.exception()
+    if exc is not None:
+        # the client closed under a sweep (a process that clears and exits): expected, and resumed at the next open
+        level = logging.DEBUG if isinstance(exc, ClientStateError) else logging.WARNING
+        log.log(level, "a background sweep failed (the next open or clear resumes it): %s", exc)
