@@ -38,17 +38,24 @@ def utf8(text: str, what: str = "key") -> bytes:
         raise ConfigurationError(f"{what} is not valid UTF-8 text: {exc.reason}") from None
 
 
+def _str_or_bytes(value: object, what: str, wrong_type: str, empty: str) -> bytes:
+    """``str`` (UTF-8) or bytes-like -> non-empty ``bytes``; else :class:`ConfigurationError` with these texts."""
+    if isinstance(value, str):
+        data = utf8(value, what)
+    elif isinstance(value, bytes | bytearray | memoryview):
+        data = bytes(value)
+    else:
+        raise ConfigurationError(f"{wrong_type}, not {type(value).__name__}")
+    if not data:
+        raise ConfigurationError(empty)
+    return data
+
+
 def store_key(key: object) -> bytes:
     """A client key: ``str`` (UTF-8) or bytes-like -> ``bytes``; anything else or empty -> ConfigurationError."""
-    if isinstance(key, str):
-        data = utf8(key, "state store key")
-    elif isinstance(key, bytes | bytearray | memoryview):
-        data = bytes(key)
-    else:
-        raise ConfigurationError(f"state store keys are str or bytes, not {type(key).__name__}")
-    if not data:
-        raise ConfigurationError("state store keys may not be empty")
-    return data
+    return _str_or_bytes(
+        key, "state store key", "state store keys are str or bytes", "state store keys may not be empty"
+    )
 
 
 def is_text_key(key: object) -> bool:
@@ -98,15 +105,12 @@ def scan_pattern(pattern: object) -> bytes:
 
     The glob itself is the service's business (protocol.md §8): it is sent as given, not parsed here.
     """
-    if isinstance(pattern, str):
-        data = utf8(pattern, "SCAN pattern")
-    elif isinstance(pattern, bytes | bytearray | memoryview):
-        data = bytes(pattern)
-    else:
-        raise ConfigurationError(f"a SCAN pattern is str or bytes, not {type(pattern).__name__}")
-    if not data:
-        raise ConfigurationError("a SCAN pattern may not be empty (use b'*' to list every key)")
-    return data
+    return _str_or_bytes(
+        pattern,
+        "SCAN pattern",
+        "a SCAN pattern is str or bytes",
+        "a SCAN pattern may not be empty (use b'*' to list every key)",
+    )
 
 
 _GLOB_ESCAPES = {ord("*"): b"[*]", ord("?"): b"[?]", ord("["): b"[[]"}

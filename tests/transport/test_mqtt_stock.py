@@ -27,7 +27,6 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from paho.mqtt import _packet as paho_packet
-from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from sskv_mapping._protocol.mqtt_publish import InboundMessage, MalformedPacketError, decode_publish
@@ -50,17 +49,8 @@ def paho_pack(
     content_type: str | None,
     message_expiry: int | None,
 ) -> bytes:
-    props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-    if message_expiry is not None:
-        props.MessageExpiryInterval = message_expiry
-    if content_type is not None:
-        props.ContentType = content_type
-    if response_topic is not None:
-        props.ResponseTopic = response_topic
-    if correlation_data is not None:
-        props.CorrelationData = correlation_data
-    for pair in user_properties:
-        props.UserProperty = pair
+    # the transport's own builder: paho's Properties, packed by paho
+    props = _publish_properties(correlation_data, response_topic, user_properties, content_type, message_expiry)
     packed: bytes = props.pack()  # type: ignore[no-untyped-call]
     return bytes(packed)
 
