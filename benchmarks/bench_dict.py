@@ -56,16 +56,16 @@ from cachetools import TTLCache
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _bench_listing as bench_listing
 
-from sskv_mapping._index import IndexEntry
-from sskv_mapping._index import _decode as decode_index
-from sskv_mapping._index import _encode as encode_index
+from sskv_mapping._blocking import get_loop_thread
+from sskv_mapping._namespace.key_index import IndexEntry
 from sskv_mapping._protocol.hlc import HybridLogicalClock
-from sskv_mapping._sync import get_loop_thread
 from sskv_mapping.client import StateStoreClient
 from sskv_mapping.codecs import decode_value
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.local_cache import CachedEntry
 from sskv_mapping.mapping import StateStoreDict
+from sskv_mapping.mapping._index import _decode as decode_index
+from sskv_mapping.mapping._index import _encode as encode_index
 
 HOT_KEYS = 1_000
 FAST_SWITCH = 0.0005  # seconds: the third reader's GIL switch interval (CPython's default is 0.005)

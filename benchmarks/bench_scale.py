@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _scale_cache
 from bench_dict import machine, start_emulator
 
-from sskv_mapping._index import shard_of
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.mapping import AsyncStateStoreDict, StateStoreDict
+from sskv_mapping.mapping._index import shard_of
 
 VALUE = {"feature": "enabled", "limit": 250, "owners": ["a", "b"]}
 

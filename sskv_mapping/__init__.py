@@ -6,15 +6,15 @@ and import their framework only when imported themselves).
 Must not import any optional extra (msgpack, a framework) at import time.
 """
 
-from ._cache_stats import CacheCounters, OpLatency, StateStoreCacheStats
+from ._namespace.store import StoreEntry
 from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
-from ._store import StoreEntry
 from ._transport.base import Connection, ConnectionFactory, InboundMessage
 from ._transport.settings import ConnectionSettings, TlsSettings
-from .cache import AsyncStateStoreCache, StateStoreCache, translate_ttl
-from .client import (
+from .cache._cache import AsyncStateStoreCache, StateStoreCache, translate_ttl
+from .cache._stats import CacheCounters, OpLatency, StateStoreCacheStats
+from .client._client import (
     UNSET,
     AsyncKeyWatch,
     AsyncStateStoreClient,
@@ -33,7 +33,7 @@ from .errors import *  # noqa: F403
 from .errors import __all__ as _errors_all
 from .local_cache import ABSENT, CachedEntry, CacheStats, LocalCache, ReadTicket
 from .lock import AsyncLeasedLock, LeasedLock
-from .mapping import AsyncStateStoreDict, StateStoreDict
+from .mapping._dict import AsyncStateStoreDict, StateStoreDict
 
 __version__ = "0.1.0"
 

@@ -24,7 +24,7 @@ NAMESPACE = "demo-app-config"
 
 def _reader(host: str, port: int, namespace: str) -> int:
     """Print every change of the shared config, as this process's cache sees it."""
-    from .mapping import StateStoreDict
+    from .mapping._dict import StateStoreDict
 
     with StateStoreDict.connect(host, port, namespace=namespace) as config:
         seen: dict[str, Any] = config.copy()
@@ -59,7 +59,7 @@ def _wait_for(proc: subprocess.Popen[str], text: str, timeout: float = 20) -> st
 
 
 def _writer(host: str, port: int, namespace: str) -> None:
-    from .mapping import StateStoreDict
+    from .mapping._dict import StateStoreDict
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     reader = subprocess.Popen(

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
 
+from ._blocking import BlockingTwin
 from ._keys import store_key
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
-from ._sync import BlockingTwin
-from .client import AsyncStateStoreClient, KeyLike, StateStoreClient
+from .client._client import AsyncStateStoreClient, KeyLike, StateStoreClient
 from .errors import LockError, StateStoreError
 from .lock import AsyncLeasedLock
 

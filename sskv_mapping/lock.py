@@ -24,13 +24,13 @@ from collections.abc import Callable
 from datetime import timedelta
 from types import TracebackType
 
+from ._blocking import BlockingTwin
 from ._keys import store_key
 from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
-from ._sync import BlockingTwin
 from ._ttl import TtlLike, ttl_to_ms
-from .client import (
+from .client._client import (
     AsyncStateStoreClient,
     KeyLike,
     KeySubscription,

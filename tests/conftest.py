@@ -46,7 +46,7 @@ from _support.procs import (  # noqa: E402
     start_emulator,
 )
 
-from sskv_mapping._sync import get_loop_thread  # noqa: E402
+from sskv_mapping._blocking import get_loop_thread  # noqa: E402
 from sskv_mapping.client import AsyncStateStoreClient  # noqa: E402
 from sskv_mapping.emulator.broker import MosquittoBroker, MosquittoStartError, live_brokers  # noqa: E402
 from sskv_mapping.emulator.inprocess import InProcessStateStore  # noqa: E402

@@ -32,7 +32,7 @@ Here instead:
   (by bytes received: PINGREQ after half an interval without a read, the link dropped when its PINGRESP does
   not come within half an interval more, whatever was written), the
   broker's Receive Maximum (QoS 1 publishes beyond it wait for PUBACKs), SUBSCRIBE/UNSUBSCRIBE with their
-  acknowledgements, DISCONNECT. Reconnection is the client's (:mod:`sskv_mapping._keeper`).
+  acknowledgements, DISCONNECT. Reconnection is the client's (:mod:`sskv_mapping.client._keeper`).
 
 Must not import aiomqtt/paho nor anything above ``_transport``.
 """

@@ -24,7 +24,7 @@ from typing import Any
 from .._protocol.hlc import system_clock_ms
 from .._transport.loopback import LoopbackBroker
 from .._transport.settings import ConnectionSettings
-from ..client import AsyncStateStoreClient
+from ..client._client import AsyncStateStoreClient
 from .core import EmulatorCore
 from .scan import DEFAULT_SCAN_PAGE_SIZE
 from .server import EmulatorServer

@@ -49,13 +49,13 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .._backoff import Backoff
 from .._protocol import headers
 from .._protocol.hlc import system_clock_ms
 from .._protocol.resp3 import encode_error
 from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic
+from .._transport.backoff import Backoff
 from .._transport.base import Connection, ConnectionFactory, InboundMessage
-from .._transport.choice import new_connection
+from .._transport.factory import new_connection
 from .._transport.settings import ConnectionSettings
 from .._transport.stream import StreamConnection
 from ..errors import ResponseTooLargeError, StateStoreError, TransportError, ValueTooLargeError

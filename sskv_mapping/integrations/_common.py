@@ -12,7 +12,7 @@ from types import ModuleType
 from typing import Any
 
 from .._transport.settings import ConnectionSettings, TlsSettings
-from ..client import CONNECTION_OPTIONS, StateStoreClient
+from ..client._client import CONNECTION_OPTIONS, StateStoreClient
 from ..errors import ConfigurationError
 
 __all__ = ["CONNECTION_OPTIONS", "import_extra", "request_timeout", "settings_from_options", "shared_client"]

@@ -62,9 +62,9 @@ import_extra("aiocache", "aiocache", "aiocache")
 from aiocache.base import BaseCache  # type: ignore[import-untyped]  # noqa: E402
 from aiocache.serializers import JsonSerializer  # type: ignore[import-untyped]  # noqa: E402
 
+from .._blocking import get_loop_thread  # noqa: E402
 from .._keys import check_namespace  # noqa: E402
 from .._protocol.commands import VDeleteResult  # noqa: E402
-from .._sync import get_loop_thread  # noqa: E402
 from .._transport.settings import ConnectionSettings  # noqa: E402
 from ..cache import AsyncStateStoreCache, translate_ttl  # noqa: E402
 from ..client import UNSET, StateStoreClient  # noqa: E402

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from .. import cache as core
-from .._sync import get_loop_thread
+from .._blocking import get_loop_thread
 from .._transport.settings import ConnectionSettings
 from ..cache import translate_ttl
 from ..client import UNSET, ConnectionState, StateStoreClient

@@ -11,7 +11,7 @@ import asyncio
 import uuid
 
 from sskv_mapping._transport.base import InboundMessage
-from sskv_mapping._transport.choice import new_connection
+from sskv_mapping._transport.factory import new_connection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.emulator.broker import MosquittoBroker
 

@@ -1,10 +1,10 @@
-"""The one backoff (``sskv_mapping._backoff``), as a table of the delays it hands out."""
+"""The one backoff (``sskv_mapping._transport.backoff``), as a table of the delays it hands out."""
 
 from __future__ import annotations
 
 import pytest
 
-from sskv_mapping._backoff import Backoff
+from sskv_mapping._transport.backoff import Backoff
 from sskv_mapping.errors import ConfigurationError
 
 

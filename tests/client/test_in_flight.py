@@ -14,7 +14,7 @@ from _support.procs import start_emulator
 from _support.waiting import eventually
 
 from sskv_mapping import AsyncStateStoreClient
-from sskv_mapping._in_flight import DEFAULT_MAX_IN_FLIGHT, InFlightGate
+from sskv_mapping.client._in_flight import DEFAULT_MAX_IN_FLIGHT, InFlightGate
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.errors import ConfigurationError, LockError, RequestTimeoutError
 from sskv_mapping.lock import AsyncLeasedLock

@@ -11,7 +11,7 @@ import pytest
 from _support.parity import assert_twins
 
 from sskv_mapping import ClientStateError, KeyOperation, SetCondition, VDeleteResult
-from sskv_mapping._sync import get_loop_thread
+from sskv_mapping._blocking import get_loop_thread
 from sskv_mapping.client import AsyncKeyWatch, AsyncStateStoreClient, KeyWatch, StateStoreClient
 from sskv_mapping.lock import AsyncLeasedLock, LeasedLock
 

@@ -623,7 +623,7 @@ def test_sskv_help_lists_the_emulator(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_default_broker_port_falls_back_to_a_free_one_when_taken(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sskv_mapping import cli
+    from sskv_mapping.cli import _main as cli
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

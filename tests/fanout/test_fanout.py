@@ -1,5 +1,5 @@
-"""The one bounded fan-out (``sskv_mapping._fanout.gather_bounded``): results in order, never more than ``limit``
-in flight, the first failure raised as itself and the rest cancelled."""
+"""The one bounded fan-out (``sskv_mapping._namespace.fanout.gather_bounded``): results in order, never more
+than ``limit`` in flight, the first failure raised as itself and the rest cancelled."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Iterator
 import pytest
 from _support.waiting import eventually
 
-from sskv_mapping._fanout import BoundedWork, gather_bounded
+from sskv_mapping._namespace.fanout import BoundedWork, gather_bounded
 
 
 @pytest.mark.parametrize(("n", "limit"), [(0, 1), (1, 1), (10, 1), (10, 3), (100, 64), (5, 64)])

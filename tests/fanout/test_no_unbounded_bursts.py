@@ -18,8 +18,11 @@ PACKAGE = Path(sskv_mapping.__file__).parent
 
 # (module path relative to the package, the call as ast.unparse writes it) -> why it is bounded
 ALLOWED: dict[tuple[str, str], str] = {
-    ("_fanout.py", "group.create_task(worker(i, coro))"): "one worker per item of a list cut to `limit` items",
-    ("_key_locks.py", "asyncio.gather(*self._releasing, return_exceptions=True)"): (
+    (
+        "_namespace/fanout.py",
+        "group.create_task(worker(i, coro))",
+    ): "one worker per item of a list cut to `limit` items",
+    ("_namespace/key_locks.py", "asyncio.gather(*self._releasing, return_exceptions=True)"): (
         "waits for the releases of one lock that are already under way (one per hold at most); it creates none"
     ),
 }

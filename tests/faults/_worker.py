@@ -37,8 +37,8 @@ import threading
 import time
 from typing import Any
 
-from sskv_mapping._key_locks import drain_owned
-from sskv_mapping._sync import get_loop_thread
+from sskv_mapping._blocking import get_loop_thread
+from sskv_mapping._namespace.key_locks import drain_owned
 from sskv_mapping.cache import StateStoreCache
 from sskv_mapping.client import ConnectionState, StateStoreClient
 from sskv_mapping.errors import StateStoreError, TransportError

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from sskv_mapping._index import DEFAULT_SHARDS
 from sskv_mapping._protocol.notifications import KeyEvent, KeyOperation
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.errors import ConfigurationError
 from sskv_mapping.lock import AsyncLeasedLock
 from sskv_mapping.mapping import AsyncStateStoreDict
+from sskv_mapping.mapping._index import DEFAULT_SHARDS
 
 
 @pytest.fixture

@@ -44,8 +44,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test.utils import override_settings
 
 from sskv_mapping import ConnectionState, EncodeError, KeyOperation, PickleCodec
+from sskv_mapping._blocking import get_loop_thread
 from sskv_mapping._protocol.notifications import KeyEvent
-from sskv_mapping._sync import get_loop_thread
 from sskv_mapping.integrations.django import StateStoreCache, close_all, shared_dict
 
 BACKEND = "sskv_mapping.integrations.django.StateStoreCache"

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from sskv_mapping._key_locks import owned_lock
+from sskv_mapping._namespace.key_locks import owned_lock
 from sskv_mapping._protocol.notifications import KeyEvent, KeyOperation
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 from sskv_mapping.emulator.broker import MosquittoBroker

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sskv_mapping._key_locks import drain_owned
+from sskv_mapping._namespace.key_locks import drain_owned
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.emulator.inprocess import InProcessStateStore

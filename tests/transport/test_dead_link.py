@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 import pytest
 from _support.waiting import eventually
 
-from sskv_mapping._transport.choice import fast_path
+from sskv_mapping._transport.factory import fast_path
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker

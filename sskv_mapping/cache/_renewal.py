@@ -18,12 +18,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
-from ._protocol.commands import SetCondition, VDeleteResult
-from ._protocol.hlc import HybridLogicalClock
-from ._protocol.notifications import KeyEvent, KeyOperation
-from ._store import NamespaceStore
-from ._ttl import expire_now
-from .client import SetResult
+from .._namespace.store import NamespaceStore
+from .._protocol.commands import SetCondition, VDeleteResult
+from .._protocol.hlc import HybridLogicalClock
+from .._protocol.notifications import KeyEvent, KeyOperation
+from .._ttl import expire_now
+from ..client._client import SetResult
 
 __all__ = ["renew_expiry"]
 

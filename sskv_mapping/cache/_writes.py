@@ -1,8 +1,8 @@
 """Layer 4 (cache algorithm): how the cache writes and deletes an entry, and the sweep that empties the
 generations a ``clear`` retired.
 
-* A write is one SET, fenced when the key is protected by a lock (:mod:`~sskv_mapping._key_locks`); an entry
-  without a TTL is listed in its generation's ledger first (:mod:`~sskv_mapping._generation`), so that the
+* A write is one SET, fenced when the key is protected by a lock (:mod:`~sskv_mapping._namespace.key_locks`); an entry
+  without a TTL is listed in its generation's ledger first (:mod:`~sskv_mapping.cache._generation`), so that the
   sweep a later ``clear`` starts can delete it -- unless the service answers SCAN: the sweep then finds it by
   its generation's key prefix, and the write is one SET too.
 * A delete is one DEL (fenced if need be) and forgets the key locally.
@@ -19,16 +19,16 @@ import logging
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from ._fanout import gather_bounded
+from .._keys import escape_glob
+from .._namespace.fanout import gather_bounded
+from .._namespace.key_locks import KeyLocks
+from .._namespace.store import NamespaceStore
+from .._protocol.commands import SetCondition, VDeleteResult
+from .._protocol.hlc import HybridLogicalClock
+from ..client._client import SetResult
+from ..errors import ClientStateError, FencingTokenRequiredError, StateStoreError, UnsupportedCommandError
 from ._generation import NamespaceGeneration, PersistentLedger, sweep_retired
-from ._key_locks import KeyLocks
-from ._keys import escape_glob
-from ._protocol.commands import SetCondition, VDeleteResult
-from ._protocol.hlc import HybridLogicalClock
 from ._renewal import renew_expiry
-from ._store import NamespaceStore
-from .client import SetResult
-from .errors import ClientStateError, FencingTokenRequiredError, StateStoreError, UnsupportedCommandError
 
 __all__ = ["EntryWriter", "Sweeper"]
 
@@ -149,7 +149,7 @@ class EntryWriter(Generic[V]):
         return added
 
     async def renew(self, key: str, seconds: float | None) -> bool:
-        """Restart the key's expiry (see :func:`~sskv_mapping._renewal.renew_expiry`); an entry that will have no
+        """Restart the key's expiry (see :func:`~sskv_mapping.cache._renewal.renew_expiry`); an entry that will have no
         TTL is listed in the ledger first, as every such write."""
         if seconds is None and not await self.scan_answers():
             async with self._ledger.listing(key):

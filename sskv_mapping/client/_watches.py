@@ -16,11 +16,11 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from ._backoff import Backoff
-from ._protocol.commands import Get, KeyNotify
-from ._protocol.hlc import HybridLogicalClock
-from ._protocol.notifications import KeyEvent, KeyOperation
-from .errors import StateStoreError
+from .._protocol.commands import Get, KeyNotify
+from .._protocol.hlc import HybridLogicalClock
+from .._protocol.notifications import KeyEvent, KeyOperation
+from .._transport.backoff import Backoff
+from ..errors import StateStoreError
 
 __all__ = ["AsyncKeyWatch", "EventSink", "KeySubscription", "Watches"]
 

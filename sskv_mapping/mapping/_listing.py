@@ -6,7 +6,7 @@ namespace's key (namespaces hold no ``#`` or ``/``), so a namespace written in `
 If the namespace already has a stored index (``ns#index-meta``), writes keep it current too, so processes that
 list it by the index still see every key: the two modes never disagree on one namespace.
 
-``listing="index"``: the stored, notification-kept index of :mod:`sskv_mapping._index` (services without SCAN,
+``listing="index"``: the stored, notification-kept index of :mod:`sskv_mapping.mapping._index` (services without SCAN,
 or where a live listing that costs no request is worth a new key's extra round trips).
 
 ``listing="auto"``: decided at first use -- SCAN if the service answers it (one probe page), else the index.
@@ -19,10 +19,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Literal
 
-from ._index import IndexEntry, StoredKeyIndex
-from ._keys import escape_glob
-from .client import AsyncStateStoreClient
-from .errors import ConfigurationError, UnsupportedCommandError
+from .._keys import escape_glob
+from .._namespace.key_index import IndexEntry
+from ..client._client import AsyncStateStoreClient
+from ..errors import ConfigurationError, UnsupportedCommandError
+from ._index import StoredKeyIndex
 
 __all__ = ["LISTING_MODES", "ListingMode", "NamespaceListing"]
 
@@ -37,7 +38,7 @@ def check_listing(mode: object) -> ListingMode:
 
 
 class NamespaceListing:
-    """The :class:`~sskv_mapping._index.KeyIndex` a dict uses: SCAN or the stored index, per ``mode``."""
+    """The :class:`~sskv_mapping._namespace.key_index.KeyIndex` a dict uses: SCAN or the stored index, per ``mode``."""
 
     def __init__(
         self,

@@ -27,10 +27,10 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from ._backoff import Backoff
+from .._protocol.commands import Scan
+from .._transport.backoff import Backoff
+from ..errors import ConnectionLostError, RequestTimeoutError, UnsupportedCommandError
 from ._keeper import ConnectionKeeper, ConnectionState
-from ._protocol.commands import Scan
-from .errors import ConnectionLostError, RequestTimeoutError, UnsupportedCommandError
 
 __all__ = ["Request", "ScanSupport", "keys_of", "scan_pages"]
 

@@ -5,7 +5,7 @@ Reads are served by a local cache kept current by the store's change notificatio
 the calling thread); writes go to the store. ``setdefault`` is atomic across processes (``SET NX``),
 ``pop`` uses ``VDEL`` so it never deletes a value another process just wrote. ``len``, iteration and
 ``clear`` read the namespace's listing: a SCAN of its keys where the service answers SCAN, else its stored key
-index (``listing=``, :mod:`sskv_mapping._listing`).
+index (``listing=``, :mod:`sskv_mapping.mapping._listing`).
 
 A network failure raises a :class:`~sskv_mapping.errors.TransportError`, never ``KeyError``: ``d.get(k)``
 and ``k in d`` cannot mistake an outage for a missing key.
@@ -20,20 +20,20 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableM
 from functools import partial
 from typing import Any, Generic, TypeVar, cast, overload
 
-from ._fanout import gather_bounded
-from ._index import KeyIndex
-from ._keys import check_namespace, is_text_key, text_key
+from .._blocking import BlockingTwin
+from .._keys import check_namespace, is_text_key, text_key
+from .._namespace.fanout import gather_bounded
+from .._namespace.key_index import KeyIndex
+from .._namespace.store import Encoded, NamespaceStore, StoreEntry
+from .._protocol.commands import SetCondition, VDeleteResult
+from .._protocol.hlc import HybridLogicalClock
+from .._transport.settings import ConnectionSettings
+from ..client._client import AsyncStateStoreClient, StateStoreClient, TlsSettings
+from ..codecs import Codec, JsonCodec, get_codec
+from ..errors import StateStoreError
+from ..local_cache import ABSENT, DEFAULT_MAX_STALENESS, CachedEntry, LocalCache
+from ..lock import AsyncLeasedLock, LeasedLock
 from ._listing import ListingMode, NamespaceListing, check_listing
-from ._protocol.commands import SetCondition, VDeleteResult
-from ._protocol.hlc import HybridLogicalClock
-from ._store import Encoded, NamespaceStore, StoreEntry
-from ._sync import BlockingTwin
-from ._transport.settings import ConnectionSettings
-from .client import AsyncStateStoreClient, StateStoreClient, TlsSettings
-from .codecs import Codec, JsonCodec, get_codec
-from .errors import StateStoreError
-from .local_cache import ABSENT, DEFAULT_MAX_STALENESS, CachedEntry, LocalCache
-from .lock import AsyncLeasedLock, LeasedLock
 
 __all__ = ["AsyncStateStoreDict", "StateStoreDict"]
 
@@ -42,7 +42,7 @@ D = TypeVar("D")
 T = TypeVar("T")
 
 #: The most requests one fan-out (``update``, ``clear``) keeps in flight: a key costs up to two requests
-#: (KEYNOTIFY, then SET) and one notification (see :mod:`sskv_mapping._fanout`).
+#: (KEYNOTIFY, then SET) and one notification (see :mod:`sskv_mapping._namespace.fanout`).
 _MAX_FAN_OUT = 64
 
 

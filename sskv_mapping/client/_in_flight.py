@@ -20,7 +20,7 @@ import contextlib
 from collections import deque
 from collections.abc import Callable
 
-from .errors import ConfigurationError, RequestTimeoutError
+from ..errors import ConfigurationError, RequestTimeoutError
 
 __all__ = ["DEFAULT_MAX_IN_FLIGHT", "InFlightGate"]
 

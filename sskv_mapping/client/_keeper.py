@@ -17,9 +17,9 @@ import enum
 import logging
 from collections.abc import Callable, Sequence
 
-from ._backoff import Backoff
-from ._transport.base import Connection
-from .errors import ClientStateError, ConnectionLostError, StateStoreError, TransportError
+from .._transport.backoff import Backoff
+from .._transport.base import Connection
+from ..errors import ClientStateError, ConnectionLostError, StateStoreError, TransportError
 
 __all__ = ["ConnectionKeeper", "ConnectionState", "StateListener"]
 

@@ -24,25 +24,20 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ._backoff import Backoff
-from ._in_flight import DEFAULT_MAX_IN_FLIGHT, InFlightGate
-from ._keeper import ConnectionKeeper, ConnectionState, StateListener
-from ._keys import escape_glob, scan_pattern, store_key
-from ._protocol import headers, topics
-from ._protocol.commands import Delete, Get, Set, SetCondition, VDelete, VDeleteResult, _Base
-from ._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
-from ._protocol.mqtt_publish import mqtt_str, publish_properties, varint
-from ._protocol.notifications import KeyEvent, parse_notification
-from ._requests import RequestSender
-from ._scan import ScanSupport, keys_of, scan_pages
-from ._sync import BlockingTwin
-from ._transport.base import Connection, ConnectionFactory, InboundMessage
-from ._transport.choice import new_connection
-from ._transport.settings import ConnectionSettings, TlsSettings
-from ._ttl import TtlLike, ttl_to_ms
-from ._unset import UNSET, UnsetType
-from ._watches import AsyncKeyWatch, EventSink, KeySubscription, Watches
-from .errors import (
+from .._blocking import BlockingTwin
+from .._keys import escape_glob, scan_pattern, store_key
+from .._protocol import headers, topics
+from .._protocol.commands import Delete, Get, Set, SetCondition, VDelete, VDeleteResult, _Base
+from .._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
+from .._protocol.mqtt_publish import mqtt_str, publish_properties, varint
+from .._protocol.notifications import KeyEvent, parse_notification
+from .._transport.backoff import Backoff
+from .._transport.base import Connection, ConnectionFactory, InboundMessage
+from .._transport.factory import new_connection
+from .._transport.settings import ConnectionSettings, TlsSettings
+from .._ttl import TtlLike, ttl_to_ms
+from .._unset import UNSET, UnsetType
+from ..errors import (
     ClientStateError,
     ClockDriftError,
     ConfigurationError,
@@ -51,6 +46,11 @@ from .errors import (
     StateStoreError,
     ValueTooLargeError,
 )
+from ._in_flight import DEFAULT_MAX_IN_FLIGHT, InFlightGate
+from ._keeper import ConnectionKeeper, ConnectionState, StateListener
+from ._requests import RequestSender
+from ._scan import ScanSupport, keys_of, scan_pages
+from ._watches import AsyncKeyWatch, EventSink, KeySubscription, Watches
 
 __all__ = [
     "UNSET",

@@ -8,14 +8,14 @@ namespace holds: the cache keeps no key listing.
 
 The class is the cache's API over small modules, one algorithm each:
 
-* :mod:`~sskv_mapping._generation` -- data keys are ``ns#g.<generation>/<key>``; ``clear`` replaces the
+* :mod:`~sskv_mapping.cache._generation` -- data keys are ``ns#g.<generation>/<key>``; ``clear`` replaces the
   generation (O(1)), watched by every process; entries without a TTL are listed in a per-generation ledger so
   that the sweep a clear starts deletes them;
-* :mod:`~sskv_mapping._key_locks` -- per-key leased locks and the fenced-write retry;
-* :mod:`~sskv_mapping._renewal` -- ``touch``/``expire``: ``SET NEX`` of the stored bytes, undone by ``VDEL``;
-* :mod:`~sskv_mapping._counter` -- ``incr``/``decr`` under the key's lock;
-* :mod:`~sskv_mapping._single_flight` -- ``get_or_set``: one computation per key across processes;
-* :mod:`~sskv_mapping._fanout` -- the ``*_many`` forms, a bounded number of requests in flight;
+* :mod:`~sskv_mapping._namespace.key_locks` -- per-key leased locks and the fenced-write retry;
+* :mod:`~sskv_mapping.cache._renewal` -- ``touch``/``expire``: ``SET NEX`` of the stored bytes, undone by ``VDEL``;
+* :mod:`~sskv_mapping.cache._counter` -- ``incr``/``decr`` under the key's lock;
+* :mod:`~sskv_mapping.cache._single_flight` -- ``get_or_set``: one computation per key across processes;
+* :mod:`~sskv_mapping._namespace.fanout` -- the ``*_many`` forms, a bounded number of requests in flight;
 * :mod:`~sskv_mapping._ttl` -- every framework's TTL convention (:func:`translate_ttl`).
 
 TTL semantics (``ttl`` arguments): ``UNSET`` = the cache's ``default_ttl``; ``None`` = never expires; a
@@ -35,23 +35,23 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Final, Generic, TypeVar, cast, overload
 
-from ._cache_stats import LATENCY_BUCKETS, CacheCounters, OpLatency, StateStoreCacheStats
-from ._cache_writes import EntryWriter, Sweeper
+from .._blocking import BlockingTwin
+from .._keys import text_key, text_keys
+from .._namespace.fanout import gather_bounded
+from .._namespace.key_locks import KeyLocks
+from .._namespace.store import Encoded, NamespaceStore
+from .._protocol.commands import SetCondition
+from .._transport.settings import ConnectionSettings
+from .._ttl import TtlArg, TtlConvention, check_ttl, expire_now, translate_ttl
+from ..client._client import UNSET, AsyncStateStoreClient, StateStoreClient, TlsSettings
+from ..codecs import Codec, JsonCodec, get_codec
+from ..errors import ClientStateError, ConfigurationError, StateStoreError
+from ..local_cache import ABSENT, DEFAULT_MAX_STALENESS, CachedEntry, LocalCache
 from ._counter import increment
-from ._fanout import gather_bounded
 from ._generation import NamespaceGeneration, PersistentLedger
-from ._key_locks import KeyLocks
-from ._keys import text_key, text_keys
-from ._protocol.commands import SetCondition
 from ._single_flight import Found, SingleFlight
-from ._store import Encoded, NamespaceStore
-from ._sync import BlockingTwin
-from ._transport.settings import ConnectionSettings
-from ._ttl import TtlArg, TtlConvention, check_ttl, expire_now, translate_ttl
-from .client import UNSET, AsyncStateStoreClient, StateStoreClient, TlsSettings
-from .codecs import Codec, JsonCodec, get_codec
-from .errors import ClientStateError, ConfigurationError, StateStoreError
-from .local_cache import ABSENT, DEFAULT_MAX_STALENESS, CachedEntry, LocalCache
+from ._stats import LATENCY_BUCKETS, CacheCounters, OpLatency, StateStoreCacheStats
+from ._writes import EntryWriter, Sweeper
 
 __all__ = [
     "DEFAULT_TTL",

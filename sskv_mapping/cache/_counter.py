@@ -1,6 +1,6 @@
 """Layer 4: ``incr``/``decr`` -- read-modify-write of a number under the key's leased lock, the write fenced.
 
-The lock is ``ns#lock/<key>`` (:class:`~sskv_mapping._key_locks.KeyLocks`); the write carries the lock's
+The lock is ``ns#lock/<key>`` (:class:`~sskv_mapping._namespace.key_locks.KeyLocks`); the write carries the lock's
 fencing token, so a holder whose lease ran out cannot clobber a newer count. The fence stays on the key until
 it is deleted or expires; every other write of the cache that meets it retries under the same lock
 (:meth:`KeyLocks.fenced`).
@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ._key_locks import KeyLocks
-from ._protocol.hlc import HybridLogicalClock
-from ._store import NamespaceStore
-from ._ttl import expire_now
-from .local_cache import ABSENT
+from .._namespace.key_locks import KeyLocks
+from .._namespace.store import NamespaceStore
+from .._protocol.hlc import HybridLogicalClock
+from .._ttl import expire_now
+from ..local_cache import ABSENT
 
 __all__ = ["increment"]
 

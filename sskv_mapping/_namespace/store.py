@@ -27,17 +27,17 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Generic, TypeVar
 
-from ._fanout import BoundedWork, gather_bounded
-from ._index import KeyIndex
-from ._keys import check_namespace, text_key, utf8
-from ._protocol.commands import SetCondition, VDeleteResult
-from ._protocol.hlc import HybridLogicalClock
-from ._protocol.notifications import KeyEvent
-from ._ttl import ttl_to_ms
-from .client import AsyncStateStoreClient, ConnectionState, KeySubscription, SetResult
-from .codecs import Codec, decode_value, encode_value
-from .errors import ConfigurationError, StateStoreError
-from .local_cache import ABSENT, CachedEntry, LocalCache
+from .._keys import check_namespace, text_key, utf8
+from .._protocol.commands import SetCondition, VDeleteResult
+from .._protocol.hlc import HybridLogicalClock
+from .._protocol.notifications import KeyEvent
+from .._ttl import ttl_to_ms
+from ..client._client import AsyncStateStoreClient, ConnectionState, KeySubscription, SetResult
+from ..codecs import Codec, decode_value, encode_value
+from ..errors import ConfigurationError, StateStoreError
+from ..local_cache import ABSENT, CachedEntry, LocalCache
+from .fanout import BoundedWork, gather_bounded
+from .key_index import KeyIndex
 
 log = logging.getLogger(__name__)
 

@@ -45,13 +45,13 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from ._fanout import gather_bounded
-from ._key_locks import OwnedLock, owned_lock
-from ._protocol.hlc import HybridLogicalClock
-from ._protocol.notifications import KeyEvent, KeyOperation
-from .client import AsyncStateStoreClient, KeySubscription
-from .errors import ProtocolError, StateStoreError
-from .lock import AsyncLeasedLock
+from .._namespace.fanout import gather_bounded
+from .._namespace.key_locks import OwnedLock, owned_lock
+from .._protocol.hlc import HybridLogicalClock
+from .._protocol.notifications import KeyEvent, KeyOperation
+from ..client._client import AsyncStateStoreClient, KeySubscription
+from ..errors import ProtocolError, StateStoreError
+from ..lock import AsyncLeasedLock
 
 __all__ = ["LEDGER_SHARDS", "GenerationState", "NamespaceGeneration", "PersistentLedger"]
 

@@ -34,8 +34,8 @@ first process that opens it, under the old index's lock (so two processes migrat
 excluded meanwhile). If ``ns#index`` appears again after the migration, a 0.1.0 process is still writing to the
 namespace: opening it then raises :class:`ConfigurationError` rather than list it wrong.
 
-:class:`KeyIndex` is the seam where SCAN replaces the stored index where the service answers it
-(:mod:`sskv_mapping._listing`).
+:class:`~sskv_mapping._namespace.key_index.KeyIndex` is the seam where SCAN replaces the stored index where the
+service answers it (:mod:`sskv_mapping.mapping._listing`).
 
 Must not import aiomqtt/paho, the emulator, or the mapping/cache modules.
 """
@@ -51,18 +51,18 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from ._fanout import gather_bounded
-from ._key_locks import OwnedLock, drain_owned, owned_lock
-from ._protocol.commands import SetCondition
-from ._protocol.hlc import HybridLogicalClock
-from ._protocol.notifications import KeyEvent, KeyOperation
-from .client import AsyncStateStoreClient, KeySubscription
-from .errors import ConfigurationError, ProtocolError
-from .lock import AsyncLeasedLock
+from .._namespace.fanout import gather_bounded
+from .._namespace.key_index import IndexEntry
+from .._namespace.key_locks import OwnedLock, drain_owned, owned_lock
+from .._protocol.commands import SetCondition
+from .._protocol.hlc import HybridLogicalClock
+from .._protocol.notifications import KeyEvent, KeyOperation
+from ..client._client import AsyncStateStoreClient, KeySubscription
+from ..errors import ConfigurationError, ProtocolError
+from ..lock import AsyncLeasedLock
 
-__all__ = ["DEFAULT_SHARDS", "IndexEntry", "KeyIndex", "StoredKeyIndex"]
+__all__ = ["DEFAULT_SHARDS", "StoredKeyIndex"]
 
 log = logging.getLogger("sskv_mapping.index")
 
@@ -73,38 +73,6 @@ log = logging.getLogger("sskv_mapping.index")
 DEFAULT_SHARDS = 1024
 _FORMAT_VERSION = 2
 _FAN_OUT = 64
-
-
-@dataclass(frozen=True, slots=True)
-class IndexEntry:
-    """A listed key: when it was first listed, and when its data expires (``None``: never), in wall-clock ms."""
-
-    added_ms: int
-    expires_ms: int | None = None
-
-
-class KeyIndex(Protocol):
-    """What the mapping needs from a key listing. :class:`StoredKeyIndex` today; a SCAN-backed one later."""
-
-    async def start(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-    async def listing(self, *, refresh: bool = False) -> dict[str, IndexEntry]:
-        """Every listed key -> its entry (kept current by notifications; ``refresh`` reads the store now)."""
-        ...
-
-    async def add(self, keys: Iterable[tuple[str, int | None]]) -> None:
-        """Make sure each ``(key, expires_ms)`` is listed with an expiry of the same kind."""
-        ...
-
-    async def remove(self, keys: Iterable[str]) -> None: ...
-
-    async def prune(self, missing: Iterable[str]) -> int: ...
-
-    async def candidate(self, skip: Iterable[str] = ()) -> str | None:
-        """A listed key not in ``skip`` (what ``popitem`` pops), ``None`` if there is none."""
-        ...
 
 
 def shard_of(key: str, shards: int) -> int:

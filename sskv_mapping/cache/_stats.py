@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .local_cache import CacheStats
+from ..local_cache import CacheStats
 
 __all__ = ["LATENCY_BUCKETS", "CacheCounters", "OpLatency", "StateStoreCacheStats"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
 
 __all__ = ["Backoff"]
 

@@ -15,15 +15,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ._backoff import Backoff
+from .._protocol import headers, topics
+from .._protocol.commands import _Base
+from .._protocol.hlc import HlcClock, HybridLogicalClock
+from .._transport.backoff import Backoff
+from .._transport.base import Connection, InboundMessage
+from .._transport.rpc import PendingCalls
+from .._transport.settings import ConnectionSettings
+from ..errors import RequestTimeoutError, ServiceUnavailableError, ValueTooLargeError
 from ._keeper import ConnectionKeeper
-from ._protocol import headers, topics
-from ._protocol.commands import _Base
-from ._protocol.hlc import HlcClock, HybridLogicalClock
-from ._transport.base import Connection, InboundMessage
-from ._transport.rpc import PendingCalls
-from ._transport.settings import ConnectionSettings
-from .errors import RequestTimeoutError, ServiceUnavailableError, ValueTooLargeError
 
 __all__ = ["RequestSender"]
 

@@ -30,11 +30,11 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
-from ._fanout import gather_bounded
-from ._protocol.hlc import HybridLogicalClock
-from .client import AsyncStateStoreClient
-from .errors import FencingTokenRequiredError, LockError, StateStoreError, TransportError
-from .lock import AsyncLeasedLock
+from .._protocol.hlc import HybridLogicalClock
+from ..client._client import AsyncStateStoreClient
+from ..errors import FencingTokenRequiredError, LockError, StateStoreError, TransportError
+from ..lock import AsyncLeasedLock
+from .fanout import gather_bounded
 
 __all__ = ["KeyLocks", "OwnedLock", "drain_owned", "owned_lock", "release_quietly"]
 

@@ -20,12 +20,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._cache_stats import CacheCounters
-from ._key_locks import KeyLocks, release_quietly
-from ._store import Encoded
-from ._ttl import expire_now
-from .local_cache import ABSENT, CachedEntry
-from .lock import AsyncLeasedLock
+from .._namespace.key_locks import KeyLocks, release_quietly
+from .._namespace.store import Encoded
+from .._ttl import expire_now
+from ..local_cache import ABSENT, CachedEntry
+from ..lock import AsyncLeasedLock
+from ._stats import CacheCounters
 
 __all__ = ["Found", "Lead", "SingleFlight"]
 

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import __version__
+from .. import __version__
 
 __all__ = ["build_parser", "main"]
 
@@ -53,7 +53,7 @@ def _port(text: str) -> int:
 
 
 def _add_emulator_parser(subparsers: Any) -> None:
-    from .emulator.__main__ import add_emulator_arguments
+    from ..emulator.__main__ import add_emulator_arguments
 
     p = subparsers.add_parser(
         "emulator",
@@ -84,7 +84,7 @@ def _add_emulator_parser(subparsers: Any) -> None:
 
 
 def _add_client_parsers(subparsers: Any) -> None:
-    from ._cli_client import add_client_parsers
+    from ._client_commands import add_client_parsers
 
     add_client_parsers(subparsers)
 
@@ -116,7 +116,7 @@ def pick_broker_port(host: str, requested: int | None) -> tuple[int | None, str 
 
 
 def _run_emulator(args: argparse.Namespace) -> int:
-    from .emulator.__main__ import run
+    from ..emulator.__main__ import run
 
     if not args.with_broker:
         if args.broker_port is not None:
@@ -124,8 +124,8 @@ def _run_emulator(args: argparse.Namespace) -> int:
             return 2
         return run(args, args.host, args.port or DEFAULT_BROKER_PORT)
 
-    from .emulator.broker import EMULATOR_QUEUE_SETTINGS, MosquittoBroker, MosquittoStartError
-    from .errors import ConfigurationError
+    from ..emulator.broker import EMULATOR_QUEUE_SETTINGS, MosquittoBroker, MosquittoStartError
+    from ..errors import ConfigurationError
 
     if args.port is not None and args.broker_port is not None and args.port != args.broker_port:
         print("sskv emulator: give --port or --broker-port, not two different ports", file=sys.stderr)
@@ -174,7 +174,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     with contextlib.suppress(BrokenPipeError):  # `sskv watch k | head` must not end in a traceback
         return int(func(args))
     return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

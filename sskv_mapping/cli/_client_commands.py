@@ -32,14 +32,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from ._keys import scan_pattern, store_key
-from ._protocol.commands import SetCondition, VDeleteResult
-from ._protocol.hlc import HybridLogicalClock
-from ._protocol.notifications import KeyEvent
-from ._transport.settings import ConnectionSettings, TlsSettings
-from ._ttl import ttl_to_ms
-from .client import UNSET, AsyncStateStoreClient
-from .errors import (
+from .._keys import scan_pattern, store_key
+from .._protocol.commands import SetCondition, VDeleteResult
+from .._protocol.hlc import HybridLogicalClock
+from .._protocol.notifications import KeyEvent
+from .._transport.settings import ConnectionSettings, TlsSettings
+from .._ttl import ttl_to_ms
+from ..client._client import UNSET, AsyncStateStoreClient
+from ..errors import (
     ConfigurationError,
     LockError,
     ProtocolError,
@@ -327,7 +327,7 @@ async def _cmd_watch(args: argparse.Namespace, client: AsyncStateStoreClient) ->
 
 
 async def _cmd_lock(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
-    from .lock import AsyncLeasedLock
+    from ..lock import AsyncLeasedLock
 
     lock = AsyncLeasedLock(client, _key(args.name), lease=args.lease, auto_renew=True)
     command = args.command
@@ -362,7 +362,7 @@ async def _cmd_lock(args: argparse.Namespace, client: AsyncStateStoreClient) -> 
 
 
 async def _cmd_leader(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
-    from .election import AsyncLeaderElection
+    from ..election import AsyncLeaderElection
 
     election = AsyncLeaderElection(client, _key(args.name), term=args.term, candidate=args.candidate)
     if args.status or not args.command:

@@ -1,0 +1,10 @@
+"""The ``sskv`` command: get/set/del/vdel/keys/watch/lock/leader and the local emulator.
+
+Private parts: ``_main`` (the parser, ``sskv emulator``), ``_client_commands`` (the commands that talk to a store).
+
+Must not import: sskv_mapping.integrations
+"""
+
+from ._main import build_parser, main
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,11 @@
+"""``python -m sskv_mapping.cli``: the same as the ``sskv`` command.
+
+Must not import: sskv_mapping.integrations
+"""
+
+import sys
+
+from ._main import main
+
+if __name__ == "__main__":
+    sys.exit(main())
