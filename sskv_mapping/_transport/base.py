@@ -1,6 +1,6 @@
 """Layer 2 (transport), pure part: the shape every connection has.
 
-:class:`~sskv_mapping._transport.mqtt.MqttConnection` (a real broker) and
+:class:`~sskv_mapping._transport.paho.PahoConnection` (a real broker) and
 :class:`~sskv_mapping._transport.loopback.LoopbackConnection` (the emulator core in-process, for fast unit
 tests) both satisfy :class:`Connection`; the client is written against this Protocol only.
 :class:`InboundMessage` is defined by the pure PUBLISH codec (``_protocol/mqtt_publish.py``) and re-exported

@@ -2,12 +2,12 @@
 
 :class:`~sskv_mapping._transport.stream.StreamConnection` (the fast path, our own MQTT 5 on an asyncio
 ``Protocol``), unless ``SSKV_MQTT_FASTPATH=0`` is in the environment: then the stock aiomqtt/paho
-:class:`~sskv_mapping._transport.mqtt.MqttConnection`. The emulator process inherits
+:class:`~sskv_mapping._transport.paho.PahoConnection`. The emulator process inherits
 the environment, so one variable switches both ends (``nox -s stock-paho``): a bug shared by both ends of our
 own fast path cannot hide behind it.
 
 Must not import aiomqtt/paho at import time (the stock transport is imported when chosen), nor anything above
-``_transport``. ``_transport/mqtt`` does not import this module (no import cycle).
+``_transport``. ``_transport/paho.py`` does not import this module (no import cycle).
 """
 
 from __future__ import annotations
@@ -34,6 +34,6 @@ def new_connection(settings: ConnectionSettings, on_message: Callable[[InboundMe
     """The default :data:`~sskv_mapping._transport.base.ConnectionFactory`."""
     if fast_path():
         return StreamConnection(settings, on_message)
-    from .mqtt import MqttConnection
+    from .paho import PahoConnection
 
-    return MqttConnection(settings, on_message)
+    return PahoConnection(settings, on_message)

@@ -1,6 +1,6 @@
 """Layer 5 (emulator tooling): a private mosquitto broker for tests, demos and the emulator.
 
-Standard library only: this module must not import aiomqtt/paho (only the ``_transport/mqtt/`` package does) nor
+Standard library only: this module must not import aiomqtt/paho (only the ``_transport/paho.py`` module does) nor
 anything above ``_protocol``. It starts ``mosquitto`` on a loopback port with a generated config in a
 private temporary directory, waits until it really serves, and guarantees the child never outlives the
 Python process (explicit ``stop()``, context manager, and an ``atexit`` sweep).

@@ -393,7 +393,7 @@ class EmulatorServer:
             self.stats["publish_failures"] += 1
             log.debug("not connected: dropping a publish to %r", topic[:200])
             return
-        # Queued right here (MqttConnection: by paho), in call order; no task is made and no PUBACK awaited.
+        # Queued right here (PahoConnection: by paho), in call order; no task is made and no PUBACK awaited.
         try:
             conn.publish_nowait(
                 topic,

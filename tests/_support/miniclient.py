@@ -1,4 +1,4 @@
-"""A minimal state store test client on ``MqttConnection``: raw payloads and user properties in, raw
+"""A minimal state store test client on ``PahoConnection``: raw payloads and user properties in, raw
 responses and notifications out.
 
 Written for the emulator tests, independent of ``sskv_mapping.client`` so that a bug there cannot hide
@@ -30,7 +30,7 @@ from sskv_mapping._protocol.topics import (
     response_topic,
 )
 from sskv_mapping._transport.base import InboundMessage
-from sskv_mapping._transport.mqtt import MqttConnection
+from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 
 __all__ = ["DEFAULT", "MiniClient", "Note", "Response"]
@@ -78,7 +78,7 @@ class MiniClient:
         self.client_id = client_id or f"mini-{uuid.uuid4().hex[:12]}"
         self.response_topic = response_topic(self.client_id)
         self.hlc = HlcClock(self.client_id)
-        self._conn = MqttConnection(ConnectionSettings(host=host, port=port, client_id=self.client_id), self._on)
+        self._conn = PahoConnection(ConnectionSettings(host=host, port=port, client_id=self.client_id), self._on)
         self._waiting: dict[bytes, asyncio.Future[Response]] = {}
         self._notes: dict[bytes, asyncio.Queue[Note]] = {}
         #: every notification in arrival order

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from sskv_mapping._transport.base import Connection, InboundMessage, MessageHandler
-from sskv_mapping._transport.mqtt import MqttConnection
+from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.cache import AsyncStateStoreCache
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
@@ -143,7 +143,7 @@ class DropGeneration:
                 return
             handler(message)
 
-        return MqttConnection(settings, deliver)
+        return PahoConnection(settings, deliver)
 
 
 async def test_a_process_away_during_a_clear_follows_it_when_back(
@@ -165,7 +165,7 @@ async def test_a_process_away_during_a_clear_follows_it_when_back(
         # it goes away and comes back (a session take-over by another connection with its client id)
         states: asyncio.Queue[ConnectionState] = asyncio.Queue()
         client.add_state_listener(states.put_nowait)
-        intruder = MqttConnection(
+        intruder = PahoConnection(
             ConnectionSettings(host=mosquitto.host, port=mosquitto.port, client_id=client.client_id), lambda m: None
         )
         await intruder.connect()

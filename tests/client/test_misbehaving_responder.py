@@ -23,7 +23,7 @@ from sskv_mapping import (
 )
 from sskv_mapping._protocol import topics
 from sskv_mapping._transport.base import InboundMessage
-from sskv_mapping._transport.mqtt import MqttConnection
+from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient
 
@@ -40,7 +40,7 @@ class FakeService:
         self.behaviour: Behaviour = lambda m: []
         self.requests: list[InboundMessage] = []
         self.got_request = asyncio.Event()
-        self._conn = MqttConnection(
+        self._conn = PahoConnection(
             ConnectionSettings(host=host, port=port, client_id=f"fake-{uuid.uuid4().hex[:8]}"), self._on
         )
         self._tasks: set[asyncio.Task[None]] = set()

@@ -10,7 +10,7 @@ import pytest
 
 from sskv_mapping import ConnectionLostError, KeyOperation, RequestTimeoutError
 from sskv_mapping._transport.base import Connection, InboundMessage, MessageHandler
-from sskv_mapping._transport.mqtt import MqttConnection
+from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 
@@ -102,7 +102,7 @@ async def test_broker_restart_mid_traffic(stack: object, stack_url: tuple[str, i
         assert len(a._sender.pending) == 0 and len(b._sender.pending) == 0
 
 
-class DroppingConnection(MqttConnection):
+class DroppingConnection(PahoConnection):
     """An MQTT connection that can lose inbound notifications, as a flaky network would."""
 
     drop = False
@@ -145,7 +145,7 @@ async def test_lost_notification_is_repaired_by_the_reconnect_reread(
         await asyncio.wait_for(DroppingConnection.dropped.wait(), 5)  # v2's notification is gone
         DroppingConnection.drop = False
         # Knock the client off the broker: a second connection with the same client id takes its session.
-        intruder = MqttConnection(
+        intruder = PahoConnection(
             ConnectionSettings(host=broker_url[0], port=broker_url[1], client_id=a.client_id), lambda m: None
         )
         await intruder.connect()

@@ -27,7 +27,7 @@ from _support.waiting import eventually
 
 from sskv_mapping import KeyEvent
 from sskv_mapping._transport.base import Connection, InboundMessage, MessageHandler
-from sskv_mapping._transport.mqtt import MqttConnection
+from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 from sskv_mapping.emulator.broker import MosquittoBroker
@@ -71,7 +71,7 @@ class FaultSwitch:
 
 def faulty_factory(switch: FaultSwitch) -> Any:
     def factory(settings: ConnectionSettings, handler: MessageHandler) -> Connection:
-        return MqttConnection(settings, lambda message: switch.filter(message, handler))
+        return PahoConnection(settings, lambda message: switch.filter(message, handler))
 
     return factory
 
@@ -93,7 +93,7 @@ async def knock_off(broker: MosquittoBroker, client: AsyncStateStoreClient, watc
     """A second connection with the client's id takes its session: the client drops and reconnects."""
     watcher.connected.clear()
     watcher.reconnecting.clear()
-    intruder = MqttConnection(
+    intruder = PahoConnection(
         ConnectionSettings(host=broker.host, port=broker.port, client_id=client.client_id), lambda m: None
     )
     await intruder.connect()

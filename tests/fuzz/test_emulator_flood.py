@@ -1,7 +1,7 @@
 """The emulator process, on the session's real mosquitto, answers a flood of 10,000 random and broken requests
 and is still serving afterwards, its other data intact.
 
-The flood is sent with a raw MQTT connection (``MqttConnection.publish_nowait``: no client-side checks) in
+The flood is sent with a raw MQTT connection (``PahoConnection.publish_nowait``: no client-side checks) in
 pipelined batches; a well-formed sentinel request closes each batch, and the next batch starts when the
 sentinel's reply is in (the emulator answers in arrival order), which keeps every queue far below mosquitto's
 per-client limit of 1,000 queued messages. Each request gets a response topic of its own, so every reply is
@@ -37,7 +37,7 @@ from sskv_mapping._protocol.commands import Scan
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.topics import REQUEST_TOPIC, SERVICE_ID
 from sskv_mapping._transport.base import InboundMessage
-from sskv_mapping._transport.mqtt import MqttConnection
+from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, Entry
 from sskv_mapping.emulator.broker import MosquittoBroker
@@ -368,7 +368,7 @@ async def test_emulator_survives_a_flood_of_random_and_truncated_requests(
             await client.set(key, value)
         before: dict[bytes, Entry | None] = {key: await client.get(key) for key in guards}
 
-        flooder = MqttConnection(
+        flooder = PahoConnection(
             ConnectionSettings(host=mosquitto.host, port=mosquitto.port, client_id=f"fuzzflood-{run}"), on_message
         )
         await flooder.connect()

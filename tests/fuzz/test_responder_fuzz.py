@@ -46,7 +46,7 @@ from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.topics import REQUEST_TOPIC
 from sskv_mapping._transport.base import InboundMessage
 from sskv_mapping._transport.loopback import LoopbackBroker
-from sskv_mapping._transport.mqtt import MqttConnection
+from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, Entry, SetResult, StateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
@@ -448,12 +448,12 @@ def own_broker() -> Iterator[MosquittoBroker]:
 
 
 class ThreadedResponder:
-    """The responder on an MqttConnection served by its own event-loop thread (the blocking client blocks ours)."""
+    """The responder on an PahoConnection served by its own event-loop thread (the blocking client blocks ours)."""
 
     def __init__(self, broker: MosquittoBroker, rng: random.Random) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="fake-service", daemon=True)
-        self.conn = MqttConnection(
+        self.conn = PahoConnection(
             ConnectionSettings(host=broker.host, port=broker.port, client_id=f"fake-{uuid.uuid4().hex[:8]}"),
             self._on_message,
         )

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sskv_mapping import BrokerConnectError, ConfigurationError
-from sskv_mapping._transport.mqtt import MqttConnection
+from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, StateStoreClient, TlsSettings
 from sskv_mapping.emulator.broker import MosquittoBroker
@@ -100,7 +100,7 @@ def test_client_reprs_hide_credentials(tmp_path: Path) -> None:
         AsyncStateStoreClient(username="alice", password=password, tls=tls),
         AsyncStateStoreClient.from_url(f"mqtts://alice:{password}@127.0.0.1:8883"),
         StateStoreClient(username="alice", password=password, tls=tls),
-        MqttConnection(ConnectionSettings(username="alice", password=password, tls=tls), lambda m: None),
+        PahoConnection(ConnectionSettings(username="alice", password=password, tls=tls), lambda m: None),
     ]
     texts = [text for c in clients for text in (repr(c), str(c))]
     assert_absent(password, texts)

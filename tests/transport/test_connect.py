@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sskv_mapping import BrokerConnectError
-from sskv_mapping._transport.mqtt import MqttConnection
+from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping._transport.stream import StreamConnection
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
@@ -52,7 +52,7 @@ class ClosingBroker:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("transport", [MqttConnection, StreamConnection], ids=["stock", "stream"])
+@pytest.mark.parametrize("transport", [PahoConnection, StreamConnection], ids=["stock", "stream"])
 async def test_transport_connect_fails_when_closed_before_connack(transport: type[Any]) -> None:
     async with ClosingBroker() as broker:
         settings = ConnectionSettings("127.0.0.1", broker.port, connect_timeout=LONG_CONNECT_TIMEOUT)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from sskv_mapping._protocol.mqtt_publish import InboundMessage, mqtt_str, publish_properties, varint
-from sskv_mapping._transport.mqtt import MqttConnection
+from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping._transport.stream import StreamConnection
 from sskv_mapping.emulator.broker import MosquittoBroker
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.broker
 
 LIMIT = 2000
 WAIT = 10.0
-TRANSPORTS = pytest.mark.parametrize("transport", [MqttConnection, StreamConnection], ids=["stock", "stream"])
+TRANSPORTS = pytest.mark.parametrize("transport", [PahoConnection, StreamConnection], ids=["stock", "stream"])
 
 
 @pytest.fixture(scope="module")

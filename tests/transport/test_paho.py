@@ -1,4 +1,4 @@
-"""The stock transport (``_transport/mqtt``: aiomqtt and paho, ``SSKV_MQTT_FASTPATH=0``) as an independent
+"""The stock transport (``_transport/paho.py``: aiomqtt and paho, ``SSKV_MQTT_FASTPATH=0``) as an independent
 oracle for our own MQTT codec, and its correctness hooks.
 
 * the PUBLISH property encoder of ``_protocol/mqtt_publish.py`` produces paho's ``Properties.pack()`` bytes,
@@ -31,8 +31,8 @@ from paho.mqtt.properties import Properties
 
 from sskv_mapping._protocol.mqtt_publish import InboundMessage, MalformedPacketError, decode_publish
 from sskv_mapping._protocol.mqtt_publish import publish_properties as _publish_property_bytes
-from sskv_mapping._transport import mqtt as mqtt_module
-from sskv_mapping._transport.mqtt import MqttConnection, _publish_properties
+from sskv_mapping._transport import paho as paho_module
+from sskv_mapping._transport.paho import PahoConnection, _publish_properties
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.errors import ConfigurationError, ConnectionLostError, ServiceUnavailableError
@@ -62,7 +62,7 @@ def paho_decode(header: int, packet: bytes) -> InboundMessage:
     message.qos = result.qos
     message.properties = result.properties
     message.payload = result.payload
-    return mqtt_module._convert(aiomqtt.Message._from_paho_message(message))
+    return paho_module._convert(aiomqtt.Message._from_paho_message(message))
 
 
 def publish_packet(topic: bytes, qos: int, mid: int, properties: bytes, payload: bytes) -> tuple[int, bytes]:
@@ -279,14 +279,14 @@ def _settings(broker: MosquittoBroker, prefix: str) -> ConnectionSettings:
 
 async def _connect(
     broker: MosquittoBroker, prefix: str, on_message: Callable[[InboundMessage], None] = lambda m: None
-) -> MqttConnection:
-    conn = MqttConnection(_settings(broker, prefix), on_message)
+) -> PahoConnection:
+    conn = PahoConnection(_settings(broker, prefix), on_message)
     await conn.connect()
     return conn
 
 
 @pytest.fixture
-async def pair(mosquitto: MosquittoBroker) -> AsyncIterator[tuple[MqttConnection, MqttConnection, Inbox, str]]:
+async def pair(mosquitto: MosquittoBroker) -> AsyncIterator[tuple[PahoConnection, PahoConnection, Inbox, str]]:
     """(sender, receiver, receiver's inbox, a topic the receiver subscribed to at QoS 1)."""
     inbox = Inbox()
     sender = await _connect(mosquitto, "stock-tx")
@@ -302,7 +302,7 @@ async def pair(mosquitto: MosquittoBroker) -> AsyncIterator[tuple[MqttConnection
 
 @pytest.mark.parametrize("nowait", [False, True], ids=["publish", "publish_nowait"])
 async def test_round_trip_carries_every_property(
-    pair: tuple[MqttConnection, MqttConnection, Inbox, str], nowait: bool
+    pair: tuple[PahoConnection, PahoConnection, Inbox, str], nowait: bool
 ) -> None:
     sender, _, inbox, topic = pair
     user = [("__ts", "1732262400000:00000:c"), ("", ""), ("dup", "1"), ("dup", "2"), ("ключ", "値🙂")]
@@ -333,7 +333,7 @@ async def test_round_trip_carries_every_property(
 
 
 async def test_round_trip_with_empty_values_and_no_properties(
-    pair: tuple[MqttConnection, MqttConnection, Inbox, str],
+    pair: tuple[PahoConnection, PahoConnection, Inbox, str],
 ) -> None:
     sender, _, inbox, topic = pair
     sender.publish_nowait(topic, b"", correlation_data=b"", response_topic=None, user_properties=[("", "")])
@@ -348,7 +348,7 @@ async def test_round_trip_with_empty_values_and_no_properties(
     )
 
 
-async def test_a_burst_leaves_in_order(pair: tuple[MqttConnection, MqttConnection, Inbox, str]) -> None:
+async def test_a_burst_leaves_in_order(pair: tuple[PahoConnection, PahoConnection, Inbox, str]) -> None:
     sender, _, inbox, topic = pair
     assert sender._client is not None
     window = sender._client._client._max_inflight_messages  # mosquitto's Receive Maximum (20 by default)
@@ -360,7 +360,7 @@ async def test_a_burst_leaves_in_order(pair: tuple[MqttConnection, MqttConnectio
 
 
 async def test_large_packets_survive_partial_writes_and_reads(
-    pair: tuple[MqttConnection, MqttConnection, Inbox, str],
+    pair: tuple[PahoConnection, PahoConnection, Inbox, str],
 ) -> None:
     """A small send buffer makes paho's socket refuse most of a 2 MB packet: aiomqtt's writer finishes it."""
     sender, _, inbox, topic = pair
@@ -439,16 +439,16 @@ async def test_paho_and_aiomqtt_are_left_as_they_are(
     """No paho method is replaced, inbound PUBLISHes take aiomqtt's path, and a request/response round trip, a
     PUBACK wait and a refusing PUBACK (0x10) work through paho's public callbacks."""
     converted: list[aiomqtt.Message] = []
-    stock_convert = mqtt_module._convert
+    stock_convert = paho_module._convert
 
     def counting_convert(message: aiomqtt.Message) -> InboundMessage:
         converted.append(message)
         return stock_convert(message)
 
-    monkeypatch.setattr(mqtt_module, "_convert", counting_convert)
+    monkeypatch.setattr(paho_module, "_convert", counting_convert)
     requests = f"test/stock/{uuid.uuid4().hex}"
     responses = f"{requests}/response"
-    responder: list[MqttConnection] = []
+    responder: list[PahoConnection] = []
 
     def answer(request: InboundMessage) -> None:
         assert request.response_topic is not None
@@ -509,7 +509,7 @@ async def test_a_cancel_that_wait_for_loses_is_raised_again() -> None:
 
         loop.call_soon(ack_and_cancel)
         result: str = await asyncio.wait_for(acked, 10)  # as aiomqtt's _wait_for
-        mqtt_module._reraise_lost_cancel()
+        paho_module._reraise_lost_cancel()
         return result
 
     task = asyncio.ensure_future(victim())
