@@ -1,4 +1,4 @@
-"""Layer 3 helper: the one background event-loop thread behind every blocking facade.
+"""The one background event-loop thread behind every blocking facade.
 
 The blocking APIs (``StateStoreClient``, ``StateStoreDict``, the sync cache) are thin facades that run the
 async implementation on this loop; I/O is written once, async. The thread starts lazily, is a named

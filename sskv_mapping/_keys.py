@@ -1,4 +1,4 @@
-"""Layer 1 helper (pure): what a key is, checked in one place for every API.
+"""What a key is, checked in one place for every API.
 
 * the client takes ``str`` (UTF-8) or bytes-like keys: :func:`store_key` -> ``bytes``;
 * the dict, the cache and the lock/election names built on them take ``str`` keys: :func:`text_key` (raises) and

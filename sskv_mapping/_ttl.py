@@ -1,4 +1,4 @@
-"""Layer 1 helper (pure): what a ``ttl`` means -- PX milliseconds for the client, our own convention for the
+"""What a ``ttl`` means -- PX milliseconds for the client, our own convention for the
 cache, and every framework's, in one table-tested place.
 
 Our convention (the cache's ``ttl`` arguments): ``UNSET`` = the cache's default; ``None`` = never expires; a

@@ -1,4 +1,4 @@
-"""Layer 0 (a leaf): :data:`UNSET`, "use the default" -- distinct from ``None``, which means "no limit" for a
+""":data:`UNSET`, "use the default" -- distinct from ``None``, which means "no limit" for a
 timeout and "never expires" for a TTL.
 
 Must not import anything outside the standard library.

@@ -1,4 +1,4 @@
-"""Layer 4: codecs, the plug point that turns Python values into the bytes the state store keeps.
+"""Codecs, the plug point that turns Python values into the bytes the state store keeps.
 
 Must not import the client, the transport, the mapping/cache layers, the emulator, nor any optional extra at
 import time (msgpack is imported when a :class:`MsgpackCodec` is built). Only ``_protocol`` and the standard

@@ -1,4 +1,4 @@
-"""Layer 4: leader election over a leased lock -- one of several replicas acts, the others wait and watch.
+"""Leader election over a leased lock -- one of several replicas acts, the others wait and watch.
 
 The election is the leased lock of protocol.md §6 with the candidate's name as the holder value:
 ``SET name candidate NEX PX term`` to campaign and to renew, the response ``__ts`` the leader's fencing token,

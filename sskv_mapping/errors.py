@@ -1,4 +1,4 @@
-"""Layer 0 (a leaf): the one exception tree of sskv_mapping, imported by every layer.
+"""The one exception tree of sskv_mapping, imported by every layer.
 
 The table from the service's ``-ERR`` texts to these classes is the protocol's business and lives in
 :mod:`sskv_mapping._protocol.errors`; each :class:`ServiceError` subclass keeps its canonical text in ``TEXT``.

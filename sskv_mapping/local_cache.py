@@ -1,4 +1,4 @@
-"""Layer 4: the local, in-process cache in front of the state store, kept current by KEYNOTIFY events.
+"""The local, in-process cache in front of the state store, kept current by KEYNOTIFY events.
 
 Must not import the client, the transport, aiomqtt, the mapping/cache layers or the emulator: only
 ``_protocol``, ``cachetools`` and the standard library. It never does I/O, never sleeps and never reads a

@@ -6,9 +6,13 @@ what the API hands them). A change to the public API has to change this file.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
+import pickle
 import typing
 from typing import Any
+
+import pytest
 
 import sskv_mapping
 import sskv_mapping.errors
@@ -111,6 +115,82 @@ def test_all_is_pinned() -> None:
     assert len(sskv_mapping.__all__) == len(set(sskv_mapping.__all__)), "a name is listed twice"
 
 
+def test_all_is_a_sorted_literal() -> None:
+    # ruff's RUF022 order (constants, classes, the rest), so a name is found where a reader looks for it
+    def kind(name: str) -> tuple[int, str]:
+        return (0 if name.isupper() else 1 if name[0].isupper() else 2, name)
+
+    assert sskv_mapping.__all__ == sorted(sskv_mapping.__all__, key=kind)
+
+
+def test_every_exported_class_and_function_names_the_package_as_its_home() -> None:
+    # reprs, the API reference and pickled values name ``sskv_mapping.X``, a path no internal move can break
+    homes = {
+        name: obj.__module__
+        for name in sskv_mapping.__all__
+        if isinstance(obj := getattr(sskv_mapping, name), type) or inspect.isfunction(obj)
+    }
+    assert len(homes) > 70
+    assert {name: home for name, home in homes.items() if home != "sskv_mapping"} == {}
+    restored = pickle.loads(pickle.dumps(sskv_mapping.HybridLogicalClock(1, 2, "n")))
+    assert restored == sskv_mapping.HybridLogicalClock(1, 2, "n")
+    assert b"sskv_mapping\n" in pickle.dumps(sskv_mapping.HybridLogicalClock(1, 2, "n"), protocol=0)
+
+
+#: Every public module's ``__all__``, word for word: ``from sskv_mapping.cache import DEFAULT_TTL`` keeps working
+#: whatever moves inside the package.
+PUBLIC_MODULES = {
+    "client": [
+        "UNSET",
+        "AsyncKeyWatch",
+        "AsyncStateStoreClient",
+        "ConnectionState",
+        "Entry",
+        "KeySubscription",
+        "KeyWatch",
+        "SetResult",
+        "StateStoreClient",
+        "TlsSettings",
+        "UnsetType",
+        "escape_glob",
+        "ttl_to_ms",
+    ],
+    "cache": [
+        "DEFAULT_TTL",
+        "LATENCY_BUCKETS",
+        "AsyncStateStoreCache",
+        "OpLatency",
+        "StateStoreCache",
+        "StateStoreCacheStats",
+        "TtlConvention",
+        "translate_ttl",
+    ],
+    "mapping": ["AsyncStateStoreDict", "StateStoreDict"],
+    "lock": ["AsyncLeasedLock", "LeasedLock"],
+    "election": ["AsyncLeaderElection", "LeaderElection", "LeadershipChange"],
+    "codecs": [
+        *["Codec", "JsonCodec", "MsgpackCodec", "PickleCodec", "RawCodec", "StrCodec"],
+        *["decode_value", "encode_value", "get_codec"],
+    ],
+    "local_cache": [
+        *["ABSENT", "DEFAULT_MAX_STALENESS", "Absent", "CacheStats", "CachedEntry", "LocalCache", "ReadTicket"],
+    ],
+    "cli": ["build_parser", "main"],
+    "errors": sorted(sskv_mapping.errors.__all__),
+}
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC_MODULES))
+def test_every_public_module_keeps_its_all_and_each_name_resolves(module: str) -> None:
+    mod = importlib.import_module(f"sskv_mapping.{module}")
+    assert sorted(mod.__all__) == sorted(PUBLIC_MODULES[module])
+    assert [name for name in mod.__all__ if not hasattr(mod, name)] == []
+    # the same object as the package exports, where the package exports it
+    assert [
+        n for n in mod.__all__ if n in sskv_mapping.__all__ and getattr(mod, n) is not getattr(sskv_mapping, n)
+    ] == []
+
+
 def test_every_exported_name_exists() -> None:
     missing = [name for name in sskv_mapping.__all__ if not hasattr(sskv_mapping, name)]
     assert missing == []
@@ -148,7 +228,9 @@ def _signatures(obj: Any) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     if inspect.isclass(obj):
         if dataclasses.is_dataclass(obj):
-            out[f"{obj.__name__} fields"] = typing.get_type_hints(obj)
+            # the generated __init__ resolves names in the defining module (the class's __module__ says
+            # "sskv_mapping" now, where a private annotation name does not resolve)
+            out[f"{obj.__name__} fields"] = typing.get_type_hints(obj.__init__)
         for name, member in vars(obj).items():
             if name.startswith("_") and name not in {"__init__", "__call__", "__getitem__", "__iter__", "__aiter__"}:
                 continue

@@ -1,4 +1,4 @@
-"""Layer 4: bounded fan-out -- many requests pipelined on one connection, a bounded number in flight.
+"""Bounded fan-out -- many requests pipelined on one connection, a bounded number in flight.
 
 A broker holds only so many in-flight messages per client (mosquitto: 20 in flight + 1,000 queued) and drops
 the rest, so thousands of requests gathered at once lose replies and time out. Everything that fans out

@@ -1,4 +1,4 @@
-"""Layer 4: per-key leased locks of a cache namespace, and the fenced-write retry built on them.
+"""Per-key leased locks of a cache namespace, and the fenced-write retry built on them.
 
 ``incr`` leaves its lock's fencing token on the key it writes (protocol.md §6): from then on the service
 refuses an unfenced SET/DEL/VDEL of that key with "a fencing token is required". :meth:`KeyLocks.fenced` runs a

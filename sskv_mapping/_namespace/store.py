@@ -1,4 +1,4 @@
-"""Layer 4: one namespace of the state store, with a codec, a notification-kept local cache and a key index.
+"""One namespace of the state store, with a codec, a notification-kept local cache and a key index.
 
 Shared by :mod:`sskv_mapping.mapping` (the dict) and :mod:`sskv_mapping.cache` (the cache backend). All of
 it runs on the event loop of its :class:`AsyncStateStoreClient`, except :meth:`NamespaceStore.cached`,

@@ -1,4 +1,4 @@
-"""Layer 1: the pure protocol core of the state store (no sockets, no asyncio, no clock it was not handed).
+"""The pure protocol core of the state store (no sockets, no asyncio, no clock it was not handed).
 
 The emulator and the client share it. The exception tree is the leaf module
 :mod:`sskv_mapping.errors`. See ``docs`` in the README and protocol.md.

@@ -1,4 +1,4 @@
-"""Layer 1 (pure protocol): one small frozen dataclass per state store command.
+"""One small frozen dataclass per state store command.
 
 Must not import anything above ``_protocol``.
 

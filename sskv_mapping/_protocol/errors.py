@@ -1,4 +1,4 @@
-"""Layer 1 (pure protocol): the service's error texts, matched exactly, to the exception classes of
+"""The service's error texts, matched exactly, to the exception classes of
 :mod:`sskv_mapping.errors` (the tree itself is a leaf module every layer imports).
 
 Must not import anything but the standard library and :mod:`sskv_mapping.errors`.

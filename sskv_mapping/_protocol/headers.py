@@ -1,4 +1,4 @@
-"""Layer 1 (pure protocol): MQTT 5 user properties and header checks of requests and responses.
+"""MQTT 5 user properties and header checks of requests and responses.
 
 Must not import anything above ``_protocol``. User properties are plain ``(name, value)`` pairs here; the
 transport converts them to and from its library's types.

@@ -1,4 +1,4 @@
-"""Layer 1 (pure protocol): hybrid logical clocks, the versions and fencing tokens of the state store.
+"""Hybrid logical clocks, the versions and fencing tokens of the state store.
 
 Must not import asyncio, sockets or anything above ``_protocol``; the wall clock is injected.
 

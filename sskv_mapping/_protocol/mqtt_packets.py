@@ -1,4 +1,4 @@
-"""Layer 1 (pure protocol): the MQTT 5 packets a state store client and the emulator exchange with a broker,
+"""The MQTT 5 packets a state store client and the emulator exchange with a broker,
 as bytes -- CONNECT/CONNACK, SUBSCRIBE/SUBACK, UNSUBSCRIBE/UNSUBACK, PUBLISH (the properties and the inbound
 decoding are :mod:`~sskv_mapping._protocol.mqtt_publish`'s), PUBACK, PINGREQ/PINGRESP, DISCONNECT, AUTH -- and
 :class:`PacketSplitter`, which cuts a byte stream into whole packets: one ``recv`` of many packets is parsed in

@@ -1,4 +1,4 @@
-"""Layer 1 (pure protocol): the MQTT 5 PUBLISH packet this project sends and receives, as bytes.
+"""The MQTT 5 PUBLISH packet this project sends and receives, as bytes.
 
 The request path encodes its PUBLISH properties and decodes inbound PUBLISHes here rather than through paho's
 ``Properties`` (whose name-table scans were the largest single cost of a round trip): :func:`publish_properties`

@@ -1,4 +1,4 @@
-"""Layer 1 (pure protocol): :class:`MqttSession`, the MQTT 5 session state of one client connection, without I/O.
+""":class:`MqttSession`, the MQTT 5 session state of one client connection, without I/O.
 
 What a connection must remember between packets lives here, and only here: packet identifiers, the QoS 1
 publishes in flight and those waiting for the broker's Receive Maximum, the SUBSCRIBE/UNSUBSCRIBE waiting for

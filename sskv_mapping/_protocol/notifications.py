@@ -1,4 +1,4 @@
-"""Layer 1 (pure protocol): KEYNOTIFY notifications, topic + payload -> :class:`KeyEvent`.
+"""KEYNOTIFY notifications, topic + payload -> :class:`KeyEvent`.
 
 Must not import anything above ``_protocol``.
 """

@@ -1,4 +1,4 @@
-"""Layer 1 (pure protocol): RESP3-style payloads of the state store, bytes in and values out.
+"""RESP3-style payloads of the state store, bytes in and values out.
 
 Must not import sockets, asyncio or anything above ``_protocol``.
 

@@ -1,4 +1,4 @@
-"""Layer 1 (pure protocol): MQTT topics of the state store and their hex rules.
+"""MQTT topics of the state store and their hex rules.
 
 Must not import anything above ``_protocol``.
 """

@@ -1,4 +1,4 @@
-"""Layer 2: the transport package (see :mod:`~sskv_mapping._transport.base`).
+"""The transport package (see :mod:`~sskv_mapping._transport.base`).
 
 Must not import anything above ``_transport``.
 """

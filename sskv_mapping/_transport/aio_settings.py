@@ -1,4 +1,4 @@
-"""Layer 2 (transport), pure part: connection settings the way Azure IoT Operations apps are configured.
+"""Connection settings the way Azure IoT Operations apps are configured.
 
 The official SDKs build their MQTT connection from the ``AIO_*`` environment variables a deployment sets, or
 from a connection string with the same names (``HostName=aio-broker;TcpPort=1883;UseTls=false``); the table is

@@ -1,4 +1,4 @@
-"""Layer 2 helper: the one exponential backoff (client reconnects, watch restores, resends of undelivered
+"""The one exponential backoff (client reconnects, watch restores, resends of undelivered
 requests, the emulator's reconnects).
 
 Pure: no I/O, no clock; the caller sleeps for what :meth:`Backoff.next` returns. Must not import anything

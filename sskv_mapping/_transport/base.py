@@ -1,4 +1,4 @@
-"""Layer 2 (transport), pure part: the shape every connection has.
+"""The shape every connection has.
 
 :class:`~sskv_mapping._transport.paho.PahoConnection` (a real broker) and
 :class:`~sskv_mapping._transport.loopback.LoopbackConnection` (the emulator core in-process, for fast unit

@@ -1,4 +1,4 @@
-"""Layer 2 (transport): which connection the client and the emulator make by default.
+"""Which connection the client and the emulator make by default.
 
 :class:`~sskv_mapping._transport.stream.StreamConnection` (the fast path, our own MQTT 5 on an asyncio
 ``Protocol``), unless ``SSKV_MQTT_FASTPATH=0`` is in the environment: then the stock aiomqtt/paho

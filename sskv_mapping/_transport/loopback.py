@@ -1,4 +1,4 @@
-"""Layer 2 (transport): an in-process stand-in for an MQTT broker, for fast hermetic unit tests.
+"""An in-process stand-in for an MQTT broker, for fast hermetic unit tests.
 
 :class:`LoopbackBroker` routes publishes between :class:`LoopbackConnection` objects on one event loop:
 topic filters with ``+``/``#``, ``$SYS`` topics matched only by ``$SYS`` filters, in-order delivery (each

@@ -1,4 +1,4 @@
-"""Layer 2 (transport): the correlation-data -> Future table of in-flight requests.
+"""The correlation-data -> Future table of in-flight requests.
 
 Every pending call is removed in a ``finally`` by its owner (:meth:`PendingCalls.call`); a response that
 matches nothing (late, duplicated, or with foreign correlation data) is counted and dropped, never

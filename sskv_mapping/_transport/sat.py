@@ -1,4 +1,4 @@
-"""Layer 2 (transport): K8S-SAT re-authentication on a live connection.
+"""K8S-SAT re-authentication on a live connection.
 
 The Azure IoT Operations broker closes a K8S-SAT client's network connection, without a DISCONNECT, when the
 token it presented expires, unless the client re-authenticates first: an MQTT 5 AUTH packet (reason 0x19,

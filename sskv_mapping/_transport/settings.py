@@ -1,4 +1,4 @@
-"""Layer 2 (transport), pure part: how to reach and authenticate to a broker.
+"""How to reach and authenticate to a broker.
 
 Must not import aiomqtt/paho (only the ``_transport/paho.py`` module does) nor anything above ``_transport``.
 Secrets never appear in ``repr``.

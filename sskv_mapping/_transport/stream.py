@@ -1,4 +1,4 @@
-"""Layer 2 (transport): :class:`StreamConnection`, one MQTT 5 connection written directly on an asyncio
+""":class:`StreamConnection`, one MQTT 5 connection written directly on an asyncio
 ``Protocol`` -- the request path's transport (the client's and the emulator's).
 
 Why not aiomqtt/paho here (they remain, as :class:`~sskv_mapping._transport.paho.PahoConnection`, the stock

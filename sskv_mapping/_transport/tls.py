@@ -1,4 +1,4 @@
-"""Layer 2 (transport): what both transports need to open a connection -- the TLS context from
+"""What both transports need to open a connection -- the TLS context from
 :class:`~sskv_mapping._transport.settings.TlsSettings`, the name the broker's certificate is checked against,
 and the K8S-SAT token (re-read at every connect, as the token file is rotated, and by ``sat.py`` for a
 re-authentication).

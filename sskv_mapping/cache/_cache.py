@@ -1,4 +1,4 @@
-"""Layer 4: :class:`AsyncStateStoreCache`, the async cache backend over one namespace of the state store, and its
+""":class:`AsyncStateStoreCache`, the async cache backend over one namespace of the state store, and its
 blocking twin :class:`StateStoreCache` (for Django, Flask and other WSGI code).
 
 This is the layer the framework adapters (``sskv_mapping.integrations``) sit on. Its verbs are the union of

@@ -1,4 +1,4 @@
-"""Layer 4: ``incr``/``decr`` -- read-modify-write of a number under the key's leased lock, the write fenced.
+"""``incr``/``decr`` -- read-modify-write of a number under the key's leased lock, the write fenced.
 
 The lock is ``ns#lock/<key>`` (:class:`~sskv_mapping._namespace.key_locks.KeyLocks`); the write carries the lock's
 fencing token, so a holder whose lease ran out cannot clobber a newer count. The fence stays on the key until

@@ -1,4 +1,4 @@
-"""Layer 4: namespace generations -- how a cache namespace is cleared in O(1) -- and the ledger of the entries
+"""Namespace generations -- how a cache namespace is cleared in O(1) -- and the ledger of the entries
 without a TTL that a clear must still delete.
 
 memcached's namespace trick: every data key of a cache namespace ``ns`` carries the namespace's current

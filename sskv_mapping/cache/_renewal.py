@@ -1,4 +1,4 @@
-"""Layer 4: renew a key's expiry without changing its value -- ``SET NEX`` of the stored bytes, undone by
+"""Renew a key's expiry without changing its value -- ``SET NEX`` of the stored bytes, undone by
 ``VDEL`` when it would have brought a deleted key back.
 
 The store has no EXPIRE. The entry is renewed with ``SET NEX`` of the *stored bytes* and the new ``PX``: NEX

@@ -1,4 +1,4 @@
-"""Layer 4: ``get_or_set`` -- one computation per key across every process of a namespace.
+"""``get_or_set`` -- one computation per key across every process of a namespace.
 
 In this process, concurrent callers of a key share one asyncio future (the *flight*); across processes, the
 leader of each process takes the leased lock ``ns#gos-lock/<key>`` (waiting on KEYNOTIFY, never polling),

@@ -1,4 +1,4 @@
-"""Layer 4: the cache's counters and latency histogram, shared by the async cache and its blocking facade.
+"""The cache's counters and latency histogram, shared by the async cache and its blocking facade.
 
 Must not import aiomqtt/paho or the emulator.
 """

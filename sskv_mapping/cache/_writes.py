@@ -1,4 +1,4 @@
-"""Layer 4 (cache algorithm): how the cache writes and deletes an entry, and the sweep that empties the
+"""How the cache writes and deletes an entry, and the sweep that empties the
 generations a ``clear`` retired.
 
 * A write is one SET, fenced when the key is protected by a lock (:mod:`~sskv_mapping._namespace.key_locks`); an entry

@@ -1,4 +1,4 @@
-"""Layer 5 (tools): the ``sskv`` command.
+"""The ``sskv`` command.
 
 Subcommands are registered by one ``_add_*_parser(subparsers)`` function each, which sets ``func`` (a
 ``Callable[[argparse.Namespace], int]`` returning the exit status) with ``set_defaults``; :func:`main`

@@ -1,4 +1,4 @@
-"""Layer 3: the state store client, :class:`AsyncStateStoreClient`, and its blocking twin
+"""The state store client, :class:`AsyncStateStoreClient`, and its blocking twin
 :class:`StateStoreClient`.
 
 The async client owns one broker connection (through the ``_transport`` layer; it never sees aiomqtt),

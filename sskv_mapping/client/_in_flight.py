@@ -1,4 +1,4 @@
-"""Layer 3: the bound on a client's requests awaiting an answer (``AsyncStateStoreClient(max_in_flight=...)``).
+"""The bound on a client's requests awaiting an answer (``AsyncStateStoreClient(max_in_flight=...)``).
 
 A broker keeps only so many messages per session: mosquitto by default 20 in flight and 1,000 queued, and beyond
 that it drops messages *without a word* (its ``$SYS/broker/publish/messages/dropped`` counts them). Every request

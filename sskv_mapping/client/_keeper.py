@@ -1,4 +1,4 @@
-"""Layer 3 (client part): the connection of one client and its life -- connect, the state listeners, the
+"""The connection of one client and its life -- connect, the state listeners, the
 supervisor that notices a drop and reconnects with backoff, and waiting for a usable connection.
 
 aiomqtt has no reconnection, so the client keeps its connection alive here: on a drop, :class:`ConnectionKeeper`

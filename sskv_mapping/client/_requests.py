@@ -1,4 +1,4 @@
-"""Layer 3 (client part): :class:`RequestSender`, how one request reaches the service and its answer comes back.
+""":class:`RequestSender`, how one request reaches the service and its answer comes back.
 
 The concerns of the client's request path, each in one place (httpx's ``send`` chain is the model):
 :meth:`AsyncStateStoreClient._request` checks the arguments, waits for a slot under ``max_in_flight`` and merges

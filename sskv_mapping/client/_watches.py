@@ -1,4 +1,4 @@
-"""Layer 3 (client part): KEYNOTIFY watches of one client -- registrations shared per key, delivery of
+"""KEYNOTIFY watches of one client -- registrations shared per key, delivery of
 notifications with duplicates dropped, and restoring every watch after a reconnect.
 
 The client (:mod:`sskv_mapping.client`) owns one :class:`Watches` and hands it what it needs as callables:

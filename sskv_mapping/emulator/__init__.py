@@ -1,4 +1,4 @@
-"""Layer 5: a faithful local emulator of the Azure IoT Operations state store.
+"""A faithful local emulator of the Azure IoT Operations state store.
 
 * :class:`EmulatorCore` (``core.py``): the service as a pure state machine (no I/O, injected clock).
 * :class:`EmulatorServer` (``server.py``): serves a core over a real MQTT broker.

@@ -1,4 +1,4 @@
-"""Layer 5 (emulator), entry point: ``python -m sskv_mapping.emulator --host H --port P``.
+"""``python -m sskv_mapping.emulator --host H --port P``.
 
 Must not import aiomqtt/paho directly (the server goes through ``_transport``), nor the client layers.
 ``sskv emulator`` (``sskv_mapping/cli.py``) reuses :func:`add_emulator_arguments` and :func:`run`.

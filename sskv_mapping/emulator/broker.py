@@ -1,4 +1,4 @@
-"""Layer 5 (emulator tooling): a private mosquitto broker for tests, demos and the emulator.
+"""A private mosquitto broker for tests, demos and the emulator.
 
 Standard library only: this module must not import aiomqtt/paho (only the ``_transport/paho.py`` module does) nor
 anything above ``_protocol``. It starts ``mosquitto`` on a loopback port with a generated config in a

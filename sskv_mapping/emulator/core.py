@@ -1,4 +1,4 @@
-"""Layer 5 (emulator), pure part: the state store as a state machine, faithful to protocol.md §1-§6.
+"""The state store as a state machine, faithful to protocol.md §1-§6.
 
 Must not import asyncio, sockets, aiomqtt/paho, the transport or the client: bytes and header values go
 in, response bytes, a version and notifications come out. The wall clock is injected (``now_ms``), so

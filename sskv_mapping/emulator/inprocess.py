@@ -1,4 +1,4 @@
-"""Layer 5 (emulator): the whole state store in this process, for fast hermetic tests.
+"""The whole state store in this process, for fast hermetic tests.
 
 :class:`InProcessStateStore` runs the real :class:`~sskv_mapping.emulator.server.EmulatorServer` and
 :class:`~sskv_mapping.emulator.core.EmulatorCore` on a :class:`~sskv_mapping._transport.loopback.LoopbackBroker`

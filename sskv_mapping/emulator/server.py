@@ -1,4 +1,4 @@
-"""Layer 5 (emulator), I/O part: serves an :class:`~sskv_mapping.emulator.core.EmulatorCore` over MQTT.
+"""Serves an :class:`~sskv_mapping.emulator.core.EmulatorCore` over MQTT.
 
 Must not import aiomqtt/paho (it talks MQTT only through a ``_transport`` ``Connection``), nor the client, mapping
 or cache layers.

@@ -1,4 +1,4 @@
-"""Layer 6: one module per framework adapter, each imported on its own (``sskv_mapping.integrations.django``...).
+"""One module per framework adapter, each imported on its own (``sskv_mapping.integrations.django``...).
 
 Must not import any framework.
 """

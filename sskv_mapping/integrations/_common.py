@@ -1,4 +1,4 @@
-"""Layer 6 helpers shared by the framework adapters: loud import guards and one connection per process.
+"""Helpers shared by the framework adapters: loud import guards and one connection per process.
 
 Must not import any framework.
 """

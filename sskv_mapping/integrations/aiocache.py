@@ -1,4 +1,4 @@
-"""Layer 6: an aiocache backend over the state store, for ``Cache(...)``, ``caches.set_config`` and ``@cached``.
+"""An aiocache backend over the state store, for ``Cache(...)``, ``caches.set_config`` and ``@cached``.
 
 Example:
     >>> from aiocache import Cache, cached  # doctest: +SKIP

@@ -1,4 +1,4 @@
-"""Layer 6: a Django cache backend over the state store (``pip install 'sskv-mapping[django]'``).
+"""A Django cache backend over the state store (``pip install 'sskv-mapping[django]'``).
 
 Settings::
 

@@ -1,4 +1,4 @@
-"""Layer 6: FastAPI / Starlette helpers: one state store client per app, opened in the app's lifespan on the app's
+"""FastAPI / Starlette helpers: one state store client per app, opened in the app's lifespan on the app's
 event loop, and dependencies handing a request the app's dicts and caches.
 
 Example:

@@ -1,4 +1,4 @@
-"""Layer 6: a Flask-Caching backend over the state store, named by dotted path in the app's config.
+"""A Flask-Caching backend over the state store, named by dotted path in the app's config.
 
 Example:
     >>> app.config.update(  # doctest: +SKIP

@@ -1,4 +1,4 @@
-"""Layer 6: a Litestar ``Store`` over the state store, for ``StoreRegistry``, server-side sessions, the response
+"""A Litestar ``Store`` over the state store, for ``StoreRegistry``, server-side sessions, the response
 cache and the rate limiter.
 
 Example:

@@ -1,4 +1,4 @@
-"""Layer 4: :class:`StateStoreDict`, a ``MutableMapping`` over one namespace of the state store, and its
+""":class:`StateStoreDict`, a ``MutableMapping`` over one namespace of the state store, and its
 async twin :class:`AsyncStateStoreDict`.
 
 Reads are served by a local cache kept current by the store's change notifications (a hit never leaves

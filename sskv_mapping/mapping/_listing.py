@@ -1,4 +1,4 @@
-"""Layer 4: how a dict namespace lists its keys -- by SCAN where the service answers it, else by its stored index.
+"""How a dict namespace lists its keys -- by SCAN where the service answers it, else by its stored index.
 
 ``listing="scan"``: a new key is one SET; ``len``, iteration and ``clear`` are a SCAN of the namespace's data keys,
 ``escape_glob(ns + "/") + "*"`` (protocol.md §8). The pattern cannot match an index key (``ns#index...``) nor another
