@@ -127,7 +127,7 @@ def time_hits(host: str, port: int, rounds: int, hits: int) -> dict[str, list[fl
     keys = [f"user:{i:08d}" for i in range(HOT_KEYS)]
     per_round = max(1, hits // len(keys))
     ttl_cache: TTLCache[str, int] = TTLCache(maxsize=len(keys), ttl=3600)
-    with StateStoreDict.connect(host, port, namespace="bench-hits") as d:
+    with StateStoreDict.connect(f"mqtt://{host}:{port}", namespace="bench-hits") as d:
         d.update({k: i for i, k in enumerate(keys)})
         for k in keys:
             ttl_cache[k] = d[k]
@@ -158,7 +158,7 @@ def reader_main(args: argparse.Namespace) -> int:
         sys.setswitchinterval(FAST_SWITCH)
     sleep = time.sleep
     clock = time.perf_counter
-    with StateStoreDict.connect(args.host, args.port, namespace=args.namespace) as d:
+    with StateStoreDict.connect(f"mqtt://{args.host}:{args.port}", namespace=args.namespace) as d:
         d.get(args.key)  # cached and watched from here on
         cache = d.local_cache
         assert cache is not None
@@ -184,7 +184,7 @@ def reader_main(args: argparse.Namespace) -> int:
 
 def measure_invalidation(host: str, port: int, changes: int, mode: str) -> dict[str, Any]:
     namespace, key = f"bench-inval-{mode}", "config"
-    with StateStoreDict.connect(host, port, namespace=namespace) as w:
+    with StateStoreDict.connect(f"mqtt://{host}:{port}", namespace=namespace) as w:
         w[key] = -1
         reader = subprocess.Popen(
             [
@@ -305,7 +305,7 @@ def real_read_bytes(host: str, port: int, n: int) -> tuple[int, int, tracemalloc
         portal.run(fill())
     finally:
         writer.close()
-    with StateStoreDict.connect(host, port, namespace=namespace, local_cache_size=n) as d:
+    with StateStoreDict.connect(f"mqtt://{host}:{port}", namespace=namespace, local_cache_size=n) as d:
         ad = d.async_dict
 
         async def read_all() -> int:
@@ -388,7 +388,7 @@ def main() -> int:
                 latency[mode] = measure_invalidation(broker.host, broker.port, args.changes, mode)
             print("(iii) memory...", flush=True)
             with StateStoreDict.connect(
-                broker.host, broker.port, namespace="bench-cache", local_cache_size=args.entries
+                f"mqtt://{broker.host}:{broker.port}", namespace="bench-cache", local_cache_size=args.entries
             ) as d:
                 cache_bytes = cache_only_bytes(d, args.entries)
             real, real_cache_part, snapshot = real_read_bytes(broker.host, broker.port, args.watched)

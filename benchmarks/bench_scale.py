@@ -45,7 +45,7 @@ VALUE = {"feature": "enabled", "limit": 250, "owners": ["a", "b"]}
 def fresh_len_main(host: str, port: int, namespace: str) -> int:
     """A new process: connect, open the namespace, ``len()``; prints both times and the length."""
     started = time.perf_counter()
-    with StateStoreDict.connect(host, port, namespace=namespace) as d:
+    with StateStoreDict.connect(f"mqtt://{host}:{port}", namespace=namespace) as d:
         opened = time.perf_counter()
         n = len(d)
         done = time.perf_counter()

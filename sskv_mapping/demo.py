@@ -26,7 +26,7 @@ def _reader(host: str, port: int, namespace: str) -> int:
     """Print every change of the shared config, as this process's cache sees it."""
     from .mapping._dict import StateStoreDict
 
-    with StateStoreDict.connect(host, port, namespace=namespace) as config:
+    with StateStoreDict.connect(f"mqtt://{host}:{port}", namespace=namespace) as config:
         seen: dict[str, Any] = config.copy()
         print(f"reader: watching {namespace!r}, starts with {seen}", flush=True)
         print("READY", flush=True)
@@ -82,7 +82,7 @@ def _writer(host: str, port: int, namespace: str) -> None:
         env=env,
     )
     try:
-        with StateStoreDict.connect(host, port, namespace=namespace) as config:
+        with StateStoreDict.connect(f"mqtt://{host}:{port}", namespace=namespace) as config:
             config.clear()
             print(f"writer: connected; namespace {namespace!r} cleared", flush=True)
             _wait_for(reader, "READY")

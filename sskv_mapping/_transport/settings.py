@@ -230,6 +230,11 @@ class ConnectionSettings:
             return cls.from_environment(None, **overrides)
         if aio_settings.is_connection_string(url):
             return cls.from_connection_string(url, **overrides)
+        if "://" not in url:
+            # not quoted back: a string without a scheme may be a password pasted in the wrong place
+            raise ConfigurationError(
+                "a broker URL looks like mqtt://host:port (mqtts:// for TLS); this one has no scheme"
+            )
         parts = urlsplit(url)
         if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
             raise ConfigurationError(f"unsupported broker URL scheme {parts.scheme!r} (use mqtt:// or mqtts://)")

@@ -41,9 +41,8 @@ from .._namespace.fanout import gather_bounded
 from .._namespace.key_locks import KeyLocks
 from .._namespace.store import Encoded, NamespaceStore
 from .._protocol.commands import SetCondition
-from .._transport.settings import ConnectionSettings
 from .._ttl import TtlArg, TtlConvention, check_ttl, expire_now, translate_ttl
-from ..client._client import UNSET, AsyncStateStoreClient, StateStoreClient, TlsSettings
+from ..client._client import DEFAULT_BROKER_URL, UNSET, AsyncStateStoreClient, Broker, StateStoreClient, settings_for
 from ..codecs import Codec, JsonCodec, get_codec
 from ..errors import ClientStateError, ConfigurationError, StateStoreError
 from ..local_cache import ABSENT, DEFAULT_MAX_STALENESS, CachedEntry, LocalCache
@@ -172,28 +171,32 @@ class AsyncStateStoreCache(Generic[V]):
     @classmethod
     async def connect(
         cls,
-        host: str = "127.0.0.1",
-        port: int = 1883,
+        broker: Broker = DEFAULT_BROKER_URL,
         *,
         namespace: str = "cache",
         codec: Codec[Any] | str | None = None,
         default_ttl: float | timedelta | None = DEFAULT_TTL,
-        client_id: str | None = None,
-        username: str | None = None,
-        password: str | None = None,
-        tls: TlsSettings | None = None,
-        timeout: float | None = 10.0,
         local_cache_size: int = 0,
-        settings: ConnectionSettings | None = None,
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
+        **client_options: Any,
     ) -> AsyncStateStoreCache[Any]:
-        """Connect a client of its own (closed with the cache) and open the cache; ``timeout``: seconds per
-        request (``None``: forever); ``settings``: a :class:`ConnectionSettings` instead of host, port, etc."""
-        who: dict[str, Any] = {"client_id": client_id, "username": username, "password": password, "tls": tls}
-        client = AsyncStateStoreClient(host, port, timeout=timeout, settings=settings, **who)
+        """Connect a client of its own and open the cache (closed with the cache).
+
+        Args:
+            broker: where to connect: a broker URL (``mqtt://host:port``, ``mqtts://`` for TLS), an Azure IoT
+                Operations connection string, ``"env:"`` (the ``AIO_*`` variables), or a
+                :class:`ConnectionSettings`.
+            client_options: the client's arguments (``timeout``: seconds per request, ``None`` forever;
+                ``client_id``, ``username``, ``password``, ``tls``, ``sat_token_file``, ``reconnect``,
+                ``max_in_flight``...): see :class:`AsyncStateStoreClient`. Connection options override what
+                ``broker`` says.
+
+        The other arguments are the cache's own, as in the constructor.
+        """
+        client = AsyncStateStoreClient(settings=settings_for(broker, client_options), **client_options)
         await client.connect()
         try:
-            cache: AsyncStateStoreCache[Any] = cls(
+            opened: AsyncStateStoreCache[Any] = cls(
                 client,
                 namespace=namespace,
                 codec=codec,
@@ -202,11 +205,11 @@ class AsyncStateStoreCache(Generic[V]):
                 max_staleness=max_staleness,
                 _owns_client=True,
             )
-            await cache.open()
+            await opened.open()
         except BaseException:
             await client.close()
             raise
-        return cache
+        return opened
 
     # -- properties -----------------------------------------------------------------------------------
 
@@ -557,7 +560,7 @@ class StateStoreCache(BlockingTwin, Generic[V]):
     """The blocking twin of :class:`AsyncStateStoreCache`, for Django, Flask and other threaded code.
 
     Example:
-        >>> with StateStoreCache.connect("127.0.0.1", 1883, namespace="web") as cache:  # doctest: +SKIP
+        >>> with StateStoreCache.connect("mqtt://127.0.0.1:1883", namespace="web") as cache:  # doctest: +SKIP
         ...     cache.set("greeting", "hello", ttl=60)
         ...     cache.get_or_set("report", build_report)   # build_report runs in this thread, once
         ...     cache.add("hits", 0, ttl=None)                 # create the counter once
@@ -605,34 +608,29 @@ class StateStoreCache(BlockingTwin, Generic[V]):
     @classmethod
     def connect(
         cls,
-        host: str = "127.0.0.1",
-        port: int = 1883,
+        broker: Broker = DEFAULT_BROKER_URL,
         *,
         namespace: str = "cache",
         codec: Codec[Any] | str | None = None,
         default_ttl: float | timedelta | None = DEFAULT_TTL,
-        client_id: str | None = None,
-        username: str | None = None,
-        password: str | None = None,
-        tls: TlsSettings | None = None,
-        timeout: float | None = 10.0,
         local_cache_size: int = 0,
-        settings: ConnectionSettings | None = None,
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
+        **client_options: Any,
     ) -> StateStoreCache[Any]:
-        """Connect a client of its own (closed with the cache) and open the cache; ``timeout``: seconds per
-        request (``None``: forever); ``settings``: a complete :class:`ConnectionSettings`
-        instead of host, port and credentials (e.g. ``ConnectionSettings.from_environment()``)."""
-        client = StateStoreClient(
-            host,
-            port,
-            client_id=client_id,
-            username=username,
-            password=password,
-            tls=tls,
-            timeout=timeout,
-            settings=settings,
-        )
+        """Connect a client of its own and open the cache (closed with the cache).
+
+        Args:
+            broker: where to connect: a broker URL (``mqtt://host:port``, ``mqtts://`` for TLS), an Azure IoT
+                Operations connection string, ``"env:"`` (the ``AIO_*`` variables), or a
+                :class:`ConnectionSettings`.
+            client_options: the client's arguments (``timeout``: seconds per request, ``None`` forever;
+                ``client_id``, ``username``, ``password``, ``tls``, ``sat_token_file``, ``reconnect``,
+                ``max_in_flight``...): see :class:`AsyncStateStoreClient`. Connection options override what
+                ``broker`` says.
+
+        The other arguments are the cache's own, as in the constructor.
+        """
+        client = StateStoreClient(settings=settings_for(broker, client_options), **client_options)
         client.connect()
         try:
             return cls(

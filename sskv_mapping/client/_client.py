@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
@@ -93,6 +94,33 @@ def _settings_from_url(url: str, kwargs: dict[str, Any]) -> ConnectionSettings:
     """Split connection arguments out of ``kwargs`` (in place) and build settings from the URL."""
     conn = {k: kwargs.pop(k) for k in list(kwargs) if k in _CONNECTION_KEYS}
     return ConnectionSettings.from_url(url, **{k: v for k, v in conn.items() if v is not None})
+
+
+#: Where a face's ``connect()`` goes when told nothing: a broker (the emulator's) on this machine's default port.
+DEFAULT_BROKER_URL = "mqtt://127.0.0.1:1883"
+
+#: How every face says where to connect: a broker URL (``mqtt://``, ``mqtts://``), an Azure IoT Operations
+#: connection string, ``"env:"`` (the ``AIO_*`` variables), or a complete :class:`ConnectionSettings`.
+Broker = str | ConnectionSettings
+
+
+def settings_for(broker: Broker, kwargs: dict[str, Any]) -> ConnectionSettings:
+    """The one path from "where to connect" to settings, for the dict's and the cache's ``connect()`` and the
+    framework adapters: connection options found in ``kwargs`` (popped, in place) override what ``broker`` says;
+    what is left in ``kwargs`` is for the client (``timeout``, ``reconnect``...)."""
+    for stray in ("host", "port", "settings"):
+        if stray in kwargs:
+            raise ConfigurationError(
+                f"{stray}= is not a connect() option: say where to connect with a URL such as"
+                " 'mqtt://127.0.0.1:1883' or a ConnectionSettings, as the first argument"
+            )
+    if isinstance(broker, ConnectionSettings):
+        conn = {k: kwargs.pop(k) for k in list(kwargs) if k in _CONNECTION_KEYS}
+        conn = {k: v for k, v in conn.items() if v is not None}
+        return dataclasses.replace(broker, **conn) if conn else broker
+    if isinstance(broker, str):
+        return _settings_from_url(broker, kwargs)
+    raise ConfigurationError(f"connect to a broker URL (str) or a ConnectionSettings, not {type(broker).__name__}")
 
 
 def _settings_from_environment(environ: Mapping[str, str] | None, kwargs: dict[str, Any]) -> ConnectionSettings:

@@ -27,8 +27,7 @@ from .._namespace.key_index import KeyIndex
 from .._namespace.store import Encoded, NamespaceStore, StoreEntry
 from .._protocol.commands import SetCondition, VDeleteResult
 from .._protocol.hlc import HybridLogicalClock
-from .._transport.settings import ConnectionSettings
-from ..client._client import AsyncStateStoreClient, StateStoreClient, TlsSettings
+from ..client._client import DEFAULT_BROKER_URL, AsyncStateStoreClient, Broker, StateStoreClient, settings_for
 from ..codecs import Codec, JsonCodec, get_codec
 from ..errors import StateStoreError
 from ..local_cache import ABSENT, DEFAULT_MAX_STALENESS, CachedEntry, LocalCache
@@ -58,7 +57,7 @@ class AsyncStateStoreDict(Generic[V]):
 
     Example:
         >>> async def main() -> None:  # doctest: +SKIP
-        ...     async with await AsyncStateStoreDict.connect("127.0.0.1", 1883, namespace="config") as d:
+        ...     async with await AsyncStateStoreDict.connect("mqtt://127.0.0.1:1883", namespace="config") as d:
         ...         await d.set("feature.x", True)
         ...         print(await d.get("feature.x"), await d.len())
     """
@@ -103,52 +102,47 @@ class AsyncStateStoreDict(Generic[V]):
     @classmethod
     async def connect(
         cls,
-        host: str = "127.0.0.1",
-        port: int = 1883,
+        broker: Broker = DEFAULT_BROKER_URL,
         *,
         namespace: str = "default",
         codec: Codec[Any] | str | None = None,
-        client_id: str | None = None,
-        username: str | None = None,
-        password: str | None = None,
-        tls: TlsSettings | None = None,
-        timeout: float | None = 10.0,
         local_cache_size: int = 10_000,
         stale_while_disconnected: bool = False,
-        settings: ConnectionSettings | None = None,
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
         listing: ListingMode = "auto",
+        **client_options: Any,
     ) -> AsyncStateStoreDict[Any]:
-        """Connect a client of its own and open the namespace (closed with the dict); ``timeout``: seconds per
-        request (``None``: forever); ``settings``: a complete :class:`ConnectionSettings`
-        instead of host, port and credentials (e.g. ``ConnectionSettings.from_environment()``)."""
-        client = AsyncStateStoreClient(
-            host,
-            port,
-            client_id=client_id,
-            username=username,
-            password=password,
-            tls=tls,
-            timeout=timeout,
-            settings=settings,
-        )
+        """Connect a client of its own and open the namespace (closed with the dict).
+
+        Args:
+            broker: where to connect: a broker URL (``mqtt://host:port``, ``mqtts://`` for TLS), an Azure IoT
+                Operations connection string, ``"env:"`` (the ``AIO_*`` variables), or a
+                :class:`ConnectionSettings`.
+            client_options: the client's arguments (``timeout``: seconds per request, ``None`` forever;
+                ``client_id``, ``username``, ``password``, ``tls``, ``sat_token_file``, ``reconnect``,
+                ``max_in_flight``...): see :class:`AsyncStateStoreClient`. Connection options override what
+                ``broker`` says.
+
+        The other arguments are the dict's own, as in the constructor.
+        """
+        client = AsyncStateStoreClient(settings=settings_for(broker, client_options), **client_options)
         await client.connect()
-        d: AsyncStateStoreDict[Any] = cls(
-            client,
-            namespace=namespace,
-            codec=codec,
-            local_cache_size=local_cache_size,
-            stale_while_disconnected=stale_while_disconnected,
-            max_staleness=max_staleness,
-            listing=listing,
-            _owns_client=True,
-        )
         try:
-            await d.open()
+            opened: AsyncStateStoreDict[Any] = cls(
+                client,
+                namespace=namespace,
+                codec=codec,
+                local_cache_size=local_cache_size,
+                stale_while_disconnected=stale_while_disconnected,
+                max_staleness=max_staleness,
+                listing=listing,
+                _owns_client=True,
+            )
+            await opened.open()
         except BaseException:
             await client.close()
             raise
-        return d
+        return opened
 
     @property
     def namespace(self) -> str:
@@ -398,7 +392,7 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
     """A ``dict`` backed by the state store: one namespace, shared by every process that opens it.
 
     Example:
-        >>> with StateStoreDict.connect("127.0.0.1", 1883, namespace="config") as config:  # doctest: +SKIP
+        >>> with StateStoreDict.connect("mqtt://127.0.0.1:1883", namespace="config") as config:  # doctest: +SKIP
         ...     config["feature.x"] = True
         ...     config.setdefault("retries", 3)      # atomic across processes
         ...     print(dict(config), config.entry("retries").version)
@@ -443,35 +437,30 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
     @classmethod
     def connect(
         cls,
-        host: str = "127.0.0.1",
-        port: int = 1883,
+        broker: Broker = DEFAULT_BROKER_URL,
         *,
         namespace: str = "default",
         codec: Codec[Any] | str | None = None,
-        client_id: str | None = None,
-        username: str | None = None,
-        password: str | None = None,
-        tls: TlsSettings | None = None,
-        timeout: float | None = 10.0,
         local_cache_size: int = 10_000,
         stale_while_disconnected: bool = False,
-        settings: ConnectionSettings | None = None,
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
         listing: ListingMode = "auto",
+        **client_options: Any,
     ) -> StateStoreDict[Any]:
-        """Connect a client of its own and open the namespace (closed with the dict); ``timeout``: seconds per
-        request (``None``: forever); ``settings``: a complete :class:`ConnectionSettings`
-        instead of host, port and credentials (e.g. ``ConnectionSettings.from_environment()``)."""
-        client = StateStoreClient(
-            host,
-            port,
-            client_id=client_id,
-            username=username,
-            password=password,
-            tls=tls,
-            timeout=timeout,
-            settings=settings,
-        )
+        """Connect a client of its own and open the namespace (closed with the dict).
+
+        Args:
+            broker: where to connect: a broker URL (``mqtt://host:port``, ``mqtts://`` for TLS), an Azure IoT
+                Operations connection string, ``"env:"`` (the ``AIO_*`` variables), or a
+                :class:`ConnectionSettings`.
+            client_options: the client's arguments (``timeout``: seconds per request, ``None`` forever;
+                ``client_id``, ``username``, ``password``, ``tls``, ``sat_token_file``, ``reconnect``,
+                ``max_in_flight``...): see :class:`AsyncStateStoreClient`. Connection options override what
+                ``broker`` says.
+
+        The other arguments are the dict's own, as in the constructor.
+        """
+        client = StateStoreClient(settings=settings_for(broker, client_options), **client_options)
         client.connect()
         try:
             return cls(

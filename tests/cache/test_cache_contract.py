@@ -551,7 +551,9 @@ async def test_context_manager_and_close(make_client: Callable[[], Awaitable[Asy
 
 
 async def test_connect_makes_and_closes_its_own_client(broker_kwargs: dict[str, Any], namespace: str) -> None:
-    cache = await AsyncStateStoreCache.connect(broker_kwargs["host"], broker_kwargs["port"], namespace=namespace)
+    cache = await AsyncStateStoreCache.connect(
+        f"mqtt://{broker_kwargs['host']}:{broker_kwargs['port']}", namespace=namespace
+    )
     async with cache:
         await cache.set("k", "v")
         assert await cache.get("k") == "v"

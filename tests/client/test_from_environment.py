@@ -54,14 +54,14 @@ async def test_from_url_with_a_connection_string(mosquitto: MosquittoBroker) -> 
 async def test_the_dict_and_cache_connect_with_settings(mosquitto: MosquittoBroker) -> None:
     settings = ConnectionSettings.from_environment(aio_env(mosquitto))
     ns = f"env{uuid.uuid4().hex[:8]}"
-    d = await AsyncStateStoreDict.connect(namespace=ns, settings=settings)
+    d = await AsyncStateStoreDict.connect(settings, namespace=ns)
     try:
         await d.set("k", {"from": "env"})
         assert await d.get("k") == {"from": "env"}
         assert d.client.settings.port == mosquitto.port
     finally:
         await d.close()
-    cache = await AsyncStateStoreCache.connect(namespace=ns + "c", settings=settings)
+    cache = await AsyncStateStoreCache.connect(settings, namespace=ns + "c")
     try:
         await cache.set("k", [1, 2])
         assert await cache.get("k") == [1, 2]
@@ -72,9 +72,9 @@ async def test_the_dict_and_cache_connect_with_settings(mosquitto: MosquittoBrok
 def test_the_blocking_dict_and_cache_connect_with_settings(mosquitto: MosquittoBroker) -> None:
     settings = ConnectionSettings.from_environment(aio_env(mosquitto))
     ns = f"env{uuid.uuid4().hex[:8]}"
-    with StateStoreDict.connect(namespace=ns, settings=settings) as d:
+    with StateStoreDict.connect(settings, namespace=ns) as d:
         d["k"] = "blocking"
         assert d["k"] == "blocking"
-    with StateStoreCache.connect(namespace=ns + "c", settings=settings) as c:
+    with StateStoreCache.connect(settings, namespace=ns + "c") as c:
         c.set("k", 3)
         assert c.get("k") == 3

@@ -38,7 +38,7 @@ WRITER = """
 import sys
 from sskv_mapping.mapping import StateStoreDict
 host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-with StateStoreDict.connect(host, port, namespace="stalled", local_cache_size=0) as d:
+with StateStoreDict.connect(f"mqtt://{host}:{port}", namespace="stalled", local_cache_size=0) as d:
     d.update({f"k{i}": f"new-{i}" for i in range(n)})
 """
 

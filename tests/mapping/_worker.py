@@ -2,7 +2,7 @@
 
 Run:  python tests/mapping/_worker.py HOST PORT NAMESPACE [NAME]
 
-It opens ``StateStoreDict.connect(HOST, PORT, namespace=NAMESPACE)``, prints ``{"ready": ...}`` and then
+It opens ``StateStoreDict.connect(f"mqtt://{HOST}:{PORT}", namespace=NAMESPACE)``, prints ``{"ready": ...}`` and then
 answers one JSON line on stdout per JSON command line on stdin (stdout carries nothing else; stderr is
 for tracebacks). Commands, by ``"op"``:
 
@@ -150,7 +150,7 @@ def serve(d: StateStoreDict[Any]) -> None:
 def main(argv: list[str]) -> int:
     host, port, namespace = argv[1], int(argv[2]), argv[3]
     name = argv[4] if len(argv) > 4 else "worker"
-    with StateStoreDict.connect(host, port, namespace=namespace, client_id=f"{name}-{namespace}") as d:
+    with StateStoreDict.connect(f"mqtt://{host}:{port}", namespace=namespace, client_id=f"{name}-{namespace}") as d:
         say({"ready": name, "client_id": d.client.client_id})
         serve(d)
     return 0

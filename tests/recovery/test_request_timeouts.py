@@ -16,19 +16,19 @@ pytestmark = pytest.mark.broker
 
 
 def test_the_blocking_constructors(mosquitto: MosquittoBroker, emulator: Any) -> None:
-    with StateStoreDict.connect(mosquitto.host, mosquitto.port, namespace="t-timeouts", timeout=2.5) as d:
+    with StateStoreDict.connect(mosquitto.url, namespace="t-timeouts", timeout=2.5) as d:
         assert d.client.timeout == 2.5
-    with StateStoreCache.connect(mosquitto.host, mosquitto.port, namespace="t-timeouts", timeout=None) as c:
+    with StateStoreCache.connect(mosquitto.url, namespace="t-timeouts", timeout=None) as c:
         assert c.client.timeout is None
 
 
 async def test_the_async_constructors(mosquitto: MosquittoBroker, emulator: Any) -> None:
-    d = await AsyncStateStoreDict.connect(mosquitto.host, mosquitto.port, namespace="t-timeouts", timeout=3.5)
+    d = await AsyncStateStoreDict.connect(mosquitto.url, namespace="t-timeouts", timeout=3.5)
     try:
         assert d.client.timeout == 3.5
     finally:
         await d.close()
-    c = await AsyncStateStoreCache.connect(mosquitto.host, mosquitto.port, namespace="t-timeouts", timeout=4.5)
+    c = await AsyncStateStoreCache.connect(mosquitto.url, namespace="t-timeouts", timeout=4.5)
     try:
         assert c.client.timeout == 4.5
     finally:
@@ -37,7 +37,7 @@ async def test_the_async_constructors(mosquitto: MosquittoBroker, emulator: Any)
 
 def test_flask_caching_takes_request_timeout(mosquitto: MosquittoBroker, emulator: Any) -> None:
     flask = pytest.importorskip("sskv_mapping.integrations.flask_caching")
-    url = f"mqtt://{mosquitto.host}:{mosquitto.port}"
+    url = mosquitto.url
     backend = flask.StateStoreCache(url, namespace=f"f{uuid.uuid4().hex[:6]}", request_timeout=1.25)
     assert backend.client.timeout == 1.25
     with pytest.raises(ConfigurationError):
@@ -46,14 +46,14 @@ def test_flask_caching_takes_request_timeout(mosquitto: MosquittoBroker, emulato
 
 async def test_litestar_takes_request_timeout(mosquitto: MosquittoBroker, emulator: Any) -> None:
     litestar = pytest.importorskip("sskv_mapping.integrations.litestar")
-    store = litestar.StateStoreStore(f"mqtt://{mosquitto.host}:{mosquitto.port}", request_timeout=2.0)
+    store = litestar.StateStoreStore(mosquitto.url, request_timeout=2.0)
     async with store:
         assert store.client.timeout == 2.0
 
 
 async def test_aiocache_takes_request_timeout(mosquitto: MosquittoBroker, emulator: Any) -> None:
     aio = pytest.importorskip("sskv_mapping.integrations.aiocache")
-    cache = aio.StateStoreCache(f"mqtt://{mosquitto.host}:{mosquitto.port}", request_timeout=6.0)
+    cache = aio.StateStoreCache(mosquitto.url, request_timeout=6.0)
     try:
         await cache.set("k", "v")
         core = cache.sskv_cache
