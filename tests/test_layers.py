@@ -48,7 +48,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("client parts", {"_watches", "_keeper", "_in_flight", "_scan", "_requests"}),
     ("client", {"client"}),
     ("primitives", {"codecs", "local_cache", "_fanout", "_cache_stats", "lock"}),
-    ("namespace parts", {"_key_locks", "_index", "_listing", "_generation", "election"}),
+    ("namespace parts", {"_key_locks", "_index_format", "_index", "_listing", "_generation", "election"}),
     ("namespace", {"_store"}),
     ("cache algorithms", {"_renewal", "_counter", "_single_flight", "_cache_writes"}),
     ("mapping and cache", {"mapping", "cache"}),
@@ -75,6 +75,7 @@ PURE = {name for name in RANK if name.startswith("_protocol")} | {
     "emulator.core",
     "emulator.scan",
     "local_cache",
+    "_index_format",
 }
 IO_MODULES = {"asyncio", "socket", "selectors", "subprocess", "ssl", "aiomqtt", "paho"}  # a threading.Lock is fine
 
