@@ -27,6 +27,11 @@ What it guarantees, and how:
 All methods are thread-safe (one :class:`threading.Lock`): readers call :meth:`LocalCache.get` from any
 thread while notifications are applied from the event-loop thread. Decoding a notification's value happens
 outside the lock.
+
+Inside, :class:`LocalCache` decides (versions, staleness, connection state, counters) and two private classes,
+called under its lock, keep: ``_Entries`` the entries (the cachetools bound and order, the hot map, its hit log),
+``_InFlightReads`` the reads in flight (the book-keeping behind each :class:`ReadTicket`, which is why it lives
+here, beside the public ticket it issues).
 """
 
 from __future__ import annotations
@@ -131,17 +136,6 @@ class CacheStats:
     reads_in_flight: int
 
 
-class _Flight:
-    """Book-keeping for the open read tickets of one key; removed when the last one closes."""
-
-    __slots__ = ("changes", "count", "stores")
-
-    def __init__(self) -> None:
-        self.count = 0  # open tickets
-        self.changes = 0  # events, writes and invalidations of the key since the first ticket opened
-        self.stores = 0  # read results stored since the first ticket opened
-
-
 class ReadTicket:
     """Proof that a read of ``key`` started at a given moment; see :meth:`LocalCache.begin_read`.
 
@@ -197,6 +191,115 @@ class ReadTicket:
         return f"<ReadTicket key={self.key[:40]!r} {'closed' if self.closed else 'open'}>"
 
 
+class _Flight:
+    """Book-keeping for the open read tickets of one key; removed when the last one closes."""
+
+    __slots__ = ("changes", "count", "stores")
+
+    def __init__(self) -> None:
+        self.count = 0  # open tickets
+        self.changes = 0  # events, writes and invalidations of the key since the first ticket opened
+        self.stores = 0  # read results stored since the first ticket opened
+
+
+class _Verdict(enum.Enum):
+    """What :meth:`_InFlightReads.finish` says of a read's result."""
+
+    #: the ticket was closed already, or the key changed (or the cache was emptied) since the read began
+    REFUSE = "refuse"
+    #: another read of the key stored its result meanwhile: only versions can order the two
+    RACED = "raced"
+    #: nothing happened to the key since the read began: anything held now was there before the GET was sent
+    UNDISTURBED = "undisturbed"
+
+
+class _InFlightReads:
+    """The reads of one :class:`LocalCache` that are in flight, and whether each one's result may still be stored.
+
+    A read opens a :class:`ReadTicket` (:meth:`begin`) before its GET is sent. Per key it counts the open tickets,
+    the changes of the key (:meth:`changed`: an event, a write, an invalidation) and the read results stored
+    (:meth:`stored`) since the first of them opened; a ticket remembers both counts and the epoch, which
+    :meth:`new_epoch` bumps when the whole cache is emptied (clear, disconnect, reconnect). :meth:`finish` compares
+    them and gives a :class:`_Verdict`; what to store is the cache's business. A key's book-keeping goes when its
+    last ticket closes, so memory follows the reads in flight, not the keys ever read.
+
+    Not thread-safe: its cache calls it under the cache's lock. ``owner`` is that cache: the tickets name it, so
+    that a ticket's ``with`` block abandons it there, and a ticket of another cache is refused.
+    """
+
+    __slots__ = ("_epoch", "_flights", "_owner")
+
+    def __init__(self, owner: LocalCache[Any]) -> None:
+        self._owner = owner
+        self._flights: dict[bytes, _Flight] = {}
+        self._epoch = 0
+
+    def begin(self, key: bytes) -> ReadTicket:
+        """Open a ticket for a read of ``key`` that is about to be sent."""
+        flight = self._flights.get(key)
+        if flight is None:
+            flight = self._flights[key] = _Flight()
+        flight.count += 1
+        return ReadTicket(self._owner, key, flight.changes, flight.stores, self._epoch)
+
+    def finish(self, ticket: ReadTicket) -> _Verdict:
+        """Close ``ticket`` (a result arrived) and say whether its result may be stored."""
+        self._check(ticket)
+        if not ticket.close():
+            return _Verdict.REFUSE
+        flight = self._flights[ticket.key]
+        changed = flight.changes != ticket.changes or ticket.epoch != self._epoch
+        raced = flight.stores != ticket.stores
+        self._release(ticket.key, flight)
+        if changed:
+            return _Verdict.REFUSE
+        return _Verdict.RACED if raced else _Verdict.UNDISTURBED
+
+    def abandon(self, ticket: ReadTicket) -> None:
+        """Close ``ticket`` without a result (the read failed or was cancelled); idempotent."""
+        self._check(ticket)
+        if ticket.close():
+            self._release(ticket.key, self._flights[ticket.key])
+
+    def changed(self, key: bytes) -> None:
+        """``key`` changed (an event, a write, an invalidation): the reads of it in flight must not be stored."""
+        flight = self._flights.get(key)
+        if flight is not None:
+            flight.changes += 1
+
+    def stored(self, key: bytes) -> None:
+        """A read's result for ``key`` was stored: the other reads of it in flight raced with that one."""
+        flight = self._flights.get(key)
+        if flight is not None:
+            flight.stores += 1
+
+    def new_epoch(self) -> None:
+        """The cache was emptied (clear, disconnect, reconnect): no read begun before may be stored."""
+        self._epoch += 1
+
+    @property
+    def tickets(self) -> int:
+        """How many tickets are open."""
+        return sum(f.count for f in self._flights.values())
+
+    def __contains__(self, key: object) -> bool:
+        """Whether a read of ``key`` is in flight."""
+        return key in self._flights
+
+    def __len__(self) -> int:
+        """How many keys have a read in flight (each keeps its book-keeping until its last ticket closes)."""
+        return len(self._flights)
+
+    def _release(self, key: bytes, flight: _Flight) -> None:
+        flight.count -= 1
+        if flight.count == 0:
+            del self._flights[key]
+
+    def _check(self, ticket: ReadTicket) -> None:
+        if ticket.owner is not self._owner:
+            raise ConfigurationError("this read ticket belongs to another LocalCache")
+
+
 class _EvictingLRU(LRUCache[bytes, Any]):
     """An ``LRUCache`` that reports what it evicts (the hot map must forget it too)."""
 
@@ -216,32 +319,122 @@ _TOUCH_LOG_MAX = 1024
 _TOUCH_REPLAY = 64
 
 
-def _held(data: Cache[bytes, CachedEntry[V]], key: bytes) -> CachedEntry[V] | None:
-    """The entry ``data`` holds for ``key`` without an LRU update (``in`` on a TTLCache honours its ttl)."""
-    return Cache.__getitem__(data, key) if key in data else None
+class _Entries(Generic[V]):
+    """Where a :class:`LocalCache` keeps its entries: a cachetools cache that bounds and orders them (LRU, or a
+    ``TTLCache`` for a local ttl), and in front of it the hot map, the entries ``get()`` may serve without the lock.
 
-
-def _entries(data: Cache[bytes, CachedEntry[V]]) -> list[tuple[bytes, CachedEntry[V]]]:
-    return [(k, Cache.__getitem__(data, k)) for k in list(Cache.__iter__(data))]
-
-
-def _drain_touches(touched: list[bytes]) -> tuple[int, list[bytes]]:
-    """Empty the hot hits' log: ``(hits logged, the most recent distinct keys, oldest first)``.
-
-    Only the :data:`_TOUCH_REPLAY` most recent distinct keys move up the LRU order: replaying every key would cost
-    what the hot path saved (a cachetools lookup each). A key read often is among them; when hits spread evenly over
-    many keys, no order among those keys would mean much anyway.
+    Knows nothing of versions, staleness or connections: its cache decides what to put, drop and serve hot, and
+    calls it under the cache's lock. The hot path reads ``hot`` and appends the keys it served to ``touched``
+    without the lock (a dict lookup and a list append are atomic); :meth:`replay_touches` later counts those hits
+    and moves their keys up the LRU order. A value of ``hot`` is ``(serve_until, entry)``: the cache's deadline
+    for serving the entry as it is (``None``: forever), so a hit costs one clock read and one compare. With a
+    local ttl nothing is hot: cachetools ages the entries, so every read takes the locked path.
     """
-    n = len(touched)
-    keys = touched[:n]
-    del touched[:n]  # in place: the hot path holds this very list; appends meanwhile are kept
-    recent: dict[bytes, None] = {}
-    for key in reversed(keys):  # newest first
-        if key not in recent:
-            recent[key] = None
-            if len(recent) >= _TOUCH_REPLAY:
-                break
-    return n, list(reversed(recent))
+
+    __slots__ = ("data", "hot", "hot_hits", "lookup", "touched", "use_hot")
+
+    def __init__(self, maxsize: int, ttl: float | None, clock: MonotonicClock) -> None:
+        self.hot: dict[bytes, tuple[float | None, CachedEntry[V]]] = {}
+        self.touched: list[bytes] = []
+        #: hot hits counted by replays so far (those logged since are ``len(touched)``)
+        self.hot_hits = 0
+        self.data: Cache[bytes, CachedEntry[V]] = (
+            _EvictingLRU(maxsize, self.hot.pop) if ttl is None else TTLCache(maxsize, ttl, timer=clock)
+        )
+        self.use_hot = ttl is None
+        #: LRU/TTL aware, marks the entry recently used; bound once (the locked path of every miss of the hot map)
+        self.lookup: Callable[[bytes], CachedEntry[V]] = self.data.__getitem__
+
+    def held(self, key: bytes) -> CachedEntry[V] | None:
+        """The entry held for ``key`` without an LRU update (``in`` on a TTLCache honours its ttl)."""
+        return Cache.__getitem__(self.data, key) if key in self.data else None
+
+    def items(self) -> list[tuple[bytes, CachedEntry[V]]]:
+        """Every entry held, without LRU updates."""
+        data = self.data
+        return [(k, Cache.__getitem__(data, k)) for k in list(Cache.__iter__(data))]
+
+    def put(self, key: bytes, entry: CachedEntry[V], *, hot: bool, serve_until: float | None) -> None:
+        """Hold ``entry`` for ``key`` (evicting the least recently used if full); serve it hot until ``serve_until``
+        if ``hot``."""
+        self.replay_touches()  # an eviction this may cause must see the recent hits
+        self.data[key] = entry
+        if hot and self.use_hot:
+            self.hot[key] = (serve_until, entry)
+
+    def drop(self, key: bytes) -> bool:
+        """Forget ``key``; whether an entry was held."""
+        self.hot.pop(key, None)
+        try:
+            del self.data[key]
+        except KeyError:  # missing, or a TTLCache entry that had expired (deleted all the same)
+            return False
+        return True
+
+    def expire(self, now: float) -> int:
+        """Drop every entry past the local ttl or its ``expires_at``; how many were dropped."""
+        data = self.data
+        before = Cache.__len__(data)  # not len(): TTLCache.__len__ would purge first
+        if isinstance(data, TTLCache):
+            data.expire()
+        for key in [k for k, e in self.items() if e.expires_at is not None and e.expires_at <= now]:
+            self.drop(key)
+        return before - Cache.__len__(data)
+
+    def cool(self) -> None:
+        """Serve nothing hot until put again (the entries stay held)."""
+        self.hot.clear()
+
+    def clear(self) -> None:
+        self.hot.clear()
+        self.data.clear()
+
+    def replay_touches(self) -> None:
+        """Count the hot hits logged since the last replay and move their keys up the LRU order.
+
+        Only the :data:`_TOUCH_REPLAY` most recent distinct keys move up: replaying every key would cost what the
+        hot path saved (a cachetools lookup each). A key read often is among them; when hits spread evenly over
+        many keys, no order among those keys would mean much anyway.
+        """
+        touched = self.touched
+        n = len(touched)
+        keys = touched[:n]
+        del touched[:n]  # in place: the hot path holds this very list; appends meanwhile are kept
+        self.hot_hits += n
+        recent: dict[bytes, None] = {}
+        for key in reversed(keys):  # newest first
+            if key not in recent:
+                recent[key] = None
+                if len(recent) >= _TOUCH_REPLAY:
+                    break
+        data = self.data
+        for key in reversed(recent):  # oldest of them first: the newest ends up the most recently used
+            if key in data:
+                self.lookup(key)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    @property
+    def maxsize(self) -> int:
+        return int(self.data.maxsize)
+
+
+def _check_options(maxsize: object, ttl: object, clock: object, max_staleness: object) -> None:
+    """A :class:`LocalCache`'s options checked before anything is built."""
+    if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
+        raise ConfigurationError(f"LocalCache maxsize must be a positive int, not {maxsize!r}")
+    if ttl is not None and not _is_seconds(ttl):
+        raise ConfigurationError(f"LocalCache ttl must be positive seconds or None, not {ttl!r}")
+    if max_staleness is not None and not _is_seconds(max_staleness):
+        raise ConfigurationError(f"max_staleness must be positive seconds or None, not {max_staleness!r}")
+    if not callable(clock):
+        raise ConfigurationError("LocalCache clock must be a callable returning monotonic seconds")
+
+
+def _is_seconds(value: object) -> bool:
+    """Whether ``value`` is a positive, finite number of seconds (a bool is not)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) and value > 0
 
 
 def _key_text(key: bytes) -> str:
@@ -249,97 +442,7 @@ def _key_text(key: bytes) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-class _CacheViews(Generic[V]):
-    """The read-only views of a :class:`LocalCache` (counters, sizes, what is due for revalidation): its base, so
-    that the cache's own class holds its logic."""
-
-    _lock: threading.Lock
-    _data: Cache[bytes, CachedEntry[V]]
-    _touched: list[bytes]
-    _inflight: dict[bytes, _Flight]
-    _clock: MonotonicClock
-    _ttl: float | None
-    _max_staleness: float | None
-    _connected: bool
-    _hits: int
-    _misses: int
-
-    @property
-    def max_staleness(self) -> float | None:
-        """Seconds an entry is served after its last confirmation (``None``: forever)."""
-        return self._max_staleness
-
-    def due(self, within: float, limit: int | None = None) -> list[bytes]:
-        """Keys whose entries stop being served within ``within`` seconds for want of a confirmation (or have
-        already), oldest confirmation first, at most ``limit``: what a revalidator should re-read now. Entries
-        whose key expires before that are left to expire. Empty when ``max_staleness`` is ``None``."""
-        max_staleness = self._max_staleness
-        if max_staleness is None:
-            return []
-        with self._lock:
-            horizon = self._clock() + within - max_staleness  # confirmed before this: due
-            found = [
-                (e.confirmed_at, k)
-                for k, e in _entries(self._data)
-                if e.confirmed_at is not None
-                and e.confirmed_at <= horizon
-                and (e.expires_at is None or e.expires_at > e.confirmed_at + max_staleness)
-            ]
-        found.sort()
-        return [k for _, k in (found if limit is None else found[:limit])]
-
-    @property
-    def hits(self) -> int:
-        """How many :meth:`get` calls returned an entry."""
-        return self._hits + len(self._touched)
-
-    @property
-    def misses(self) -> int:
-        """How many :meth:`get` calls returned ``None``."""
-        return self._misses
-
-    @property
-    def size(self) -> int:
-        """How many entries are held (entries past ``expires_at`` count until read or :meth:`expire`)."""
-        with self._lock:
-            return len(self._data)
-
-    @property
-    def maxsize(self) -> int:
-        return int(self._data.maxsize)
-
-    @property
-    def ttl(self) -> float | None:
-        """The local TTL in seconds, if any."""
-        return self._ttl
-
-    @property
-    def reads_in_flight(self) -> int:
-        """How many read tickets are open."""
-        with self._lock:
-            return sum(f.count for f in self._inflight.values())
-
-    def stats(self) -> CacheStats:
-        """A consistent snapshot of the counters."""
-        with self._lock:
-            return CacheStats(
-                hits=self._hits + len(self._touched),
-                misses=self._misses,
-                size=len(self._data),
-                maxsize=int(self._data.maxsize),
-                reads_in_flight=sum(f.count for f in self._inflight.values()),
-            )
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __repr__(self) -> str:
-        state = "connected" if self._connected else "disconnected"
-        counts = f"hits={self.hits} misses={self._misses}"
-        return f"<LocalCache {len(self)}/{self.maxsize} entries, {state}, {counts}>"
-
-
-class LocalCache(_CacheViews[V]):
+class LocalCache(Generic[V]):
     """A bounded, thread-safe cache of decoded values, ordered by version, with read-in-flight protection.
 
     Args:
@@ -380,43 +483,17 @@ class LocalCache(_CacheViews[V]):
         stale_while_disconnected: bool = False,
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
     ) -> None:
-        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
-            raise ConfigurationError(f"LocalCache maxsize must be a positive int, not {maxsize!r}")
-        if ttl is not None and (
-            isinstance(ttl, bool) or not isinstance(ttl, int | float) or not (math.isfinite(ttl) and ttl > 0)
-        ):
-            raise ConfigurationError(f"LocalCache ttl must be positive seconds or None, not {ttl!r}")
-        if max_staleness is not None and (
-            isinstance(max_staleness, bool)
-            or not isinstance(max_staleness, int | float)
-            or not (math.isfinite(max_staleness) and max_staleness > 0)
-        ):
-            raise ConfigurationError(f"max_staleness must be positive seconds or None, not {max_staleness!r}")
-        if not callable(clock):
-            raise ConfigurationError("LocalCache clock must be a callable returning monotonic seconds")
+        _check_options(maxsize, ttl, clock, max_staleness)
         self._clock = clock
         self._ttl = None if ttl is None else float(ttl)
         self._max_staleness = None if max_staleness is None else float(max_staleness)
         #: entries not served because their last confirmation was more than ``max_staleness`` ago
         self.stale_misses = 0
-        # The hot map: the entries get() may serve as they are, read without the lock (a dict lookup is atomic):
-        # key present in _data, connected, no local ttl. Kept in step with _data under the lock by every change;
-        # its hits are logged (a list append is atomic too) and replayed into the LRU order under the lock.
-        # Each value is ``(serve_until, entry)``: the earlier of the key's expiry and the end of its confirmation's
-        # max_staleness (``None``: forever), so a hit costs one clock read and one compare for both.
-        self._hot: dict[bytes, tuple[float | None, CachedEntry[V]]] = {}
-        self._touched: list[bytes] = []
-        self._data: Cache[bytes, CachedEntry[V]] = (
-            _EvictingLRU(maxsize, self._hot.pop) if ttl is None else TTLCache(maxsize, float(ttl), timer=clock)
-        )
-        self._use_hot = ttl is None
-        self._lookup: Callable[[bytes], CachedEntry[V]] = self._data.__getitem__
+        self._entries: _Entries[V] = _Entries(maxsize, self._ttl, clock)
         self._serve_stale = bool(stale_while_disconnected)
         self._connected = True
         self._lock = threading.Lock()
-        self._inflight: dict[bytes, _Flight] = {}
-        # bumped by clear(), disconnected() and reconnected(): reads begun before are refused
-        self._epoch = 0
+        self._reads = _InFlightReads(self)
         self._hits = 0
         self._misses = 0
         self._get = self._getter(None)
@@ -439,15 +516,18 @@ class LocalCache(_CacheViews[V]):
 
     def _getter(self, prefix: bytes | None) -> Callable[[Any], CachedEntry[V] | None]:
         # Hot path (every d[key]), so written once as a closure over what it reads: on CPython 3.11 ``with lock``
-        # measured about twice the cost of an explicit acquire/release, ``self._data[key]`` dispatches through a
-        # slot wrapper that the bound ``__getitem__`` skips, and each attribute or call saved shows in
+        # measured about twice the cost of an explicit acquire/release, ``data[key]`` dispatches through a slot
+        # wrapper that the bound ``__getitem__`` skips, and each attribute or call saved shows in
         # benchmarks/bench_local_cache.py and bench_dict.py. Nothing captured here is ever rebound.
         lock = self._lock
-        lookup = self._lookup
+        entries = self._entries
+        lookup = entries.lookup
+        drop = entries.drop
+        replay_touches = entries.replay_touches
         clock = self._clock
         max_stale = self._max_staleness
-        hot_get = self._hot.get
-        touched = self._touched
+        hot_get = entries.hot.get
+        touched = entries.touched
         touch = touched.append
 
         def get(key: Any) -> CachedEntry[V] | None:
@@ -465,7 +545,7 @@ class LocalCache(_CacheViews[V]):
                     touch(key)
                     if len(touched) >= _TOUCH_LOG_MAX:
                         with lock:
-                            self._replay_touches()
+                            replay_touches()
                     return hit[1]
             lock.acquire()
             try:
@@ -476,7 +556,7 @@ class LocalCache(_CacheViews[V]):
                     return None
                 expires_at = entry.expires_at
                 if expires_at is not None and expires_at <= clock():
-                    self._drop(key)
+                    drop(key)
                     self._misses += 1
                     return None
                 if self._connected:
@@ -505,11 +585,7 @@ class LocalCache(_CacheViews[V]):
         Prefer ``with cache.begin_read(key) as ticket:`` so the ticket is abandoned on any error.
         """
         with self._lock:
-            flight = self._inflight.get(key)
-            if flight is None:
-                flight = self._inflight[key] = _Flight()
-            flight.count += 1
-            return ReadTicket(self, key, flight.changes, flight.stores, self._epoch)
+            return self._reads.begin(key)
 
     def finish_read(self, ticket: ReadTicket, entry: CachedEntry[V]) -> bool:
         """Store the result of the read ``ticket`` stands for, unless something newer is known.
@@ -522,45 +598,36 @@ class LocalCache(_CacheViews[V]):
         Returns:
             Whether ``entry`` was stored.
         """
-        self._check_ticket(ticket)
         key = ticket.key
         with self._lock:
-            if not ticket.close():
+            verdict = self._reads.finish(ticket)
+            if verdict is _Verdict.REFUSE:
                 return False
-            flight = self._inflight[key]
-            changed = flight.changes != ticket.changes or ticket.epoch != self._epoch
-            raced = flight.stores != ticket.stores
-            self._release(key, flight)
-            if changed:
-                return False
-            old = _held(self._data, key)
+            old = self._entries.held(key)
             new_v = entry.version
             old_v = None if old is None else old.version
-            if raced:
+            if verdict is _Verdict.RACED:
                 # Another read of this key stored its result while ours was in flight; which GET the
                 # service answered last is unknown, so only versions can order the two.
                 if old is None:  # that result is gone again (evicted or dropped): nothing to order against
                     return False
                 if new_v is None or old_v is None:  # a miss has no version: unknowable, trust neither
-                    self._drop(key)
-                    self._bump(key)
+                    self._entries.drop(key)
+                    self._reads.changed(key)
                     return False
             if new_v is not None and old_v is not None and new_v <= old_v:
                 if new_v == old_v and old is not None:
                     self._put(key, old)  # the store still holds what we cached: confirmed now
                 return False
-            # without a race, an entry held now was there before our GET was sent, so our result is newer
+            # undisturbed, an entry held now was there before our GET was sent, so our result is newer
             self._put(key, entry)
-            if flight.count:
-                flight.stores += 1
+            self._reads.stored(key)
             return True
 
     def abandon(self, ticket: ReadTicket) -> None:
         """Close a ticket whose read failed or was cancelled; nothing is stored. Idempotent."""
-        self._check_ticket(ticket)
         with self._lock:
-            if ticket.close():
-                self._release(ticket.key, self._inflight[ticket.key])
+            self._reads.abandon(ticket)
 
     # -- writes and notifications -------------------------------------------------------------------------
 
@@ -576,11 +643,11 @@ class LocalCache(_CacheViews[V]):
             Whether ``entry`` was stored.
         """
         with self._lock:
-            self._bump(key)
+            self._reads.changed(key)
             if entry.version is None:
-                self._drop(key)
+                self._entries.drop(key)
                 return False
-            old = _held(self._data, key)
+            old = self._entries.held(key)
             if old is not None and old.version is not None and entry.version < old.version:
                 return False
             self._put(key, entry)
@@ -601,12 +668,12 @@ class LocalCache(_CacheViews[V]):
             return
         if event.op is KeyOperation.DELETE:
             with self._lock:
-                self._bump(key)
+                self._reads.changed(key)
                 if self._wants(key, version):
                     self._put(key, CachedEntry(ABSENT, None, version))
             return
         with self._lock:
-            self._bump(key)
+            self._reads.changed(key)
             if not self._wants(key, version):
                 return
         raw = event.value
@@ -623,20 +690,20 @@ class LocalCache(_CacheViews[V]):
             self.invalidate(key)
             return
         with self._lock:
-            self._bump(key)
+            self._reads.changed(key)
             if self._wants(key, version):
                 self._put(key, CachedEntry(value, raw, version))
 
     def invalidate(self, key: bytes) -> bool:
         """Forget ``key``; a read of it in flight will not be stored. Returns whether an entry was held."""
         with self._lock:
-            self._bump(key)
-            return self._drop(key)
+            self._reads.changed(key)
+            return self._entries.drop(key)
 
     def holds(self, key: bytes) -> bool:
         """Whether ``key`` has an entry (served or not) or a read in flight: notifications for it matter."""
         with self._lock:
-            return key in self._inflight or _held(self._data, key) is not None
+            return key in self._reads or self._entries.held(key) is not None
 
     def clear(self) -> None:
         """Forget every entry; reads in flight will not be stored. The hit/miss counters are kept."""
@@ -649,11 +716,88 @@ class LocalCache(_CacheViews[V]):
         """The store holds ``version`` of ``key`` now (a re-read found it unchanged): serve the entry for another
         ``max_staleness``. Only an entry of exactly that version is confirmed; returns whether one was."""
         with self._lock:
-            old = _held(self._data, key)
+            old = self._entries.held(key)
             if old is None or old.version != version or version is None:
                 return False
             self._put(key, old)
             return True
+
+    def due(self, within: float, limit: int | None = None) -> list[bytes]:
+        """Keys whose entries stop being served within ``within`` seconds for want of a confirmation (or have
+        already), oldest confirmation first, at most ``limit``: what a revalidator should re-read now. Entries
+        whose key expires before that are left to expire. Empty when ``max_staleness`` is ``None``."""
+        max_staleness = self._max_staleness
+        if max_staleness is None:
+            return []
+        with self._lock:
+            horizon = self._clock() + within - max_staleness  # confirmed before this: due
+            found = [
+                (e.confirmed_at, k)
+                for k, e in self._entries.items()
+                if e.confirmed_at is not None
+                and e.confirmed_at <= horizon
+                and (e.expires_at is None or e.expires_at > e.confirmed_at + max_staleness)
+            ]
+        found.sort()
+        return [k for _, k in (found if limit is None else found[:limit])]
+
+    # -- counters and sizes ----------------------------------------------------------------------------------
+
+    @property
+    def max_staleness(self) -> float | None:
+        """Seconds an entry is served after its last confirmation (``None``: forever)."""
+        return self._max_staleness
+
+    @property
+    def hits(self) -> int:
+        """How many :meth:`get` calls returned an entry."""
+        entries = self._entries
+        return self._hits + entries.hot_hits + len(entries.touched)
+
+    @property
+    def misses(self) -> int:
+        """How many :meth:`get` calls returned ``None``."""
+        return self._misses
+
+    @property
+    def size(self) -> int:
+        """How many entries are held (entries past ``expires_at`` count until read or :meth:`expire`)."""
+        with self._lock:
+            return len(self._entries)
+
+    @property
+    def maxsize(self) -> int:
+        return self._entries.maxsize
+
+    @property
+    def ttl(self) -> float | None:
+        """The local TTL in seconds, if any."""
+        return self._ttl
+
+    @property
+    def reads_in_flight(self) -> int:
+        """How many read tickets are open."""
+        with self._lock:
+            return self._reads.tickets
+
+    def stats(self) -> CacheStats:
+        """A consistent snapshot of the counters."""
+        with self._lock:
+            return CacheStats(
+                hits=self._hits + self._entries.hot_hits + len(self._entries.touched),
+                misses=self._misses,
+                size=len(self._entries),
+                maxsize=self._entries.maxsize,
+                reads_in_flight=self._reads.tickets,
+            )
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        state = "connected" if self._connected else "disconnected"
+        counts = f"hits={self.hits} misses={self._misses}"
+        return f"<LocalCache {len(self)}/{self.maxsize} entries, {state}, {counts}>"
 
     # -- connection state ---------------------------------------------------------------------------------
 
@@ -662,8 +806,8 @@ class LocalCache(_CacheViews[V]):
         (or serve them as stale, with ``stale_while_disconnected=True``)."""
         with self._lock:
             self._connected = False
-            self._hot.clear()  # nothing is served as it is while notifications are lost (stale: the slow path)
-            self._epoch += 1
+            self._entries.cool()  # nothing is served as it is while notifications are lost (stale: the slow path)
+            self._reads.new_epoch()
 
     def reconnected(self) -> None:
         """The connection is back: anything may have changed meanwhile, so empty the cache and serve again.
@@ -693,18 +837,12 @@ class LocalCache(_CacheViews[V]):
     def peek(self, key: bytes) -> CachedEntry[V] | None:
         """The entry held for ``key``, even if it could not be served now; no counting, no LRU update."""
         with self._lock:
-            return _held(self._data, key)
+            return self._entries.held(key)
 
     def expire(self) -> int:
         """Drop every entry past its ``expires_at`` or local ``ttl`` now; returns how many were dropped."""
         with self._lock:
-            before = Cache.__len__(self._data)  # not len(): TTLCache.__len__ would purge first
-            if isinstance(self._data, TTLCache):
-                self._data.expire()
-            now = self._clock()
-            for key in [k for k, e in _entries(self._data) if e.expires_at is not None and e.expires_at <= now]:
-                self._drop(key)
-            return before - Cache.__len__(self._data)
+            return self._entries.expire(self._clock())
 
     def __contains__(self, key: object) -> bool:
         """Whether :meth:`get` would serve an entry (a value or a cached absence) for ``key`` now."""
@@ -713,7 +851,7 @@ class LocalCache(_CacheViews[V]):
         with self._lock:
             if not (self._connected or self._serve_stale):
                 return False
-            entry = _held(self._data, key)
+            entry = self._entries.held(key)
             if entry is None:
                 return False
             now = self._clock()
@@ -724,61 +862,28 @@ class LocalCache(_CacheViews[V]):
     # -- internals; the caller holds the lock ---------------------------------------------------------------
 
     def _put(self, key: bytes, entry: CachedEntry[V]) -> None:
+        """Hold ``entry``, confirmed now; served without the lock (while connected) until the earlier of the key's
+        expiry and the end of this confirmation's ``max_staleness``."""
         now = self._clock()
         entry = replace(entry, stale=False, confirmed_at=now)
-        self._replay_touches()  # an eviction this may cause must see the recent hits
-        self._data[key] = entry
-        if self._use_hot and self._connected:
-            until = entry.expires_at
-            if self._max_staleness is not None:
-                fresh_until = now + self._max_staleness
-                until = fresh_until if until is None else min(until, fresh_until)
-            self._hot[key] = (until, entry)
+        until = entry.expires_at
+        if self._max_staleness is not None:
+            fresh_until = now + self._max_staleness
+            until = fresh_until if until is None else min(until, fresh_until)
+        self._entries.put(key, entry, hot=self._connected, serve_until=until)
 
     def _aged(self, entry: CachedEntry[V], now: float) -> bool:
         """Whether ``entry`` was last confirmed more than ``max_staleness`` ago."""
         confirmed = entry.confirmed_at
         return self._max_staleness is not None and confirmed is not None and confirmed + self._max_staleness <= now
 
-    def _drop(self, key: bytes) -> bool:
-        self._hot.pop(key, None)
-        try:
-            del self._data[key]
-        except KeyError:  # missing, or a TTLCache entry that had expired (deleted all the same)
-            return False
-        return True
-
-    def _replay_touches(self) -> None:
-        """Count the hot hits logged since the last replay and move their keys up the LRU order."""
-        n, keys = _drain_touches(self._touched)
-        self._hits += n
-        data = self._data
-        for key in keys:  # oldest of them first: the newest ends up the most recently used
-            if key in data:
-                self._lookup(key)
-
-    def _bump(self, key: bytes) -> None:
-        flight = self._inflight.get(key)
-        if flight is not None:
-            flight.changes += 1
-
     def _wants(self, key: bytes, version: HybridLogicalClock) -> bool:
         """Whether an event of ``version`` should be stored: key held (or being read) and event newer."""
-        old = _held(self._data, key)
+        old = self._entries.held(key)
         if old is None:
-            return key in self._inflight
+            return key in self._reads
         return old.version is None or version > old.version
 
-    def _release(self, key: bytes, flight: _Flight) -> None:
-        flight.count -= 1
-        if flight.count == 0:
-            del self._inflight[key]
-
     def _clear(self) -> None:
-        self._hot.clear()
-        self._data.clear()
-        self._epoch += 1
-
-    def _check_ticket(self, ticket: ReadTicket) -> None:
-        if ticket.owner is not self:
-            raise ConfigurationError("this read ticket belongs to another LocalCache")
+        self._entries.clear()
+        self._reads.new_epoch()

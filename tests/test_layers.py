@@ -76,6 +76,7 @@ PURE = {name for name in MODULE_NAMES if _under(name, "_protocol")} | {
     "_ttl",
     "_transport.backoff",
     "_namespace.key_index",
+    "mapping._index_format",
     "emulator.core",
     "emulator.scan",
     "local_cache",

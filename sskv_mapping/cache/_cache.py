@@ -42,7 +42,15 @@ from .._namespace.key_locks import KeyLocks
 from .._namespace.store import Encoded, NamespaceStore
 from .._protocol.commands import SetCondition
 from .._ttl import TtlArg, TtlConvention, check_ttl, expire_now, translate_ttl
-from ..client._client import DEFAULT_BROKER_URL, UNSET, AsyncStateStoreClient, Broker, StateStoreClient, settings_for
+from ..client._client import (
+    DEFAULT_BROKER_URL,
+    UNSET,
+    AsyncStateStoreClient,
+    Broker,
+    StateStoreClient,
+    connect_blocking_face,
+    connect_face,
+)
 from ..codecs import Codec, JsonCodec, get_codec
 from ..errors import ClientStateError, ConfigurationError, StateStoreError
 from ..local_cache import ABSENT, DEFAULT_MAX_STALENESS, CachedEntry, LocalCache
@@ -193,23 +201,16 @@ class AsyncStateStoreCache(Generic[V]):
 
         The other arguments are the cache's own, as in the constructor.
         """
-        client = AsyncStateStoreClient(settings=settings_for(broker, client_options), **client_options)
-        await client.connect()
-        try:
-            opened: AsyncStateStoreCache[Any] = cls(
-                client,
-                namespace=namespace,
-                codec=codec,
-                default_ttl=default_ttl,
-                local_cache_size=local_cache_size,
-                max_staleness=max_staleness,
-                _owns_client=True,
-            )
-            await opened.open()
-        except BaseException:
-            await client.close()
-            raise
-        return opened
+        return await connect_face(
+            cls,
+            broker,
+            client_options,
+            namespace=namespace,
+            codec=codec,
+            default_ttl=default_ttl,
+            local_cache_size=local_cache_size,
+            max_staleness=max_staleness,
+        )
 
     # -- properties -----------------------------------------------------------------------------------
 
@@ -630,21 +631,16 @@ class StateStoreCache(BlockingTwin, Generic[V]):
 
         The other arguments are the cache's own, as in the constructor.
         """
-        client = StateStoreClient(settings=settings_for(broker, client_options), **client_options)
-        client.connect()
-        try:
-            return cls(
-                client,
-                namespace=namespace,
-                codec=codec,
-                default_ttl=default_ttl,
-                local_cache_size=local_cache_size,
-                max_staleness=max_staleness,
-                _owns_client=True,
-            )
-        except BaseException:
-            client.close()
-            raise
+        return connect_blocking_face(
+            cls,
+            broker,
+            client_options,
+            namespace=namespace,
+            codec=codec,
+            default_ttl=default_ttl,
+            local_cache_size=local_cache_size,
+            max_staleness=max_staleness,
+        )
 
     @property
     def async_cache(self) -> AsyncStateStoreCache[V]:

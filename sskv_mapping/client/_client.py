@@ -123,6 +123,35 @@ def settings_for(broker: Broker, kwargs: dict[str, Any]) -> ConnectionSettings:
     raise ConfigurationError(f"connect to a broker URL (str) or a ConnectionSettings, not {type(broker).__name__}")
 
 
+async def connect_face(
+    face: Callable[..., F], broker: Broker, client_options: dict[str, Any], **face_options: Any
+) -> F:
+    """What every async face's ``connect()`` does: a client of its own (``settings_for``), connected, then the face
+    built on it, opened, and owning it (closed with the face; closed at once if the face fails to open)."""
+    client = AsyncStateStoreClient(settings=settings_for(broker, client_options), **client_options)
+    await client.connect()
+    try:
+        opened = face(client, _owns_client=True, **face_options)
+        await opened.open()  # type: ignore[attr-defined]
+    except BaseException:
+        await client.close()
+        raise
+    return opened
+
+
+def connect_blocking_face(
+    face: Callable[..., F], broker: Broker, client_options: dict[str, Any], **face_options: Any
+) -> F:
+    """:func:`connect_face` for a blocking face (its constructor opens it)."""
+    client = StateStoreClient(settings=settings_for(broker, client_options), **client_options)
+    client.connect()
+    try:
+        return face(client, _owns_client=True, **face_options)
+    except BaseException:
+        client.close()
+        raise
+
+
 def _settings_from_environment(environ: Mapping[str, str] | None, kwargs: dict[str, Any]) -> ConnectionSettings:
     """Split connection arguments out of ``kwargs`` (in place): they replace what the environment says."""
     conn = {k: kwargs.pop(k) for k in list(kwargs) if k in _CONNECTION_KEYS and kwargs[k] is not None}
@@ -130,6 +159,7 @@ def _settings_from_environment(environ: Mapping[str, str] | None, kwargs: dict[s
 
 
 KeyLike = str | bytes | bytearray | memoryview
+F = TypeVar("F")
 
 
 #: Default ``max_payload``: ``None``, no limit of the client's own -- what the broker says is the limit: the

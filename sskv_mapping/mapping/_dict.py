@@ -27,7 +27,14 @@ from .._namespace.key_index import KeyIndex
 from .._namespace.store import Encoded, NamespaceStore, StoreEntry
 from .._protocol.commands import SetCondition, VDeleteResult
 from .._protocol.hlc import HybridLogicalClock
-from ..client._client import DEFAULT_BROKER_URL, AsyncStateStoreClient, Broker, StateStoreClient, settings_for
+from ..client._client import (
+    DEFAULT_BROKER_URL,
+    AsyncStateStoreClient,
+    Broker,
+    StateStoreClient,
+    connect_blocking_face,
+    connect_face,
+)
 from ..codecs import Codec, JsonCodec, get_codec
 from ..errors import StateStoreError
 from ..local_cache import ABSENT, DEFAULT_MAX_STALENESS, CachedEntry, LocalCache
@@ -125,24 +132,17 @@ class AsyncStateStoreDict(Generic[V]):
 
         The other arguments are the dict's own, as in the constructor.
         """
-        client = AsyncStateStoreClient(settings=settings_for(broker, client_options), **client_options)
-        await client.connect()
-        try:
-            opened: AsyncStateStoreDict[Any] = cls(
-                client,
-                namespace=namespace,
-                codec=codec,
-                local_cache_size=local_cache_size,
-                stale_while_disconnected=stale_while_disconnected,
-                max_staleness=max_staleness,
-                listing=listing,
-                _owns_client=True,
-            )
-            await opened.open()
-        except BaseException:
-            await client.close()
-            raise
-        return opened
+        return await connect_face(
+            cls,
+            broker,
+            client_options,
+            namespace=namespace,
+            codec=codec,
+            local_cache_size=local_cache_size,
+            stale_while_disconnected=stale_while_disconnected,
+            max_staleness=max_staleness,
+            listing=listing,
+        )
 
     @property
     def namespace(self) -> str:
@@ -460,22 +460,17 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
 
         The other arguments are the dict's own, as in the constructor.
         """
-        client = StateStoreClient(settings=settings_for(broker, client_options), **client_options)
-        client.connect()
-        try:
-            return cls(
-                client,
-                namespace=namespace,
-                codec=codec,
-                local_cache_size=local_cache_size,
-                stale_while_disconnected=stale_while_disconnected,
-                max_staleness=max_staleness,
-                listing=listing,
-                _owns_client=True,
-            )
-        except BaseException:
-            client.close()
-            raise
+        return connect_blocking_face(
+            cls,
+            broker,
+            client_options,
+            namespace=namespace,
+            codec=codec,
+            local_cache_size=local_cache_size,
+            stale_while_disconnected=stale_while_disconnected,
+            max_staleness=max_staleness,
+            listing=listing,
+        )
 
     @property
     def namespace(self) -> str:

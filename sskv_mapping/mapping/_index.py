@@ -45,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
 import json
 import logging
 import time
@@ -61,6 +60,12 @@ from .._protocol.notifications import KeyEvent, KeyOperation
 from ..client._client import AsyncStateStoreClient, KeySubscription
 from ..errors import ConfigurationError, ProtocolError
 from ..lock import AsyncLeasedLock
+from ._index_format import decode_shard as _decode
+from ._index_format import decode_used as _decode_used
+from ._index_format import decode_v1 as _decode_v1
+from ._index_format import encode_shard as _encode
+from ._index_format import encode_used as _encode_used
+from ._index_format import shard_of
 
 __all__ = ["DEFAULT_SHARDS", "StoredKeyIndex"]
 
@@ -73,65 +78,6 @@ log = logging.getLogger("sskv_mapping.index")
 DEFAULT_SHARDS = 1024
 _FORMAT_VERSION = 2
 _FAN_OUT = 64
-
-
-def shard_of(key: str, shards: int) -> int:
-    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big") % shards
-
-
-def _decode(raw: bytes | None) -> dict[str, IndexEntry]:
-    if raw is None or raw == b"":
-        return {}
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(f"an index shard is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ProtocolError("an index shard is not a JSON object")
-    out: dict[str, IndexEntry] = {}
-    for key, value in data.items():
-        if isinstance(value, int) and not isinstance(value, bool):
-            out[key] = IndexEntry(value)
-        elif (
-            isinstance(value, list)
-            and len(value) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-        ):
-            out[key] = IndexEntry(value[0], value[1])
-        else:
-            raise ProtocolError(f"an index shard entry is not added_ms or [added_ms, expires_ms]: {value!r:.80}")
-    return out
-
-
-def _encode(entries: dict[str, IndexEntry]) -> bytes:
-    data = {k: e.added_ms if e.expires_ms is None else [e.added_ms, e.expires_ms] for k, e in entries.items()}
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode("utf-8")
-
-
-def _decode_used(raw: bytes | None) -> dict[str, IndexEntry]:
-    if raw is None or raw == b"":
-        return {}
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(f"the used-shards key is not valid JSON: {exc}") from exc
-    if not isinstance(data, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in data):
-        raise ProtocolError("the used-shards key is not a JSON list of shard numbers")
-    return {str(i): IndexEntry(0) for i in data}
-
-
-def _encode_used(used: dict[str, IndexEntry]) -> bytes:
-    return json.dumps(sorted(int(k) for k in used), separators=(",", ":")).encode()
-
-
-def _decode_v1(raw: bytes) -> dict[str, int]:
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(f"the 0.1.0 namespace index is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict) or not all(isinstance(v, int) for v in data.values()):
-        raise ProtocolError("the 0.1.0 namespace index is not a JSON object of key -> int")
-    return data
 
 
 @dataclass

@@ -435,7 +435,7 @@ def test_ticket_as_context_manager_is_abandoned_on_error(cache: LocalCache[str])
         raise TimeoutError("the GET timed out")
     assert ticket.closed
     assert cache.reads_in_flight == 0
-    assert cache._inflight == {}  # no per-key book-keeping left behind
+    assert len(cache._reads) == 0  # no per-key book-keeping left behind
 
 
 def test_a_ticket_belongs_to_its_cache(cache: LocalCache[str]) -> None:
@@ -507,7 +507,7 @@ def test_model_reads_are_stored_iff_nothing_touched_the_key_and_tickets_never_le
     for ticket, _ in open_tickets:
         c.abandon(ticket)
     assert c.reads_in_flight == 0
-    assert c._inflight == {}
+    assert len(c._reads) == 0
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -742,7 +742,7 @@ def test_two_threads_smoke() -> None:
     assert not any(t.is_alive() for t in threads)
     assert errors == []
     assert c.reads_in_flight == 0
-    assert c._inflight == {}
+    assert len(c._reads) == 0
     assert len(c) <= 4
     assert c.hits + c.misses == iterations
     for key in keys:  # whatever is held is the newest thing the writer did to the key
@@ -767,7 +767,7 @@ def test_hot_hits_are_counted_and_their_log_stays_bounded() -> None:
         assert c.get([b"a", b"b", b"c"][n % 3]) is not None
     assert c.hits == c.stats().hits == 10_000
     assert c.misses == 0
-    assert len(c._touched) < 1024  # replayed into the LRU order as it grows
+    assert len(c._entries.touched) < 1024  # replayed into the LRU order as it grows
 
 
 def test_a_key_read_often_survives_a_stream_of_new_keys() -> None:
@@ -813,4 +813,4 @@ def test_the_hot_map_serves_exactly_what_the_locked_path_would(ops: list[tuple[s
             c.clear()
         held = {k: c.peek(k) for k in (b"k%d" % j for j in range(6))}
         expected = {k: e for k, e in held.items() if e is not None} if c.connected else {}
-        assert {k: e for k, (_, e) in c._hot.items()} == expected
+        assert {k: e for k, (_, e) in c._entries.hot.items()} == expected

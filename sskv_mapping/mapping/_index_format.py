@@ -1,0 +1,92 @@
+"""The stored key index's format, pure: what a shard, the used-shards key and a 0.1.0 index look like as bytes,
+and which shard a key belongs to. :mod:`sskv_mapping.mapping._index` (``StoredKeyIndex``) reads and writes the store
+with it; its module docstring is the storage spec.
+
+* a shard is a JSON object ``{key: added_ms}``, or ``{key: [added_ms, expires_ms]}`` for a key written with a
+  TTL (wall-clock ms), encoded canonically (sorted keys, no spaces, UTF-8), so equal entries give equal bytes;
+* the used-shards key is a sorted JSON list of shard numbers;
+* a 0.1.0 index (read once, to migrate it) is one JSON object ``{key: added_ms}``;
+* a key's shard is a stable hash of its UTF-8 bytes (8 bytes of blake2b, never Python's ``hash``) modulo the
+  shard count, the same in every process and every release.
+
+Bytes that do not decode raise :class:`ProtocolError` (another writer, or a corrupted key); an absent or empty
+value is an empty shard. No I/O.
+
+Must not import anything but the standard library, :mod:`sskv_mapping.errors` and
+:mod:`sskv_mapping._namespace.key_index`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from .._namespace.key_index import IndexEntry
+from ..errors import ProtocolError
+
+__all__ = ["IndexEntry", "decode_shard", "decode_used", "decode_v1", "encode_shard", "encode_used", "shard_of"]
+
+
+def shard_of(key: str, shards: int) -> int:
+    """The shard (``0 <= i < shards``) that lists ``key``."""
+    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big") % shards
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def decode_shard(raw: bytes | None) -> dict[str, IndexEntry]:
+    """A shard's entries from its stored bytes (``None`` or empty: no entries)."""
+    if raw is None or raw == b"":
+        return {}
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"an index shard is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ProtocolError("an index shard is not a JSON object")
+    out: dict[str, IndexEntry] = {}
+    for key, value in data.items():
+        if _is_int(value):
+            out[key] = IndexEntry(value)
+        elif isinstance(value, list) and len(value) == 2 and all(_is_int(v) for v in value):
+            out[key] = IndexEntry(value[0], value[1])
+        else:
+            raise ProtocolError(f"an index shard entry is not added_ms or [added_ms, expires_ms]: {value!r:.80}")
+    return out
+
+
+def encode_shard(entries: dict[str, IndexEntry]) -> bytes:
+    """A shard's stored bytes, canonical: the same entries in any order give the same bytes."""
+    data = {k: e.added_ms if e.expires_ms is None else [e.added_ms, e.expires_ms] for k, e in entries.items()}
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode("utf-8")
+
+
+def decode_used(raw: bytes | None) -> dict[str, IndexEntry]:
+    """The used-shards key as the shard-like map ``StoredKeyIndex`` keeps it in: ``str(i) -> IndexEntry(0)``."""
+    if raw is None or raw == b"":
+        return {}
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"the used-shards key is not valid JSON: {exc}") from exc
+    if not isinstance(data, list) or not all(_is_int(i) for i in data):
+        raise ProtocolError("the used-shards key is not a JSON list of shard numbers")
+    return {str(i): IndexEntry(0) for i in data}
+
+
+def encode_used(used: dict[str, IndexEntry]) -> bytes:
+    """The used-shards key's stored bytes: its shard numbers, sorted."""
+    return json.dumps(sorted(int(k) for k in used), separators=(",", ":")).encode()
+
+
+def decode_v1(raw: bytes) -> dict[str, int]:
+    """A 0.1.0 namespace index (``{key: added_ms}``), read once to migrate it into shards."""
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"the 0.1.0 namespace index is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict) or not all(isinstance(v, int) for v in data.values()):
+        raise ProtocolError("the 0.1.0 namespace index is not a JSON object of key -> int")
+    return data
