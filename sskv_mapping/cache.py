@@ -212,14 +212,17 @@ class AsyncStateStoreCache(Generic[V]):
 
     @property
     def namespace(self) -> str:
+        """The store namespace; ``clear`` empties only its keys."""
         return self._store.namespace
 
     @property
     def client(self) -> AsyncStateStoreClient:
+        """The client the cache sends its requests through."""
         return self._store.client
 
     @property
     def codec(self) -> Codec[V]:
+        """The codec values go through."""
         return self._store.codec
 
     @property
@@ -229,6 +232,7 @@ class AsyncStateStoreCache(Generic[V]):
 
     @property
     def local_cache(self) -> LocalCache[V] | None:
+        """The in-process cache kept current by KEYNOTIFY; ``None`` when ``local_cache_size=0``."""
         return self._store.cache
 
     @property
@@ -655,10 +659,12 @@ class StateStoreCache(BlockingTwin, Generic[V]):
 
     @property
     def client(self) -> StateStoreClient:
+        """The blocking client the cache sends its requests through."""
         return self._client
 
     @property
     def namespace(self) -> str:
+        """The store namespace; ``clear`` empties only its keys."""
         return self._async.namespace
 
     @property
@@ -667,6 +673,7 @@ class StateStoreCache(BlockingTwin, Generic[V]):
 
     @property
     def local_cache(self) -> LocalCache[V] | None:
+        """The in-process cache kept current by KEYNOTIFY; ``None`` when ``local_cache_size=0``."""
         return self._async.local_cache
 
     def __repr__(self) -> str:

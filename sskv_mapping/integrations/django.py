@@ -404,6 +404,7 @@ class StateStoreCache(_BaseCache):
 
     @property
     def namespace(self) -> str:
+        """The state store namespace of this backend; ``clear()`` empties only it."""
         return self._config.namespace
 
     def _ttl(self, timeout: object) -> float | None:
@@ -421,30 +422,37 @@ class StateStoreCache(_BaseCache):
     # -- blocking API ---------------------------------------------------------------------------------
 
     def get(self, key: str, default: Any = None, version: int | None = None) -> Any:
+        """The value, or ``default`` if absent (Django's ``cache.get``)."""
         made = self.make_and_validate_key(key, version=version)
         return self._cache().get(made, default)
 
     def set(self, key: str, value: Any, timeout: object = DEFAULT_TIMEOUT, version: int | None = None) -> None:
+        """Store ``value`` for ``timeout`` seconds (Django's rules: ``None`` never expires, ``0`` deletes)."""
         made = self.make_and_validate_key(key, version=version)
         self._cache().set(made, value, self._ttl(timeout))
 
     def add(self, key: str, value: Any, timeout: object = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
+        """Store ``value`` only if the key is absent (``SET NX``); whether it was stored."""
         made = self.make_and_validate_key(key, version=version)
         return self._cache().add(made, value, self._ttl(timeout))
 
     def touch(self, key: str, timeout: object = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
+        """Restart the key's expiry at ``timeout`` without changing its value; whether the key exists."""
         made = self.make_and_validate_key(key, version=version)
         return self._cache().touch(made, self._ttl(timeout))
 
     def delete(self, key: str, version: int | None = None) -> bool:
+        """Delete the key; whether it existed."""
         made = self.make_and_validate_key(key, version=version)
         return self._cache().delete(made)
 
     def has_key(self, key: str, version: int | None = None) -> bool:
+        """Whether the key is present."""
         made = self.make_and_validate_key(key, version=version)
         return self._cache().exists(made)
 
     def get_many(self, keys: Iterable[str], version: int | None = None) -> dict[str, Any]:
+        """The values of the keys present, by key."""
         made = self._keys(keys, version)
         if not made:
             return {}
@@ -454,6 +462,7 @@ class StateStoreCache(_BaseCache):
     def set_many(
         self, data: Mapping[str, Any], timeout: object = DEFAULT_TIMEOUT, version: int | None = None
     ) -> list[str]:
+        """Store every pair; returns the keys that could not be stored (Django's contract)."""
         made = {self.make_and_validate_key(k, version=version): (k, v) for k, v in data.items()}
         if not made:
             return []
@@ -461,6 +470,7 @@ class StateStoreCache(_BaseCache):
         return [made[m][0] for m in failed]
 
     def delete_many(self, keys: Iterable[str], version: int | None = None) -> None:
+        """Delete the keys."""
         made = self._keys(keys, version)
         if made:
             self._cache().delete_many(list(made))
@@ -470,6 +480,7 @@ class StateStoreCache(_BaseCache):
         self._cache().clear()
 
     def incr(self, key: str, delta: int = 1, version: int | None = None) -> Any:
+        """Add ``delta`` and return the new value, exact across processes; ``ValueError`` if absent."""
         made = self.make_and_validate_key(key, version=version)
         try:
             return self._cache().incr(made, delta)
@@ -477,6 +488,7 @@ class StateStoreCache(_BaseCache):
             raise self._not_found(key, exc) from None
 
     def decr(self, key: str, delta: int = 1, version: int | None = None) -> Any:
+        """Subtract ``delta`` and return the new value (see ``incr``)."""
         return self.incr(key, -delta, version=version)
 
     def get_or_set(self, key: str, default: Any, timeout: object = DEFAULT_TIMEOUT, version: int | None = None) -> Any:
