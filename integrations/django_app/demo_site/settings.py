@@ -34,6 +34,7 @@ MIDDLEWARE = [
 ]
 USE_TZ = True
 
+# --8<-- [start:caches]
 CACHES = {
     "default": {
         "BACKEND": "sskv_mapping.integrations.django.StateStoreCache",
@@ -55,6 +56,7 @@ CACHES = {
 }
 
 SESSION_ENGINE = "django.contrib.sessions.backends.cache"  # sessions in CACHES["default"]: any instance serves them
+# --8<-- [end:caches]
 
 # errors (with their traceback) to the console also when DEBUG is off
 LOGGING = {

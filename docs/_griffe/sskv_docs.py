@@ -1,0 +1,100 @@
+"""A griffe extension for the API reference (loaded by mkdocs.yml; not part of the package).
+
+Two jobs, both on the package as griffe loaded it (statically), before anything is rendered:
+
+* A blocking twin's method without a docstring takes its async twin's (``StateStoreDict.pop`` reads as
+  ``AsyncStateStoreDict.pop``): the blocking class is by design a thin facade with the same parameters
+  (``tests/test_exported_members.py`` and the twin tests check that), so its prose lives once, on the async side.
+  Likewise a framework adapter's ``aget`` without a docstring takes ``get``'s (Django's ``a*`` convention).
+* A module attribute documented by ``#:`` comments right above it (the Sphinx convention this code uses) takes
+  them as its docstring.
+* Every name in ``sskv_mapping.__all__``, every name in each framework adapter's ``__all__``, and each public
+  method or property of those classes must have a docstring: one that has none is logged as a warning, which
+  ``mkdocs build --strict`` turns into a failed build.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import griffe
+
+PACKAGE = "sskv_mapping"
+ADAPTERS = ("django", "flask_caching", "litestar", "aiocache", "fastapi")
+
+_logger = griffe.get_logger("sskv_docs")
+
+
+def _target(obj: Any) -> Any:
+    return obj.final_target if obj.is_alias else obj
+
+
+def _has_docstring(obj: Any) -> bool:
+    return obj.docstring is not None and bool(obj.docstring.value.strip())
+
+
+def _public_methods(cls: Any) -> list[tuple[str, Any]]:
+    found = []
+    for name, member in cls.members.items():
+        if name.startswith("_"):
+            continue
+        member = _target(member)
+        if member.is_function or (member.is_attribute and "property" in member.labels):
+            found.append((name, member))
+    return found
+
+
+def _comment_docstring(obj: Any) -> None:
+    """An attribute documented Sphinx-style, by ``#:`` comment lines right above it, gets them as its docstring."""
+    if _has_docstring(obj) or not obj.is_attribute or obj.lineno is None:
+        return
+    lines = obj.module.lines
+    found: list[str] = []
+    index = obj.lineno - 2
+    while index >= 0 and lines[index].strip().startswith("#:"):
+        found.insert(0, lines[index].strip()[2:].strip())
+        index -= 1
+    if found:
+        obj.docstring = griffe.Docstring(" ".join(found), lineno=index + 2, parent=obj)
+
+
+def _borrow(member: Any, source: Any) -> None:
+    if not _has_docstring(member) and source is not None and _has_docstring(_target(source)):
+        doc = _target(source).docstring
+        member.docstring = griffe.Docstring(doc.value, lineno=doc.lineno, parent=member)
+
+
+class PublicDocstrings(griffe.Extension):
+    """Twin docstrings first, then the check that every public name has one."""
+
+    def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
+        if pkg.name != PACKAGE:
+            return
+        exported = list(importlib.import_module(PACKAGE).__all__)
+        classes = {name: _target(pkg[name]) for name in exported if _target(pkg[name]).is_class}
+        for name, cls in classes.items():
+            twin = classes.get(f"Async{name}")
+            if twin is not None:
+                for method_name, method in _public_methods(cls):
+                    _borrow(method, twin.members.get(method_name))
+        targets = [(f"{PACKAGE}.{name}", _target(pkg[name])) for name in exported]
+        for adapter in ADAPTERS:
+            module = pkg[f"integrations.{adapter}"]
+            for name in module.exports or ():
+                targets.append((f"{PACKAGE}.integrations.{adapter}.{name}", _target(module[str(name)])))
+        for _path, obj in targets:
+            if obj.is_class:
+                for method_name, method in _public_methods(obj):
+                    if method_name.startswith("a") and method_name[1:] in obj.members:
+                        _borrow(method, obj.members[method_name[1:]])
+        for path, obj in targets:
+            _comment_docstring(obj)
+            if not _has_docstring(obj):
+                _logger.warning(f"{path} has no docstring ({obj.relative_filepath}:{obj.lineno})")
+            if obj.is_class:
+                for method_name, method in _public_methods(obj):
+                    if not _has_docstring(method):
+                        _logger.warning(
+                            f"{path}.{method_name} has no docstring ({method.relative_filepath}:{method.lineno})"
+                        )
