@@ -212,17 +212,14 @@ class AsyncStateStoreCache(Generic[V]):
 
     @property
     def namespace(self) -> str:
-        """The store namespace; ``clear`` empties only its keys."""
         return self._store.namespace
 
     @property
     def client(self) -> AsyncStateStoreClient:
-        """The client the cache sends its requests through."""
         return self._store.client
 
     @property
     def codec(self) -> Codec[V]:
-        """The codec values go through."""
         return self._store.codec
 
     @property
@@ -232,7 +229,6 @@ class AsyncStateStoreCache(Generic[V]):
 
     @property
     def local_cache(self) -> LocalCache[V] | None:
-        """The in-process cache kept current by KEYNOTIFY; ``None`` when ``local_cache_size=0``."""
         return self._store.cache
 
     @property

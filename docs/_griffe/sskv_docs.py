@@ -3,11 +3,14 @@
 Two jobs, both on the package as griffe loaded it (statically), before anything is rendered:
 
 * A blocking twin's method without a docstring takes its async twin's (``StateStoreDict.pop`` reads as
-  ``AsyncStateStoreDict.pop``): the blocking class is by design a thin facade with the same parameters
-  (``tests/test_exported_members.py`` and the twin tests check that), so its prose lives once, on the async side.
+  ``AsyncStateStoreDict.pop``), and the other way round: the blocking class is by design a thin facade with the
+  same parameters (the twin tests check that), so its prose lives once.
+* A property without a docstring that hands back a constructor argument takes that argument's ``Args:`` entry
+  from the class docstring (``AsyncStateStoreCache.codec``).
   Likewise a framework adapter's ``aget`` without a docstring takes ``get``'s (Django's ``a*`` convention).
 * A module attribute documented by ``#:`` comments right above it (the Sphinx convention this code uses) takes
   them as its docstring.
+* reST roles in docstrings (``:class:`Codec` ``) render as inline code.
 * Every name in ``sskv_mapping.__all__``, every name in each framework adapter's ``__all__``, and each public
   method or property of those classes must have a docstring: one that has none is logged as a warning, which
   ``mkdocs build --strict`` turns into a failed build.
@@ -16,6 +19,7 @@ Two jobs, both on the package as griffe loaded it (statically), before anything 
 from __future__ import annotations
 
 import importlib
+import re
 from typing import Any
 
 import griffe
@@ -24,6 +28,8 @@ PACKAGE = "sskv_mapping"
 ADAPTERS = ("django", "flask_caching", "litestar", "aiocache", "fastapi")
 
 _logger = griffe.get_logger("sskv_docs")
+# reST roles (``:class:`~sskv_mapping.Codec` ``) as the code's docstrings write them; Markdown shows them as code
+_ROLE = re.compile(r":(?:class|func|meth|attr|data|mod|exc|obj):`~?([^`]+)`")
 
 
 def _target(obj: Any) -> Any:
@@ -57,12 +63,34 @@ def _comment_docstring(obj: Any) -> None:
         index -= 1
     if found:
         obj.docstring = griffe.Docstring(" ".join(found), lineno=index + 2, parent=obj)
+        _plain_roles(obj)
 
 
 def _borrow(member: Any, source: Any) -> None:
     if not _has_docstring(member) and source is not None and _has_docstring(_target(source)):
         doc = _target(source).docstring
         member.docstring = griffe.Docstring(doc.value, lineno=doc.lineno, parent=member)
+
+
+def _plain_roles(obj: Any) -> None:
+    if obj.docstring is not None:
+        obj.docstring.value = _ROLE.sub(lambda m: f"`{m.group(1).rsplit('.', 1)[-1]}`", obj.docstring.value)
+    for member in obj.members.values():
+        if not member.is_alias:
+            _plain_roles(member)  # the whole package: aliases reach their targets this way
+
+
+def _properties_from_args(cls: Any) -> None:
+    """A property that hands back a constructor argument is documented by that argument's ``Args:`` entry."""
+    if not _has_docstring(cls):
+        return
+    args = {}
+    for section in cls.docstring.parsed:
+        if section.kind is griffe.DocstringSectionKind.parameters:
+            args.update({param.name: param.description for param in section.value})
+    for name, member in _public_methods(cls):
+        if member.is_attribute and not _has_docstring(member) and args.get(name):
+            member.docstring = griffe.Docstring(args[name], lineno=cls.docstring.lineno, parent=member)
 
 
 class PublicDocstrings(griffe.Extension):
@@ -73,11 +101,16 @@ class PublicDocstrings(griffe.Extension):
             return
         exported = list(importlib.import_module(PACKAGE).__all__)
         classes = {name: _target(pkg[name]) for name in exported if _target(pkg[name]).is_class}
+        _plain_roles(pkg)
         for name, cls in classes.items():
             twin = classes.get(f"Async{name}")
             if twin is not None:
                 for method_name, method in _public_methods(cls):
                     _borrow(method, twin.members.get(method_name))
+                for method_name, method in _public_methods(twin):
+                    _borrow(method, cls.members.get(method_name))
+        for cls in classes.values():
+            _properties_from_args(cls)
         targets = [(f"{PACKAGE}.{name}", _target(pkg[name])) for name in exported]
         for adapter in ADAPTERS:
             module = pkg[f"integrations.{adapter}"]
