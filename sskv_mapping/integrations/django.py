@@ -1,56 +1,9 @@
 """Layer 6: a Django cache backend over the state store (``pip install 'sskv-mapping[django]'``).
 
-Settings::
-
-    CACHES = {
-        "default": {
-            "BACKEND": "sskv_mapping.integrations.django.StateStoreCache",
-            "LOCATION": "mqtt://127.0.0.1:1883",      # mqtts://user:password@host:8883 for TLS; "env:"
-            "TIMEOUT": 300,                             # Django's rules: None = never, 0 = don't cache
-            "KEY_PREFIX": "site",                       # KEY_PREFIX / VERSION / KEY_FUNCTION as usual
-            "OPTIONS": {"namespace": "django"},
-        },
-    }
-
-``LOCATION``: a broker URL, a connection string in the Azure IoT Operations SDKs' format
-(``"HostName=aio-broker;TcpPort=1883;UseTls=false"``), or ``"env:"``: the ``AIO_*`` environment variables a
-deployment sets, read as the SDKs read them (:meth:`sskv_mapping.ConnectionSettings.from_environment`; a bad
-value is ``ImproperlyConfigured`` naming the variable). The connection options in ``OPTIONS`` apply on top.
-
-``OPTIONS`` (all optional):
-
-* ``namespace`` (``"django"``): the store namespace; ``clear()`` deletes this namespace's keys and nothing
-  else. Aliases that differ only in ``KEY_PREFIX``/``VERSION`` but share a namespace are cleared together
-  (as with Redis' ``FLUSHDB``).
-* ``codec``: by default, any picklable value is stored (as with Django's own backends: ``cache_page``
-  caches ``HttpResponse`` objects, sessions and model instances need it), **signed**: each payload carries
-  ``HMAC-SHA256(key, namespace/store key || pickle)`` with a key derived from ``SECRET_KEY`` (values signed
-  with a key from ``SECRET_KEY_FALLBACKS`` are still read, so rotation works), checked before anything is
-  unpickled; a payload copied under another key is refused. No ``SECRET_KEY``: a ConfigurationError, never
-  unsigned pickle. ``"json"`` or ``"msgpack"`` store only what those carry, and reading never runs code even
-  for a holder of the secret; ``"pickle"`` with ``"pickle_key"`` signs with that key instead, with
-  ``"allow_pickle": True`` pickles unsigned (only for stores nobody untrusted can write to); or a
-  :class:`~sskv_mapping.Codec` instance.
-* ``local_cache_size`` (0): keep up to this many values in process, kept current by the store's change
-  notifications (a hit costs microseconds; another process's write is seen milliseconds later).
-* ``max_staleness`` (30.0): a local entry is served only within this many seconds of its last confirmation, so a
-  notification lost by the broker leaves a value stale at most that long (``None``: trust notifications forever).
-* ``timeout`` (10.0): seconds to wait for each request to the store (``None``: forever).
-* ``lock_lease``, ``lock_timeout``, ``max_in_flight``: as for :class:`sskv_mapping.cache.AsyncStateStoreCache`.
-* connection: ``username``, ``password``, ``client_id``, ``tls`` (a :class:`~sskv_mapping.TlsSettings` or a
-  dict of its fields), ``sat_token_file`` (AIO's K8S-SAT authentication), ``keepalive``,
-  ``connect_timeout``.
-* ``MAX_ENTRIES`` / ``CULL_FREQUENCY`` are accepted (Django's ``BaseCache`` reads them) and ignored: the
-  store's own key quota applies, and entries leave by their timeout.
-
-One MQTT connection per process (Django creates a backend object per thread and per request context;
-they all share it), and one :class:`sskv_mapping.cache.AsyncStateStoreCache` per connection and namespace.
-``close()``, which Django calls after every request, therefore keeps the connection open; use
-:func:`close_all` at process shutdown if you need to.
-
-The ``a*`` methods (``aget``, ``aset``, ...) are served natively: the request goes out on the library's
-event-loop thread and the caller's loop awaits it, without Django's default ``sync_to_async`` hop to a
-worker thread.
+``CACHES = {"default": {"BACKEND": "sskv_mapping.integrations.django.StateStoreCache", "LOCATION":
+"mqtt://127.0.0.1:1883", "OPTIONS": {"namespace": "django"}}}``. The settings table (``LOCATION`` forms, every
+``OPTIONS`` key, the signed-pickle default) is docs/integrations/django.md; one MQTT connection per process is
+shared by every alias and thread, and the ``a*`` methods are served natively, without a ``sync_to_async`` hop.
 
 Must not be imported by anything in the package (it imports Django). Must not import any other framework.
 """

@@ -1,6 +1,7 @@
 """Settings of the demo site. Everything shared lives in the state store:
 
-* ``CACHES["default"]``: the site cache (JSON values), which also holds the sessions and the hit counter;
+* ``CACHES["default"]``: the site cache (the backend's default codec: pickle signed with a key derived from
+  ``SECRET_KEY``), which also holds the sessions and the hit counter;
 * ``CACHES["pages"]``: whole cached pages (``@cache_page``). Pages are ``HttpResponse`` objects, which only
   pickle can store, so this alias uses pickle, signed with a key derived from ``SECRET_KEY``: a payload
   without a valid signature is refused before anything is unpickled;
