@@ -10,7 +10,8 @@ Two jobs, both on the package as griffe loaded it (statically), before anything 
   Likewise a framework adapter's ``aget`` without a docstring takes ``get``'s (Django's ``a*`` convention).
 * A module attribute documented by ``#:`` comments right above it (the Sphinx convention this code uses) takes
   them as its docstring.
-* reST roles in docstrings (``:class:`Codec` ``) render as inline code.
+* reST roles in docstrings (``:class:`Codec` ``) render as inline code, and a doctest under ``Example:`` as code
+  (without its ``# doctest: +SKIP`` marks).
 * Every name in ``sskv_mapping.__all__``, every name in each framework adapter's ``__all__``, and each public
   method or property of those classes must have a docstring: one that has none is logged as a warning, which
   ``mkdocs build --strict`` turns into a failed build.
@@ -30,6 +31,9 @@ ADAPTERS = ("django", "flask_caching", "litestar", "aiocache", "fastapi")
 _logger = griffe.get_logger("sskv_docs")
 # reST roles (``:class:`~sskv_mapping.Codec` ``) as the code's docstrings write them; Markdown shows them as code
 _ROLE = re.compile(r":(?:class|func|meth|attr|data|mod|exc|obj):`~?([^`]+)`")
+# "Example:" is an admonition to the Google parser; with a doctest under it, it is an "Examples:" section
+_EXAMPLE = re.compile(r"^(\s*)Example:[ \t]*\n(?=\s*>>>)", re.MULTILINE)
+_SKIP = re.compile(r"[ \t]*# doctest: \+SKIP")
 
 
 def _target(obj: Any) -> Any:
@@ -74,7 +78,8 @@ def _borrow(member: Any, source: Any) -> None:
 
 def _plain_roles(obj: Any) -> None:
     if obj.docstring is not None:
-        obj.docstring.value = _ROLE.sub(lambda m: f"`{m.group(1).rsplit('.', 1)[-1]}`", obj.docstring.value)
+        value = _ROLE.sub(lambda m: f"`{m.group(1).rsplit('.', 1)[-1]}`", obj.docstring.value)
+        obj.docstring.value = _SKIP.sub("", _EXAMPLE.sub(r"\1Examples:\n", value))
     for member in obj.members.values():
         if not member.is_alias:
             _plain_roles(member)  # the whole package: aliases reach their targets this way
