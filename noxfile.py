@@ -38,6 +38,7 @@ nox.options.sessions = [
     "peer-cachelib",
     "peer-flask",
     "peer-aiocache",
+    "docs",
 ]
 
 TEST_DEPS = ["pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.2", "hypothesis>=6.90"]
@@ -70,6 +71,15 @@ def bare(session: nox.Session) -> None:
     session.install(".")
     session.run("python", "-c", "import sskv_mapping, sys; assert 'msgpack' not in sys.modules; print('ok')")
     session.run("python", "tests/_support/bare_install_check.py")
+
+
+@nox.session(python=PYTHONS)
+def docs(session: nox.Session) -> None:
+    """The documentation site, strictly: a broken reference or a public name without a docstring fails it."""
+    session.install(".[docs]")
+    site = session.posargs[0] if session.posargs else os.path.join(session.create_tmp(), "site")
+    session.run("mkdocs", "build", "--strict", "--site-dir", site)
+    session.log(f"site built in {site}")
 
 
 @nox.session(python=PYTHONS)

@@ -73,6 +73,7 @@ from .local_cache import ABSENT, CachedEntry, CacheStats, LocalCache, ReadTicket
 from .lock import AsyncLeasedLock, LeasedLock
 from .mapping._dict import AsyncStateStoreDict, StateStoreDict
 
+#: The package version.
 __version__ = "0.1.0"
 
 __all__ = [

@@ -122,8 +122,9 @@ def escape_glob(literal: str | bytes) -> bytes:
     The service's globs have no backslash escape (protocol.md §8); bracketing is the one way to say "this
     character itself". ``escape_glob(prefix) + b"*"`` lists every key that starts with ``prefix``.
 
-    >>> escape_glob("ns[1]*/")
-    b'ns[[]1][*]/'
+    Examples:
+        >>> escape_glob("ns[1]*/")
+        b'ns[[]1][*]/'
     """
     if isinstance(literal, str):
         data = utf8(literal, "glob literal")

@@ -75,9 +75,11 @@ class Codec(Protocol[V]):
 
     name: str
 
-    def dumps(self, value: V, /) -> bytes: ...
+    def dumps(self, value: V, /) -> bytes:
+        """The bytes to store for ``value``; raises on a value the codec cannot carry."""
 
-    def loads(self, data: bytes, /) -> V: ...
+    def loads(self, data: bytes, /) -> V:
+        """The value stored as ``data``; raises on bytes the codec cannot read."""
 
 
 class RawCodec:
@@ -96,6 +98,7 @@ class RawCodec:
     name = "raw"
 
     def dumps(self, value: bytes | bytearray | memoryview, /) -> bytes:
+        """The bytes to store for ``value`` (see the class for what it accepts)."""
         if isinstance(value, bytes):
             return value
         if isinstance(value, bytearray | memoryview):
@@ -103,6 +106,7 @@ class RawCodec:
         raise TypeError(f"the raw codec stores bytes, bytearray or memoryview, not {type(value).__name__}")
 
     def loads(self, data: bytes, /) -> bytes:
+        """The value stored as ``data``."""
         return bytes(data)
 
     def __repr__(self) -> str:
@@ -122,11 +126,13 @@ class StrCodec:
     name = "str"
 
     def dumps(self, value: str, /) -> bytes:
+        """The bytes to store for ``value`` (see the class for what it accepts)."""
         if not isinstance(value, str):
             raise TypeError(f"the str codec stores str, not {type(value).__name__}")
         return value.encode("utf-8")
 
     def loads(self, data: bytes, /) -> str:
+        """The value stored as ``data``."""
         return bytes(data).decode("utf-8")
 
     def __repr__(self) -> str:
@@ -195,10 +201,12 @@ class JsonCodec:
 
     def dumps(self, value: Any, /) -> bytes:
         # strict UTF-8: a lone surrogate in a str is an error here, not mojibake in the store
+        """The bytes to store for ``value`` (see the class for what it accepts)."""
         return self._encoder.encode(value).encode("utf-8")
 
     def loads(self, data: bytes, /) -> Any:
         # Decode as UTF-8 ourselves: json.loads(bytes) would also guess UTF-16/32, which we never write.
+        """The value stored as ``data``."""
         return self._decoder.decode(bytes(data).decode("utf-8"))
 
     def __repr__(self) -> str:
@@ -254,9 +262,11 @@ class MsgpackCodec:
             self._unpack_options["ext_hook"] = ext_hook
 
     def dumps(self, value: Any, /) -> bytes:
+        """The bytes to store for ``value`` (see the class for what it accepts)."""
         return self._packb(value, **self._pack_options)
 
     def loads(self, data: bytes, /) -> Any:
+        """The value stored as ``data``."""
         return self._unpackb(data, **self._unpack_options)
 
     def __repr__(self) -> str:
@@ -367,11 +377,13 @@ class PickleCodec:
         raise DecodeError(f"signed pickle payload failed HMAC-SHA256 verification{where}; not unpickled")
 
     def dumps(self, value: Any, /) -> bytes:
+        """The bytes to store for ``value`` (see the class for what it accepts)."""
         if self.bind_key:
             raise TypeError("this PickleCodec signs the store key: use it through a dict or a cache")
         return self._dump(value, None)
 
     def loads(self, data: bytes, /) -> Any:
+        """The value stored as ``data``, after its signature is checked (unless ``allow_unsafe``)."""
         if self.bind_key:
             raise TypeError("this PickleCodec signs the store key: use it through a dict or a cache")
         return self._load(data, None)

@@ -309,10 +309,12 @@ class LeaderElection(BlockingTwin):
 
     @property
     def name(self) -> bytes:
+        """The position's key in the store."""
         return self._async.name
 
     @property
     def candidate(self) -> str:
+        """This candidate's value: what the key holds while it leads."""
         return self._async.candidate
 
     @property

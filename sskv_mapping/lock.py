@@ -345,10 +345,12 @@ class LeasedLock(BlockingTwin):
 
     @property
     def name(self) -> bytes:
+        """The lock's key in the store."""
         return self._async.name
 
     @property
     def holder(self) -> bytes:
+        """This holder's value: what the key holds while the lock is ours."""
         return self._async.holder
 
     @property

@@ -315,3 +315,13 @@ def test_no_docstring_numbers_its_layer(name: str) -> None:
     # the tree is the one numbering: a "Layer N" in prose drifts from it (three numberings disagreed once)
     doc = ast.get_docstring(ast.parse(MODULES[name].read_text(encoding="utf-8"))) or ""
     assert re.search(r"\bLayer \d", doc) is None
+
+
+def test_the_architecture_page_draws_every_package() -> None:
+    # the docs' drawing is the tree: a package added to sskv_mapping/ must be placed on the page too
+    page = (PACKAGE.parent / "docs" / "design" / "architecture.md").read_text(encoding="utf-8")
+    packages = sorted(
+        p.parent.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("__init__.py") if p.parent != PACKAGE
+    )
+    assert [p for p in packages if f"{p}/" not in page] == []
+    assert [name for name in _PREFIX_RANK if "." not in name and name != "__init__" and name not in page] == []

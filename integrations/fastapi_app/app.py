@@ -28,12 +28,14 @@ from sskv_mapping.integrations.fastapi import get_statestore_cache, get_statesto
 def create_app(url: str | None = None, *, name: str = "fastapi-example", instance: str = "1") -> FastAPI:
     """The app; ``url`` defaults to ``$SSKV_URL`` (else ``mqtt://127.0.0.1:1883``), ``name`` prefixes the
     state store namespaces, ``instance`` names this instance in the pages it renders."""
+    # --8<-- [start:lifespan]
     app = FastAPI(
         lifespan=statestore_lifespan(url=url or os.environ.get("SSKV_URL", "mqtt://127.0.0.1:1883"), namespace=name)
     )
     Settings = Annotated[AsyncStateStoreDict[Any], Depends(get_statestore_dict(f"{name}-settings"))]
     Pages = Annotated[AsyncStateStoreCache[Any], Depends(get_statestore_cache(f"{name}-pages"))]
     Counters = Annotated[AsyncStateStoreCache[Any], Depends(get_statestore_cache(f"{name}-counters"))]
+    # --8<-- [end:lifespan]
     renders = itertools.count(1)
 
     @app.get("/", response_class=HTMLResponse)

@@ -28,6 +28,7 @@ from sskv_mapping.integrations.flask_caching import StateStoreCache
 def create_app(url: str | None = None, *, name: str = "flask-example", instance: str = "1") -> Flask:
     """The app; ``url`` defaults to ``$SSKV_URL`` (else ``mqtt://127.0.0.1:1883``), ``name`` prefixes the
     state store namespaces, ``instance`` names this instance in the pages it renders."""
+    # --8<-- [start:config]
     app = Flask(__name__)
     app.config.update(
         CACHE_TYPE="sskv_mapping.integrations.flask_caching.StateStoreCache",
@@ -39,6 +40,7 @@ def create_app(url: str | None = None, *, name: str = "flask-example", instance:
     with app.app_context():
         backend = cast(StateStoreCache, cache.cache)
     settings: StateStoreDict[Any] = StateStoreDict(backend.client, namespace=f"{name}-settings")
+    # --8<-- [end:config]
     app.extensions["sskv_settings"] = settings
     renders = itertools.count(1)
 

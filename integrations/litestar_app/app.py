@@ -31,6 +31,7 @@ from sskv_mapping.integrations.litestar import StateStoreStore
 def create_app(url: str | None = None, *, name: str = "litestar-example", instance: str = "1") -> Litestar:
     """The app; ``url`` defaults to ``$SSKV_URL`` (else ``mqtt://127.0.0.1:1883``), ``name`` is the root
     namespace in the state store, ``instance`` names this instance in the pages it renders."""
+    # --8<-- [start:store]
     store = StateStoreStore(url or os.environ.get("SSKV_URL", "mqtt://127.0.0.1:1883"), namespace=name)
 
     @asynccontextmanager
@@ -39,6 +40,8 @@ def create_app(url: str | None = None, *, name: str = "litestar-example", instan
         async with AsyncStateStoreDict(store.client, namespace=f"{name}-settings") as settings:
             app.state.settings = settings
             yield
+
+    # --8<-- [end:store]
 
     def settings_of(request: Request[Any, Any, Any]) -> AsyncStateStoreDict[Any]:
         settings: AsyncStateStoreDict[Any] = request.app.state.settings
@@ -79,12 +82,14 @@ def create_app(url: str | None = None, *, name: str = "litestar-example", instan
         await request.app.stores.get("response_cache").delete_all()  # pages rendered with the old settings
         return await settings.copy()
 
+    # --8<-- [start:app]
     return Litestar(
         route_handlers=[index, login, me, logout, all_settings, update_settings],
         stores=StoreRegistry(default_factory=store.with_namespace),  # sessions, response_cache: <name>.<store>
         lifespan=[store.lifespan, settings_lifespan],
         middleware=[ServerSideSessionConfig().middleware],
     )
+    # --8<-- [end:app]
 
 
 app = create_app()  # connects nothing until the app starts

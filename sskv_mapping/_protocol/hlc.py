@@ -87,9 +87,11 @@ class HybridLogicalClock:
         return f"{self.wall_ms:015d}:{self.counter:05d}:{self.node_id}"
 
     def encode(self) -> str:
+        """The service's text form, ``<wall ms, 15 digits>:<counter, 5 digits>:<node id>``."""
         return str(self)
 
     def sort_key(self) -> tuple[int, int, bytes]:
+        """A tuple ordering clocks as the service does: wall time, then counter, then node id."""
         return (self.wall_ms, self.counter, self.node_id.encode("utf-8"))
 
     def __lt__(self, other: object) -> bool:

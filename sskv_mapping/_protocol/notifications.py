@@ -17,6 +17,8 @@ __all__ = ["KeyEvent", "KeyOperation", "encode_notification", "parse_notificatio
 
 
 class KeyOperation(enum.Enum):
+    """What a change notification reports: a ``SET`` of the key or its ``DELETE`` (expiry included)."""
+
     SET = "SET"
     DELETE = "DELETE"
 

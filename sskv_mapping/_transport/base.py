@@ -29,7 +29,8 @@ class Connection(Protocol):
     settings: ConnectionSettings
 
     @property
-    def connected(self) -> bool: ...
+    def connected(self) -> bool:
+        """Whether the connection is up (CONNACK received, not closed or dropped since)."""
 
     @property
     def max_packet_size(self) -> int | None:
@@ -38,11 +39,14 @@ class Connection(Protocol):
         :class:`~sskv_mapping.errors.ValueTooLargeError` before anything is sent; the connection stays up."""
         ...
 
-    async def connect(self) -> None: ...
+    async def connect(self) -> None:
+        """Open the connection (TCP, TLS, CONNECT/CONNACK); a refusal raises ``BrokerConnectError``."""
 
-    async def subscribe(self, filters: Iterable[str], qos: int = 1, timeout: float = 10.0) -> None: ...
+    async def subscribe(self, filters: Iterable[str], qos: int = 1, timeout: float = 10.0) -> None:
+        """Subscribe to ``filters`` and wait for the SUBACK."""
 
-    async def unsubscribe(self, filters: Iterable[str], timeout: float = 10.0) -> None: ...
+    async def unsubscribe(self, filters: Iterable[str], timeout: float = 10.0) -> None:
+        """Unsubscribe from ``filters`` and wait for the UNSUBACK."""
 
     async def publish(
         self,
@@ -91,9 +95,12 @@ class Connection(Protocol):
         """
         ...
 
-    async def wait_closed(self) -> None: ...
+    async def wait_closed(self) -> None:
+        """Return once the connection has closed or dropped."""
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Disconnect and release the socket; calls in flight fail with ``ConnectionLostError``."""
 
 
+#: How a client makes its connection: ``factory(settings, on_message) -> Connection`` (the transport plug point).
 ConnectionFactory = Callable[[ConnectionSettings, MessageHandler], Connection]

@@ -162,6 +162,7 @@ class ConnectionSettings:
             _note_clean_session(self.clean_start, self.session_expiry)
 
     def replace(self, **changes: object) -> ConnectionSettings:
+        """A copy with ``changes`` applied (and checked like the original)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
     @classmethod

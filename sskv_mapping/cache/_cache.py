@@ -649,10 +649,12 @@ class StateStoreCache(BlockingTwin, Generic[V]):
 
     @property
     def client(self) -> StateStoreClient:
+        """The blocking client the cache sends its requests through."""
         return self._client
 
     @property
     def namespace(self) -> str:
+        """The store namespace; ``clear`` empties only its keys."""
         return self._async.namespace
 
     @property
@@ -661,6 +663,7 @@ class StateStoreCache(BlockingTwin, Generic[V]):
 
     @property
     def local_cache(self) -> LocalCache[V] | None:
+        """The in-process cache kept current by KEYNOTIFY; ``None`` when ``local_cache_size=0``."""
         return self._async.local_cache
 
     def __repr__(self) -> str:

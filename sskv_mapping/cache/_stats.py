@@ -34,6 +34,7 @@ class OpLatency:
 
     @property
     def mean(self) -> float:
+        """The mean duration in seconds (0.0 before any call)."""
         return self.total / self.count if self.count else 0.0
 
 
@@ -56,6 +57,7 @@ class StateStoreCacheStats:
 
     @property
     def hit_ratio(self) -> float:
+        """``hits / (hits + misses)`` (0.0 before any lookup)."""
         looked_up = self.hits + self.misses
         return self.hits / looked_up if looked_up else 0.0
 
@@ -74,6 +76,7 @@ class CacheCounters:
         self._ops: dict[str, list[Any]] = {}  # name -> [count, total, max, buckets]
 
     def count(self, *, hits: int = 0, misses: int = 0, sets: int = 0, deletes: int = 0) -> None:
+        """Add to the hit, miss, set and delete counters (thread-safe)."""
         with self._lock:
             self.hits += hits
             self.misses += misses
@@ -81,6 +84,7 @@ class CacheCounters:
             self.deletes += deletes
 
     def observe(self, op: str, seconds: float) -> None:
+        """Record one ``op`` call that took ``seconds`` in its latency histogram."""
         bucket = next((i for i, bound in enumerate(LATENCY_BUCKETS) if seconds <= bound), len(LATENCY_BUCKETS))
         with self._lock:
             rec = self._ops.get(op)
@@ -101,6 +105,7 @@ class CacheCounters:
             self.observe(op, self.clock() - started)
 
     def snapshot(self, local: CacheStats | None) -> StateStoreCacheStats:
+        """The counters now, with ``local`` (the local cache's own statistics) attached."""
         with self._lock:
             latency = {op: OpLatency(r[0], r[1], r[2], tuple(r[3])) for op, r in self._ops.items()}
             return StateStoreCacheStats(self.hits, self.misses, self.sets, self.deletes, latency, local)

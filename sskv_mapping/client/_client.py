@@ -369,10 +369,12 @@ class AsyncStateStoreClient:
 
     @property
     def client_id(self) -> str:
+        """The MQTT client id (the service's notifications and locks name it)."""
         return self.settings.client_id
 
     @property
     def state(self) -> ConnectionState:
+        """Where the connection is now (connected, reconnecting, closed, ...)."""
         return self._keeper.state
 
     @property
@@ -636,6 +638,7 @@ class AsyncStateStoreClient:
 
     @property
     def watched_keys(self) -> list[bytes]:
+        """The keys with a KEYNOTIFY registration held by this client."""
         return self._watches.keys
 
     @property
@@ -679,6 +682,7 @@ class KeyWatch(BlockingTwin):
         self.key = key
 
     def start(self) -> KeyWatch:
+        """Register the watch (KEYNOTIFY) now; iterating or ``with`` does it too. Returns the watch."""
         self._run(self._watch.start())
         return self
 
@@ -700,6 +704,7 @@ class KeyWatch(BlockingTwin):
         return self._run(self._watch.next(timeout))
 
     def close(self) -> None:
+        """Stop watching: the iteration ends after the events already queued."""
         self._run(self._watch.aclose())
 
 
@@ -774,14 +779,17 @@ class StateStoreClient(BlockingTwin):
 
     @property
     def client_id(self) -> str:
+        """The MQTT client id (the service's notifications and locks name it)."""
         return self._async.client_id
 
     @property
     def state(self) -> ConnectionState:
+        """Where the connection is now (connected, reconnecting, closed, ...)."""
         return self._async.state
 
     @property
     def settings(self) -> ConnectionSettings:
+        """The connection settings this client was made with."""
         return self._async.settings
 
     def __repr__(self) -> str:
@@ -902,6 +910,7 @@ class StateStoreClient(BlockingTwin):
 
     @property
     def watched_keys(self) -> list[bytes]:
+        """The keys with a KEYNOTIFY registration held by this client."""
         return self._async.watched_keys
 
 

@@ -27,6 +27,8 @@ log = logging.getLogger("sskv_mapping.client")
 
 
 class ConnectionState(enum.Enum):
+    """Where a client's connection is: its ``state`` property and ``add_state_listener`` callbacks."""
+
     DISCONNECTED = "disconnected"
     CONNECTING = "connecting"
     CONNECTED = "connected"

@@ -229,6 +229,7 @@ class KeySubscription:
         return not self._closed and self._watches.active(self.key)
 
     async def close(self) -> None:
+        """Drop this subscription; the key's KEYNOTIFY registration goes when its last subscriber does."""
         if not self._closed:
             self._closed = True
             await self._watches.remove(self.key, self._sink)
@@ -274,6 +275,7 @@ class AsyncKeyWatch:
         self._done = False
 
     async def start(self) -> AsyncKeyWatch:
+        """Register the watch (KEYNOTIFY) now; iterating or ``async with`` does it too. Returns the watch."""
         if self._sub is None and not self._done:
             self._sub = await self._subscribe(self.key, _QueueSink(self._queue))
         return self
@@ -305,6 +307,7 @@ class AsyncKeyWatch:
             return await self.__anext__()
 
     async def aclose(self) -> None:
+        """Stop watching: the iteration ends after the events already queued."""
         self._done = True
         sub, self._sub = self._sub, None
         self._queue.put_nowait(_CLOSED)

@@ -1,56 +1,9 @@
 """A Django cache backend over the state store (``pip install 'sskv-mapping[django]'``).
 
-Settings::
-
-    CACHES = {
-        "default": {
-            "BACKEND": "sskv_mapping.integrations.django.StateStoreCache",
-            "LOCATION": "mqtt://127.0.0.1:1883",      # mqtts://user:password@host:8883 for TLS; "env:"
-            "TIMEOUT": 300,                             # Django's rules: None = never, 0 = don't cache
-            "KEY_PREFIX": "site",                       # KEY_PREFIX / VERSION / KEY_FUNCTION as usual
-            "OPTIONS": {"namespace": "django"},
-        },
-    }
-
-``LOCATION``: a broker URL, a connection string in the Azure IoT Operations SDKs' format
-(``"HostName=aio-broker;TcpPort=1883;UseTls=false"``), or ``"env:"``: the ``AIO_*`` environment variables a
-deployment sets, read as the SDKs read them (:meth:`sskv_mapping.ConnectionSettings.from_environment`; a bad
-value is ``ImproperlyConfigured`` naming the variable). The connection options in ``OPTIONS`` apply on top.
-
-``OPTIONS`` (all optional):
-
-* ``namespace`` (``"django"``): the store namespace; ``clear()`` deletes this namespace's keys and nothing
-  else. Aliases that differ only in ``KEY_PREFIX``/``VERSION`` but share a namespace are cleared together
-  (as with Redis' ``FLUSHDB``).
-* ``codec``: by default, any picklable value is stored (as with Django's own backends: ``cache_page``
-  caches ``HttpResponse`` objects, sessions and model instances need it), **signed**: each payload carries
-  ``HMAC-SHA256(key, namespace/store key || pickle)`` with a key derived from ``SECRET_KEY`` (values signed
-  with a key from ``SECRET_KEY_FALLBACKS`` are still read, so rotation works), checked before anything is
-  unpickled; a payload copied under another key is refused. No ``SECRET_KEY``: a ConfigurationError, never
-  unsigned pickle. ``"json"`` or ``"msgpack"`` store only what those carry, and reading never runs code even
-  for a holder of the secret; ``"pickle"`` with ``"pickle_key"`` signs with that key instead, with
-  ``"allow_pickle": True`` pickles unsigned (only for stores nobody untrusted can write to); or a
-  :class:`~sskv_mapping.Codec` instance.
-* ``local_cache_size`` (0): keep up to this many values in process, kept current by the store's change
-  notifications (a hit costs microseconds; another process's write is seen milliseconds later).
-* ``max_staleness`` (30.0): a local entry is served only within this many seconds of its last confirmation, so a
-  notification lost by the broker leaves a value stale at most that long (``None``: trust notifications forever).
-* ``timeout`` (10.0): seconds to wait for each request to the store (``None``: forever).
-* ``lock_lease``, ``lock_timeout``, ``max_in_flight``: as for :class:`sskv_mapping.cache.AsyncStateStoreCache`.
-* connection: ``username``, ``password``, ``client_id``, ``tls`` (a :class:`~sskv_mapping.TlsSettings` or a
-  dict of its fields), ``sat_token_file`` (AIO's K8S-SAT authentication), ``keepalive``,
-  ``connect_timeout``.
-* ``MAX_ENTRIES`` / ``CULL_FREQUENCY`` are accepted (Django's ``BaseCache`` reads them) and ignored: the
-  store's own key quota applies, and entries leave by their timeout.
-
-One MQTT connection per process (Django creates a backend object per thread and per request context;
-they all share it), and one :class:`sskv_mapping.cache.AsyncStateStoreCache` per connection and namespace.
-``close()``, which Django calls after every request, therefore keeps the connection open; use
-:func:`close_all` at process shutdown if you need to.
-
-The ``a*`` methods (``aget``, ``aset``, ...) are served natively: the request goes out on the library's
-event-loop thread and the caller's loop awaits it, without Django's default ``sync_to_async`` hop to a
-worker thread.
+``CACHES = {"default": {"BACKEND": "sskv_mapping.integrations.django.StateStoreCache", "LOCATION":
+"mqtt://127.0.0.1:1883", "OPTIONS": {"namespace": "django"}}}``. The settings table (``LOCATION`` forms, every
+``OPTIONS`` key, the signed-pickle default) is docs/integrations/django.md; one MQTT connection per process is
+shared by every alias and thread, and the ``a*`` methods are served natively, without a ``sync_to_async`` hop.
 
 Must not be imported by anything in the package (it imports Django). Must not import any other framework.
 """
@@ -404,6 +357,7 @@ class StateStoreCache(_BaseCache):
 
     @property
     def namespace(self) -> str:
+        """The state store namespace of this backend; ``clear()`` empties only it."""
         return self._config.namespace
 
     def _ttl(self, timeout: object) -> float | None:
@@ -421,30 +375,37 @@ class StateStoreCache(_BaseCache):
     # -- blocking API ---------------------------------------------------------------------------------
 
     def get(self, key: str, default: Any = None, version: int | None = None) -> Any:
+        """The value, or ``default`` if absent (Django's ``cache.get``)."""
         made = self.make_and_validate_key(key, version=version)
         return self._cache().get(made, default)
 
     def set(self, key: str, value: Any, timeout: object = DEFAULT_TIMEOUT, version: int | None = None) -> None:
+        """Store ``value`` for ``timeout`` seconds (Django's rules: ``None`` never expires, ``0`` deletes)."""
         made = self.make_and_validate_key(key, version=version)
         self._cache().set(made, value, self._ttl(timeout))
 
     def add(self, key: str, value: Any, timeout: object = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
+        """Store ``value`` only if the key is absent (``SET NX``); whether it was stored."""
         made = self.make_and_validate_key(key, version=version)
         return self._cache().add(made, value, self._ttl(timeout))
 
     def touch(self, key: str, timeout: object = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
+        """Restart the key's expiry at ``timeout`` without changing its value; whether the key exists."""
         made = self.make_and_validate_key(key, version=version)
         return self._cache().touch(made, self._ttl(timeout))
 
     def delete(self, key: str, version: int | None = None) -> bool:
+        """Delete the key; whether it existed."""
         made = self.make_and_validate_key(key, version=version)
         return self._cache().delete(made)
 
     def has_key(self, key: str, version: int | None = None) -> bool:
+        """Whether the key is present."""
         made = self.make_and_validate_key(key, version=version)
         return self._cache().exists(made)
 
     def get_many(self, keys: Iterable[str], version: int | None = None) -> dict[str, Any]:
+        """The values of the keys present, by key."""
         made = self._keys(keys, version)
         if not made:
             return {}
@@ -454,6 +415,7 @@ class StateStoreCache(_BaseCache):
     def set_many(
         self, data: Mapping[str, Any], timeout: object = DEFAULT_TIMEOUT, version: int | None = None
     ) -> list[str]:
+        """Store every pair; returns the keys that could not be stored (Django's contract)."""
         made = {self.make_and_validate_key(k, version=version): (k, v) for k, v in data.items()}
         if not made:
             return []
@@ -461,6 +423,7 @@ class StateStoreCache(_BaseCache):
         return [made[m][0] for m in failed]
 
     def delete_many(self, keys: Iterable[str], version: int | None = None) -> None:
+        """Delete the keys."""
         made = self._keys(keys, version)
         if made:
             self._cache().delete_many(list(made))
@@ -470,6 +433,7 @@ class StateStoreCache(_BaseCache):
         self._cache().clear()
 
     def incr(self, key: str, delta: int = 1, version: int | None = None) -> Any:
+        """Add ``delta`` and return the new value, exact across processes; ``ValueError`` if absent."""
         made = self.make_and_validate_key(key, version=version)
         try:
             return self._cache().incr(made, delta)
@@ -477,6 +441,7 @@ class StateStoreCache(_BaseCache):
             raise self._not_found(key, exc) from None
 
     def decr(self, key: str, delta: int = 1, version: int | None = None) -> Any:
+        """Subtract ``delta`` and return the new value (see ``incr``)."""
         return self.incr(key, -delta, version=version)
 
     def get_or_set(self, key: str, default: Any, timeout: object = DEFAULT_TIMEOUT, version: int | None = None) -> Any:

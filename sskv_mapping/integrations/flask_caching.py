@@ -179,6 +179,7 @@ class StateStoreCache(BaseCache):
 
     @property
     def namespace(self) -> str:
+        """The state store namespace of this backend; ``clear()`` empties only it."""
         return self._cache.namespace
 
     def _ttl(self, timeout: int | float | dt.timedelta | None) -> float | None:
@@ -194,27 +195,34 @@ class StateStoreCache(BaseCache):
     # -- cachelib's API ------------------------------------------------------------------------------------
 
     def get(self, key: str) -> Any:
+        """The value, or ``None`` if absent (cachelib's API)."""
         return self._cache.get(key)
 
     def has(self, key: str) -> bool:
+        """Whether the key is present."""
         return self._cache.exists(key)
 
     def get_many(self, *keys: str) -> list[Any]:
+        """The values of ``keys``, ``None`` for each absent one, in order."""
         found = self._cache.get_many(keys)
         return [found.get(k) for k in keys]
 
     def set(self, key: str, value: Any, timeout: int | float | dt.timedelta | None = None) -> bool:
+        """Store ``value`` for ``timeout`` seconds (``None``: the default timeout; ``0``: never expires)."""
         self._cache.set(key, value, self._ttl(timeout))
         return True
 
     def add(self, key: str, value: Any, timeout: int | float | dt.timedelta | None = None) -> bool:
+        """Store ``value`` only if the key is absent (``SET NX``); whether it was stored."""
         return self._cache.add(key, value, self._ttl(timeout))
 
     def set_many(self, mapping: dict[str, Any], timeout: int | float | dt.timedelta | None = None) -> list[Any]:
+        """Store every pair; returns the keys that were stored."""
         failed = set(self._cache.set_many(mapping, self._ttl(timeout)))
         return [k for k in mapping if k not in failed]
 
     def delete(self, key: str) -> bool:
+        """Delete the key; whether it existed."""
         return self._cache.delete(key)
 
     def delete_many(self, *keys: str) -> list[Any]:
@@ -259,6 +267,7 @@ class StateStoreCache(BaseCache):
                 return delta
 
     def dec(self, key: str, delta: int = 1) -> int | None:
+        """Subtract ``delta`` and return the new value, exact across processes (see ``inc``)."""
         return self.inc(key, -delta)
 
     def touch(self, key: str, timeout: int | float | dt.timedelta | None = None) -> bool:

@@ -280,6 +280,7 @@ class StateStoreStore(NamespacedStore):
         return data
 
     async def delete(self, key: str) -> None:
+        """Delete the entry (nothing happens if it is absent)."""
         cache, _ = self._caches()
         await cache.delete(key)
 
@@ -292,6 +293,7 @@ class StateStoreStore(NamespacedStore):
         await cache.clear()
 
     async def exists(self, key: str) -> bool:
+        """Whether the entry is present (and not expired)."""
         cache, _ = self._caches()
         return await cache.exists(key)
 

@@ -146,18 +146,22 @@ class AsyncStateStoreDict(Generic[V]):
 
     @property
     def namespace(self) -> str:
+        """The store namespace: keys are stored as ``<namespace>/<key>``."""
         return self._store.namespace
 
     @property
     def client(self) -> AsyncStateStoreClient:
+        """The client the dict sends its requests through."""
         return self._store.client
 
     @property
     def codec(self) -> Codec[V]:
+        """The codec values go through."""
         return self._store.codec
 
     @property
     def local_cache(self) -> LocalCache[V] | None:
+        """The in-process cache kept current by KEYNOTIFY; ``None`` when ``local_cache_size=0``."""
         return self._store.cache
 
     def peek(self, key: str) -> CachedEntry[V] | None:
@@ -238,9 +242,11 @@ class AsyncStateStoreDict(Generic[V]):
         return await self._store.live_keys()
 
     async def values(self) -> list[V]:
+        """Every value of the namespace (a listing, then each value; local-cache hits need no request)."""
         return [v for _, v in await self.items()]
 
     async def items(self) -> list[tuple[str, V]]:
+        """Every ``(key, value)`` pair of the namespace (a listing, then each value)."""
         pairs: list[tuple[str, V]] = []
         for k, e in await self._store.live_items():
             if e.value is not ABSENT:  # live_items filtered absences already; this narrows the type
@@ -474,18 +480,22 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
 
     @property
     def namespace(self) -> str:
+        """The store namespace: keys are stored as ``<namespace>/<key>``."""
         return self._async.namespace
 
     @property
     def client(self) -> StateStoreClient:
+        """The blocking client the dict sends its requests through."""
         return self._client
 
     @property
     def async_dict(self) -> AsyncStateStoreDict[V]:
+        """The async dict this facade drives (it lives on the background loop thread)."""
         return self._async
 
     @property
     def local_cache(self) -> LocalCache[V] | None:
+        """The in-process cache kept current by KEYNOTIFY; ``None`` when ``local_cache_size=0``."""
         return self._async.local_cache
 
     def open(self) -> StateStoreDict[V]:

@@ -207,6 +207,7 @@ async def test_close_then_use_again(cache: StateStoreCache) -> None:
 
 
 async def test_caches_set_config_by_dotted_path(broker_url: str, sskv_namespace: str) -> None:
+    # --8<-- [start:set_config]
     caches.set_config(
         {
             "default": {"cache": "aiocache.SimpleMemoryCache"},
@@ -218,6 +219,7 @@ async def test_caches_set_config_by_dotted_path(broker_url: str, sskv_namespace:
             },
         }
     )
+    # --8<-- [end:set_config]
     try:
         cache = caches.get("sskv")
         assert isinstance(cache, StateStoreCache)
@@ -345,10 +347,13 @@ async def test_cached_decorator_stores_in_the_state_store(
 ) -> None:
     calls: list[int] = []
 
+    # --8<-- [start:cached]
     @cached(cache=StateStoreCache, url=broker_url, sskv_namespace=sskv_namespace, namespace="fn", key="sq", ttl=60)
     async def square(x: int) -> int:
         calls.append(x)
         return x * x
+
+    # --8<-- [end:cached]
 
     try:
         assert await square(4) == 16

@@ -1,6 +1,7 @@
 """Settings of the demo site. Everything shared lives in the state store:
 
-* ``CACHES["default"]``: the site cache (JSON values), which also holds the sessions and the hit counter;
+* ``CACHES["default"]``: the site cache (the backend's default codec: pickle signed with a key derived from
+  ``SECRET_KEY``), which also holds the sessions and the hit counter;
 * ``CACHES["pages"]``: whole cached pages (``@cache_page``). Pages are ``HttpResponse`` objects, which only
   pickle can store, so this alias uses pickle, signed with a key derived from ``SECRET_KEY``: a payload
   without a valid signature is refused before anything is unpickled;
@@ -34,6 +35,7 @@ MIDDLEWARE = [
 ]
 USE_TZ = True
 
+# --8<-- [start:caches]
 CACHES = {
     "default": {
         "BACKEND": "sskv_mapping.integrations.django.StateStoreCache",
@@ -55,6 +57,7 @@ CACHES = {
 }
 
 SESSION_ENGINE = "django.contrib.sessions.backends.cache"  # sessions in CACHES["default"]: any instance serves them
+# --8<-- [end:caches]
 
 # errors (with their traceback) to the console also when DEBUG is off
 LOGGING = {
