@@ -465,7 +465,11 @@ class AsyncStateStoreClient:
         fencing_token: HybridLogicalClock | None = None,
         persist: bool = False,
     ) -> tuple[bytes, HybridLogicalClock | None]:
-        """Send one command and return ``(reply payload, response __ts)``; header errors raise here."""
+        """Send one command and return ``(reply payload, response __ts)``; header errors raise here.
+
+        One concern per step, as httpx's ``send`` chain: the arguments are checked (nothing sent when the request
+        cannot be right), a slot is taken (the in-flight bound), :class:`RequestSender` waits out a reconnect and
+        resends what reached nobody, and :meth:`_merge_version` checks the response and merges its clock."""
         # Argument errors first: nothing may be sent (nor waited for) when the request cannot be right.
         if fencing_token is not None and not isinstance(fencing_token, HybridLogicalClock):
             raise ConfigurationError(f"fencing_token must be a HybridLogicalClock, not {type(fencing_token).__name__}")
@@ -480,18 +484,22 @@ class AsyncStateStoreClient:
             message = await self._sender.send(
                 cmd, payload, timeout=timeout, deadline=deadline, fencing_token=fencing_token, persist=persist
             )
-            version = headers.check_response(message.user_properties, message.content_type)
-            if version is not None:
-                try:
-                    self.hlc.update(version)
-                except ClockDriftError as exc:
-                    # The request was carried out: failing the call now would report an applied write as failed.
-                    # The service's clock (the version it returned) is far ahead of ours; our clock stays as it
-                    # was (our next requests carry older timestamps, which the service accepts).
-                    self._clock_behind(exc)
-            return message.payload, version
+            return message.payload, self._merge_version(message)
         finally:
             gate.leave()
+
+    def _merge_version(self, message: InboundMessage) -> HybridLogicalClock | None:
+        """Check the response's headers and merge its version (``__ts``) into this client's clock."""
+        version = headers.check_response(message.user_properties, message.content_type)
+        if version is not None:
+            try:
+                self.hlc.update(version)
+            except ClockDriftError as exc:
+                # The request was carried out: failing the call now would report an applied write as failed.
+                # The service's clock (the version it returned) is far ahead of ours; our clock stays as it
+                # was (our next requests carry older timestamps, which the service accepts).
+                self._clock_behind(exc)
+        return version
 
     def _clock_behind(self, exc: ClockDriftError) -> None:
         self.clock_drift_warnings += 1
