@@ -54,7 +54,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("mapping and cache", {"mapping", "cache"}),
     (
         "emulator",
-        {"emulator", "emulator.core", "emulator.scan", "emulator.broker", "emulator.server", "emulator.inprocess"},
+        {"emulator", "emulator.core", "emulator.scan", "emulator.broker", "emulator.server", "emulator.inprocess"}
+        | {"emulator.inspection", "emulator.inspector"},
     ),
     ("entry points", {"emulator.__main__", "_cli_client", "cli", "demo", "__init__"}),
     (
@@ -74,6 +75,7 @@ PURE = {name for name in RANK if name.startswith("_protocol")} | {
     "_backoff",
     "emulator.core",
     "emulator.scan",
+    "emulator.inspection",
     "local_cache",
 }
 IO_MODULES = {"asyncio", "socket", "selectors", "subprocess", "ssl", "aiomqtt", "paho"}  # a threading.Lock is fine

@@ -17,8 +17,9 @@ The layouts (written by the dict, the cache and the leased lock; namespaces hold
 * a leased lock under any name: a key whose value is its holder, last written by ``SET NEX PX`` without a fencing
   token (protocol.md §6); its fencing token is the key's version.
 
-The recognisers read key bytes only, so they follow those layouts without importing the faces. Must not import
-asyncio, sockets, the transport, the client, or the mapping or cache modules.
+The recognisers read key bytes only, so they follow those layouts without importing the faces.
+
+Must not import asyncio, sockets, the transport, the client, or the mapping or cache modules.
 """
 
 from __future__ import annotations
