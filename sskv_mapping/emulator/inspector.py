@@ -153,9 +153,9 @@ class Inspector:
             sock.close()
             raise
         bound_port = sock.getsockname()[1]
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
         await self._runner.setup()
-        await web.SockSite(self._runner, sock, shutdown_timeout=1.0).start()
+        await web.SockSite(self._runner, sock).start()
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{bound_port}/"
         self._hosts = {f"{shown}:{bound_port}", f"localhost:{bound_port}", f"127.0.0.1:{bound_port}"}
