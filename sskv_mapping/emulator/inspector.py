@@ -224,8 +224,8 @@ class Inspector:
                     page.dropped = 0
                 # a comment line when idle: a closed tab is noticed at the next write
                 await response.write(data or b": idle\n\n")
-        except (ConnectionError, asyncio.CancelledError):
-            pass
+        except ConnectionError:
+            pass  # the tab was closed (a closed tab also cancels this handler: handler_cancellation)
         finally:
             self._pages.discard(page)
             if not self._pages:

@@ -393,7 +393,7 @@ class EmulatorServer:
         self._after_change()
         tap = self.tap
         if tap is not None:
-            tap(None, payload, result)
+            tap(props.get(headers.SOURCE_ID), payload, result)
         return result
 
     # -- outbound -------------------------------------------------------------------------------------
