@@ -55,7 +55,7 @@ __all__ = ["FEED_PER_SECOND", "Inspector", "is_loopback"]
 log = logging.getLogger("sskv_mapping.emulator.inspector")
 
 #: requests shown in detail per second on the live feed; beyond it they are counted (a person reads a few)
-FEED_PER_SECOND = 1000
+FEED_PER_SECOND = 200
 _FLUSH_S = 0.05
 _PER_FLUSH = int(FEED_PER_SECOND * _FLUSH_S)
 _HEARTBEAT_S = 5.0
