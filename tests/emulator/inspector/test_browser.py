@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("aiohttp", reason="the inspector needs the 'inspect' extra (aiohttp)")
+
 from .conftest import Inspected
 
 pytestmark = pytest.mark.broker

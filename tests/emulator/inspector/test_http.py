@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
+pytest.importorskip("aiohttp", reason="the inspector needs the 'inspect' extra (aiohttp)")
+
 from sskv_mapping import AsyncStateStoreCache, AsyncStateStoreDict
 from sskv_mapping._protocol.notifications import KeyOperation
 from sskv_mapping.client import AsyncStateStoreClient

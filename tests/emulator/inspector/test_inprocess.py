@@ -7,6 +7,8 @@ import argparse
 
 import httpx
 import pytest
+
+pytest.importorskip("aiohttp", reason="the inspector needs the 'inspect' extra (aiohttp)")
 from _support.waiting import eventually
 
 from sskv_mapping.emulator.__main__ import build_parser
