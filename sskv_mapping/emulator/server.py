@@ -17,6 +17,8 @@ What it does, like the real service (protocol.md):
   touches the key;
 * reconnects (with backoff) when the broker goes away, keeping the store;
 * optionally saves entries written with ``aio-persistence: true`` to a file and loads them at start;
+* lets the inspector (``--inspect``) see each request served: :attr:`EmulatorServer.tap`, ``None`` while no page
+  listens, is called after each one; :meth:`EmulatorServer.handle_local` serves the page's own writes;
 * never sends a packet over the broker's Maximum Packet Size (the broker would drop the emulator for it): a
   response that would be too large (a big value, a long response topic) becomes the error reply
   ``-ERR the response is too large for the broker's maximum packet size`` (the client raises
