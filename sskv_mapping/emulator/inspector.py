@@ -9,7 +9,7 @@ look), so what it shows is what the service holds at that instant:
 * ``GET /api/key?key=K`` (or ``key_hex=``): one key, its whole value;
 * ``PUT /api/key?key=K[&ttl_ms=N]`` (body: the value) and ``DELETE /api/key?key=K``: a SET or DEL served like a
   client's (watchers are notified), only when started with ``--inspect-writable``; otherwise 403;
-* ``GET /api/events``: the live feed, server-sent events: a ``batch`` event about every 50 ms with the requests
+* ``GET /api/events``: the live feed, server-sent events: a ``batch`` event about every 100 ms with the requests
   served (at most ``FEED_PER_SECOND`` a second in detail, the rest counted in ``skipped``).
 
 Cost when no page is open: the server's ``tap`` is ``None`` and serving a request tests it once; the tap is set
@@ -50,13 +50,13 @@ from .inspection import (
 )
 from .server import EmulatorServer
 
-__all__ = ["FEED_PER_SECOND", "Inspector", "is_loopback"]
+__all__ = ["FEED_PER_SECOND", "Inspector", "exposure_warning", "is_loopback"]
 
 log = logging.getLogger("sskv_mapping.emulator.inspector")
 
 #: requests shown in detail per second on the live feed; beyond it they are counted (a person reads a few)
-FEED_PER_SECOND = 200
-_FLUSH_S = 0.05
+FEED_PER_SECOND = 100
+_FLUSH_S = 0.1
 _PER_FLUSH = int(FEED_PER_SECOND * _FLUSH_S)
 _HEARTBEAT_S = 5.0
 #: what one page may have waiting to be sent before its feed is cut short (a stalled tab)
@@ -72,6 +72,17 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def exposure_warning(host: str, url: str, *, writable: bool) -> str | None:
+    """What to log when the inspector listens beyond loopback (``None``: it does not)."""
+    if is_loopback(host):
+        return None
+    return (
+        f"the inspector listens on {url}, BEYOND LOOPBACK: anyone who can reach this address reads every key and "
+        f"value in the store{' AND CAN CHANGE OR DELETE THEM (--inspect-writable)' if writable else ''}. "
+        "Bind it to 127.0.0.1 unless you mean that."
+    )
 
 
 class _Page:
@@ -160,14 +171,10 @@ class Inspector:
         self.url = f"http://{shown}:{bound_port}/"
         self._hosts = {f"{shown}:{bound_port}", f"localhost:{bound_port}", f"127.0.0.1:{bound_port}"}
         self._hosts.add(f"[::1]:{bound_port}")
-        if not is_loopback(host):
+        warning = exposure_warning(host, self.url, writable=self.writable)
+        if warning is not None:
             self._any_host = True
-            log.warning(
-                "the inspector listens on %s, BEYOND LOOPBACK: anyone who can reach this address reads every key "
-                "and value in the store%s. Bind it to 127.0.0.1 unless you mean that.",
-                self.url,
-                " AND CAN CHANGE OR DELETE THEM (--inspect-writable)" if self.writable else "",
-            )
+            log.warning("%s", warning)
         return self.url
 
     async def close(self) -> None:

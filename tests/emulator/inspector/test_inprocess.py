@@ -14,7 +14,7 @@ from _support.waiting import eventually
 from sskv_mapping.emulator.__main__ import build_parser
 from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.emulator.inspection import role_of, show_bytes
-from sskv_mapping.emulator.inspector import Inspector, is_loopback
+from sskv_mapping.emulator.inspector import Inspector, exposure_warning, is_loopback
 
 
 async def test_the_tap_is_set_only_while_a_page_listens() -> None:
@@ -58,6 +58,16 @@ def test_a_bad_inspect_address_is_a_usage_error(bad: str, capsys: pytest.Capture
 def test_loopback_is_told_apart() -> None:
     assert is_loopback("127.0.0.1") and is_loopback("127.1.2.3") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.10") and not is_loopback("example.org")
+
+
+def test_listening_beyond_loopback_is_said_loudly() -> None:
+    assert exposure_warning("127.0.0.1", "http://127.0.0.1:8080/", writable=True) is None
+    assert exposure_warning("::1", "http://[::1]:8080/", writable=False) is None
+    read_only = exposure_warning("0.0.0.0", "http://0.0.0.0:8080/", writable=False)
+    assert read_only is not None and "BEYOND LOOPBACK" in read_only and "http://0.0.0.0:8080/" in read_only
+    assert "CHANGE" not in read_only
+    writable = exposure_warning("192.168.1.10", "http://192.168.1.10:8080/", writable=True)
+    assert writable is not None and "CAN CHANGE OR DELETE" in writable
 
 
 def test_the_layouts_of_the_faces_are_recognised() -> None:
