@@ -61,7 +61,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHONS)
 def types(session: nox.Session) -> None:
     """mypy --strict on the package."""
-    session.install(".[msgpack,django,flask,litestar,aiocache,fastapi]", "mypy>=1.8", "types-cachetools")
+    session.install(".[msgpack,django,flask,litestar,aiocache,fastapi,inspect]", "mypy>=1.8", "types-cachetools")
     session.run("mypy", "sskv_mapping")
 
 

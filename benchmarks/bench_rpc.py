@@ -1,6 +1,7 @@
 """Request path benchmark: raw MQTT floor vs the client + emulator, latency and throughput.
 
 Run:  python benchmarks/bench_rpc.py [--rounds 5] [--requests 2000] [--ops 20000]
+      python benchmarks/bench_rpc.py --inspector [--baseline DIR]   # only (f), inspector off / idle / page open
 
 Everything runs on this machine, on loopback, against one private mosquitto started here:
 
@@ -15,6 +16,13 @@ Everything runs on this machine, on loopback, against one private mosquitto star
     latency and 64-in-flight throughput;
 (g) a read of an existing key through ``AsyncStateStoreDict.get`` and ``AsyncStateStoreCache.get`` with no local
     cache (every read a round trip), against (b) in the same round.
+
+With ``--inspector`` only (f) runs, against emulator processes started three ways, each on its own mosquitto, in
+turn within each round: without ``--inspect`` (off), with ``--inspect`` and no page (idle), and with a page open
+(benchmarks/_inspector_page.py: the live feed connected and ``/api/state`` fetched every 250 ms, as the page does);
+``--baseline DIR`` adds an emulator run from another checkout (e.g. ``git worktree add /tmp/main main``), to compare
+"off" with the code before the inspector. Besides latency and throughput it reports each emulator's CPU time per
+request served (from /proc): on a shared machine the wall-clock figures move with the neighbours, the CPU cost less.
 
 Each figure is the median over ``--rounds`` rounds (each round's own median for latencies); ratios are
 against (a) measured in the same run. This is a script, not a test: the machines are shared and noisy.
@@ -215,16 +223,22 @@ async def redis_numbers(n: int, ops: int) -> tuple[float, float] | None:
         proc.wait(5)
 
 
-def start_emulator(host: str, port: int) -> subprocess.Popen[str]:
+def start_emulator(host: str, port: int, *extra: str, tree: Path | None = None) -> subprocess.Popen[str]:
+    """The emulator process (from ``tree``'s sources if given); returns once it serves."""
+    env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sskv_mapping.emulator", "--host", host, "--port", str(port)],
+        [sys.executable, "-m", "sskv_mapping.emulator", "--host", host, "--port", str(port), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env=env,
+        cwd=tree,
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + 20
     for line in proc.stdout:
+        if " on http://" in line:
+            proc.inspector_url = line.rsplit(" on ", 1)[1].strip()  # type: ignore[attr-defined]
         if "serving state store on" in line:
             return proc
         if time.monotonic() > deadline:
@@ -233,13 +247,103 @@ def start_emulator(host: str, port: int) -> subprocess.Popen[str]:
     raise RuntimeError("the emulator did not start")
 
 
+def start_page(url: str) -> subprocess.Popen[str]:
+    script = Path(__file__).resolve().parent / "_inspector_page.py"
+    proc = subprocess.Popen([sys.executable, str(script), url], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        raise RuntimeError("the inspector page client did not connect")
+    return proc
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc): the cost to it, whatever its neighbours do."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def inspector_main(args: argparse.Namespace) -> None:
+    """(f) with the inspector off, idle and with a page open (and a baseline tree's emulator), in the same run."""
+    modes: list[tuple[str, tuple[str, ...], Path | None]] = []
+    if args.baseline is not None:
+        modes.append(("baseline (--baseline tree), no inspector", (), args.baseline.resolve()))
+    modes += [
+        ("inspector off (no --inspect)", (), None),
+        ("--inspect, no page open", ("--inspect", "0"), None),
+        ("--inspect, a page open (feed + /api/state every 250 ms)", ("--inspect", "0"), None),
+    ]
+    brokers = [MosquittoBroker().start() for _ in modes]
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for (_, extra, tree), broker in zip(modes, brokers, strict=True):
+            procs.append(start_emulator(broker.host, broker.port, *extra, tree=tree))
+        procs.append(start_page(procs[-1].inspector_url))  # type: ignore[attr-defined]
+        for broker in brokers:
+            async with AsyncStateStoreClient(broker.host, broker.port) as c:
+                await c.set("bench", b"x" * 16)
+        lat: list[list[float]] = [[] for _ in modes]
+        tput: list[list[float]] = [[] for _ in modes]
+        cpu: list[list[float]] = [[] for _ in modes]
+        served = args.requests + args.requests // 10 + args.ops // IN_FLIGHT * IN_FLIGHT
+        for r in range(args.rounds):
+            order = list(range(len(modes)))
+            order = order[r % len(order) :] + order[: r % len(order)]  # each mode takes each turn
+            for i in order:
+                before = cpu_seconds(procs[i].pid)
+                e_lat, e_tput = await raw_requester(brokers[i].host, brokers[i].port, args.requests, args.ops)
+                cpu[i].append((cpu_seconds(procs[i].pid) - before) / served)
+                lat[i].append(e_lat)
+                tput[i].append(e_tput)
+            print(
+                f"  round {r + 1}/{args.rounds}: "
+                + "; ".join(
+                    f"{m[0][:24]} {lat[i][-1] * 1e3:.3f} ms, {tput[i][-1]:,.0f} ops/s, {cpu[i][-1] * 1e6:.1f} us CPU"
+                    for i, m in enumerate(modes)
+                ),
+                flush=True,
+            )
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(10)
+        for broker in brokers:
+            broker.stop()
+    off = 1 if args.baseline is not None else 0
+    ml, mt, mc = statistics.median(lat[off]), statistics.median(tput[off]), statistics.median(cpu[off])
+    print()
+    print(
+        f"| (f) emulator, raw requester, median of {args.rounds} rounds | GET round trip | vs off | {IN_FLIGHT} in flight "
+        "| vs off | emulator CPU per request | vs off |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for i, (name, _, _) in enumerate(modes):
+        li, ti, ci = statistics.median(lat[i]), statistics.median(tput[i]), statistics.median(cpu[i])
+        print(
+            f"| {name} | {li * 1e3:.3f} ms | {li / ml:.2f}x | {ti:,.0f} ops/s | {ti / mt:.2f}x | {ci * 1e6:.1f} us | {ci / mc:.2f}x |"
+        )
+    page_l, page_t = statistics.median(lat[-1]) / ml, statistics.median(tput[-1]) / mt
+    page_c = statistics.median(cpu[-1]) / mc
+    print()
+    print(
+        f"target: a page open within 10 % (latency {page_l:.2f}x, throughput {page_t:.2f}x, CPU {page_c:.2f}x): "
+        f"{'met' if page_l <= 1.1 and page_t >= 1 / 1.1 and page_c <= 1.1 else 'NOT met'}"
+    )
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=2000, help="sequential requests per latency round")
     ap.add_argument("--ops", type=int, default=20000, help="requests per throughput round")
+    ap.add_argument("--inspector", action="store_true", help="only (f): inspector off, idle, and with a page open")
+    ap.add_argument("--baseline", type=Path, help="with --inspector: also an emulator run from this source tree")
     args = ap.parse_args()
     print(f"machine: {machine()}", flush=True)
+    if args.inspector:
+        await inspector_main(args)
+        return
     with MosquittoBroker() as broker, MosquittoBroker() as zero_broker:
         emulator = start_emulator(broker.host, broker.port)
         zero = start_zero_responder(zero_broker.host, zero_broker.port)

@@ -69,6 +69,23 @@ _sskv_ensure_mosquitto() {
     exit 1
 }
 
+_sskv_ensure_chromium() {
+    # Called by scripts/test.sh only (not the demo). The inspector's browser tests (tests/emulator/inspector)
+    # drive Debian's headless Chromium through its chromedriver. Installed like mosquitto when we are root;
+    # otherwise (or if apt cannot) those tests skip, saying why. SSKV_NO_BROWSER=1 skips the install.
+    if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
+        return 0
+    fi
+    if [ "${SSKV_NO_BROWSER:-0}" = "1" ]; then
+        return 0
+    fi
+    if _sskv_is_root && command -v apt-get >/dev/null 2>&1; then
+        echo "chromium not found: installing it with 'apt-get install chromium chromium-driver' (browser tests)"
+        _sskv_apt_install chromium chromium-driver ||
+            echo "could not install chromium: the inspector's browser tests will be skipped" >&2
+    fi
+}
+
 _sskv_ensure_python() {
     if ! command -v "$PYTHON" >/dev/null 2>&1; then
         echo "$PYTHON not found: Python 3.11 or newer is required (set PYTHON=/path/to/python3.11)" >&2

@@ -13,7 +13,7 @@ from pathlib import Path
 
 BLOCKER = """
 import sys
-BLOCKED = {"msgpack", "django", "flask", "flask_caching", "litestar", "aiocache", "fastapi", "starlette"}
+BLOCKED = {"msgpack", "django", "flask", "flask_caching", "litestar", "aiocache", "fastapi", "starlette", "aiohttp"}
 class _Block:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCKED:

@@ -49,6 +49,7 @@ examples:
   python -m sskv_mapping.emulator --port 1883 --max-keys 10000 --persist-file store.json
   python -m sskv_mapping.emulator --port 1883 --scan-page-size 5 --scan-empty-pages 1
   python -m sskv_mapping.emulator --port 1883 --no-scan      # an older service without SCAN
+  python -m sskv_mapping.emulator --port 1883 --inspect 8080 # and open http://127.0.0.1:8080/
 """
 
 
@@ -81,6 +82,19 @@ def _port(text: str) -> int:
     if not 0 < value < 65536:
         raise argparse.ArgumentTypeError("a TCP port is 1-65535")
     return value
+
+
+def _inspect_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", text
+    elif host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise argparse.ArgumentTypeError(f"write an IPv6 address in brackets: [{host}]:{port}")
+    if not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {port!r} (0-65535; 0: any free port)")
+    return host or "127.0.0.1", int(port)
 
 
 def add_emulator_arguments(parser: argparse.ArgumentParser, *, broker_address: bool = True) -> None:
@@ -124,6 +138,19 @@ def add_emulator_arguments(parser: argparse.ArgumentParser, *, broker_address: b
         dest="scan",
         action="store_false",
         help="answer SCAN with 'unknown command', like a service older than SCAN",
+    )
+    parser.add_argument(
+        "--inspect",
+        type=_inspect_address,
+        metavar="[HOST:]PORT",
+        help="serve the inspector web page (keys, namespaces, locks, watches, a live feed) on HOST:PORT; HOST is "
+        "127.0.0.1 unless given (another address is logged as a WARNING: it shows the store to the network); "
+        "PORT 0 picks a free one. Needs the 'inspect' extra (pip install 'sskv-mapping[inspect]')",
+    )
+    parser.add_argument(
+        "--inspect-writable",
+        action="store_true",
+        help="let the inspector page set and delete keys (read-only without it)",
     )
     parser.add_argument(
         "--log-level",
@@ -177,6 +204,22 @@ async def serve(args: argparse.Namespace, host: str, port: int) -> int:
         persist_file=args.persist_file,
         on_ready=_announce,
     )
+    inspector = None
+    if args.inspect is not None:
+        from .inspector import Inspector  # aiohttp, only when asked for
+
+        inspector = Inspector(server, writable=args.inspect_writable)
+        try:
+            url = await inspector.start(*args.inspect)
+        except OSError as exc:
+            print(
+                f"sskv emulator: cannot serve the inspector on {args.inspect[0]}:{args.inspect[1]}: {exc}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 1
+        mode = "writable" if args.inspect_writable else "read-only"
+        _announce(f"sskv emulator: inspector ({mode}) on {url}")
     loop = asyncio.get_running_loop()
     signals = (signal.SIGTERM, signal.SIGINT)
     for sig in signals:
@@ -192,12 +235,29 @@ async def serve(args: argparse.Namespace, host: str, port: int) -> int:
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
+        if inspector is not None:
+            await inspector.close()
     print("sskv emulator: stopped", flush=True)
     return 0
 
 
+def _check_inspect_options(args: argparse.Namespace) -> str | None:
+    """Why the inspector options cannot be served (``None``: they can)."""
+    if args.inspect is None:
+        return "--inspect-writable needs --inspect [HOST:]PORT" if args.inspect_writable else None
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        return "--inspect needs aiohttp: pip install 'sskv-mapping[inspect]'"
+    return None
+
+
 def run(args: argparse.Namespace, host: str | None = None, port: int | None = None) -> int:
     """Configure logging and serve on ``host:port`` (default: ``args.host``/``args.port``)."""
+    problem = _check_inspect_options(args)
+    if problem is not None:
+        print(f"sskv emulator: {problem}", file=sys.stderr, flush=True)
+        return 2
     configure_logging(args.log_level)
     return asyncio.run(serve(args, host or args.host, port or args.port))
 

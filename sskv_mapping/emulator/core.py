@@ -123,6 +123,9 @@ class StoredEntry:
     expires_at_ms: int | None = None
     fencing_token: HybridLogicalClock | None = None
     persist: bool = False
+    #: written by ``SET NEX PX`` without a fencing token: how a leased lock is taken or renewed (protocol.md §6),
+    #: so tooling (the inspector) can show it as a lock whatever its name
+    lease: bool = False
 
 
 class EmulatorCore:
@@ -214,6 +217,10 @@ class EmulatorCore:
         """The keys ``client_id`` is registered for."""
         return set(self._watched_by.get(client_id, ()))
 
+    def watched(self) -> dict[bytes, list[str]]:
+        """Every key with a KEYNOTIFY registration -> the client ids registered for it (a snapshot)."""
+        return {key: list(clients) for key, clients in self._watchers.items()}
+
     # -- requests -----------------------------------------------------------------------------------
 
     def handle(self, client_id: str | None, payload: bytes, props: Mapping[str, str]) -> CoreResult:
@@ -280,13 +287,14 @@ class EmulatorCore:
         elif self.max_keys is not None and len(self._store) >= self.max_keys:
             raise QuotaExceededError()
         version = self._tick(now)
+        lease = token is None and cmd.expiry_ms is not None and cmd.condition is SetCondition.NEX
         if entry is not None and entry.fencing_token is not None and (token is None or token < entry.fencing_token):
             token = entry.fencing_token
         expires = now + cmd.expiry_ms if cmd.expiry_ms is not None else None
         persist = props.get(PERSISTENCE, "").lower() == "true"
         if persist or (entry is not None and entry.persist):
             self.persistence_generation += 1
-        self._store[key] = StoredEntry(cmd.value, version, expires, token, persist)
+        self._store[key] = StoredEntry(cmd.value, version, expires, token, persist, lease)
         if entry is None and self.keyspace is not None:
             self.keyspace.added(key)
         if expires is not None:

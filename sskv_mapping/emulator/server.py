@@ -17,6 +17,8 @@ What it does, like the real service (protocol.md):
   touches the key;
 * reconnects (with backoff) when the broker goes away, keeping the store;
 * optionally saves entries written with ``aio-persistence: true`` to a file and loads them at start;
+* lets the inspector (``--inspect``) see each request served: :attr:`EmulatorServer.tap`, ``None`` while no page
+  listens, is called after each one; :meth:`EmulatorServer.handle_local` serves the page's own writes;
 * never sends a packet over the broker's Maximum Packet Size (the broker would drop the emulator for it): a
   response that would be too large (a big value, a long response topic) becomes the error reply
   ``-ERR the response is too large for the broker's maximum packet size`` (the client raises
@@ -60,9 +62,13 @@ from .._transport.settings import ConnectionSettings
 from .._transport.stream import StreamConnection
 from ..errors import ResponseTooLargeError, StateStoreError, TransportError, ValueTooLargeError
 from .broker import LOG_TOPIC_FILTER, parse_connection_log
-from .core import EmulatorCore, Notification
+from .core import CoreResult, EmulatorCore, Notification
 
-__all__ = ["EmulatorServer", "client_id_from_response_topic"]
+__all__ = ["EmulatorServer", "RequestTap", "client_id_from_response_topic"]
+
+#: What :attr:`EmulatorServer.tap` is called with after each request served: the requester's client id, the request
+#: payload (``None``: keys expired on the timer) and the core's answer.
+RequestTap = Callable[[str | None, bytes | None, CoreResult], None]
 
 log = logging.getLogger("sskv_mapping.emulator")
 
@@ -159,6 +165,9 @@ class EmulatorServer:
         }
         # clients mosquitto said it drops messages for, so that each is reported once at WARNING
         self._dropping_for: set[str] = set()
+        #: Called after every request served and every expiry, while an inspector page listens (``None``
+        #: otherwise: then serving a request costs one attribute test and builds nothing for it).
+        self.tap: RequestTap | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -372,6 +381,22 @@ class EmulatorServer:
         if result.notifications:
             self._publish_notifications(result.notifications)
         self._after_change()
+        tap = self.tap
+        if tap is not None:
+            tap(client_id, message.payload, result)
+
+    def handle_local(self, payload: bytes, props: dict[str, str]) -> CoreResult:
+        """Serve one request that did not come over MQTT (the inspector's writes): the core answers it, and its
+        notifications go to the watchers as for any request. KEYNOTIFY is refused (no client id to notify)."""
+        self.stats["requests"] += 1
+        result = self.core.handle(None, payload, props)
+        if result.notifications:
+            self._publish_notifications(result.notifications)
+        self._after_change()
+        tap = self.tap
+        if tap is not None:
+            tap(props.get(headers.SOURCE_ID), payload, result)
+        return result
 
     # -- outbound -------------------------------------------------------------------------------------
 
@@ -456,6 +481,9 @@ class EmulatorServer:
                 if notes:
                     self._publish_notifications(notes)
                 self._after_change()
+                tap = self.tap
+                if tap is not None:
+                    tap(None, None, CoreResult(b"", None, notes))
             except Exception:
                 log.exception("expiring keys failed")
                 await asyncio.sleep(0.1)  # do not spin on a persistent failure

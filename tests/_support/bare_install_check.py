@@ -24,6 +24,14 @@ def main() -> int:
     from sskv_mapping.emulator import EmulatorCore  # noqa: F401
 
     problems = []
+    # the emulator's entry point and its --help load no optional extra; --inspect without aiohttp names its extra
+    from sskv_mapping.emulator.__main__ import _check_inspect_options, build_parser
+
+    if "aiohttp" in sys.modules:
+        problems.append("the emulator's entry point imported aiohttp")
+    why = _check_inspect_options(build_parser().parse_args(["--inspect", "0"]))
+    if why is None or "sskv-mapping[inspect]" not in why:
+        problems.append(f"--inspect without aiohttp: {why}")
     for module, extra in INTEGRATIONS.items():
         try:
             importlib.import_module(module)

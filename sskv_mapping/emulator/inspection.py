@@ -1,0 +1,359 @@
+"""The inspector's pure part: the store's contents as a person reads them.
+
+What :mod:`sskv_mapping.emulator.inspector` serves as JSON, computed from an :class:`EmulatorCore` and a wall
+time: each key with its value shown as JSON, text or hex, its version, TTL left and fencing token; the namespaces
+of the library's faces recognised from their key layouts; the leased locks; the KEYNOTIFY registrations; and one
+line per request served, for the live feed.
+
+The layouts (written by the dict, the cache and the leased lock; namespaces hold neither ``/`` nor ``#``):
+
+* ``ns/<key>``: a dict's data key (with a stored index, or listed by SCAN: then nothing else marks it);
+* ``ns#index-meta`` (``{"version": 2, "shards": S}``), ``ns#index/<i:04x>`` (``{key: added_ms | [added_ms,
+  expires_ms]}``), ``ns#index-used``, their locks ``ns#index-lock/<i>`` and ``ns#index-used-lock``; ``ns#index`` and
+  ``ns#index-lock`` are the 0.1.0 index: a dict's stored index;
+* ``ns#gen`` (``{"gen": G, "retired": [...]}``) and its lock ``ns#gen-lock``, data keys ``ns#g.<G>/<key>``, the ledger
+  of entries without a TTL ``ns#persist/<G>/<xx>`` and its locks ``ns#persist-lock/<G>/<xx>``, per-key locks
+  ``ns#lock/<key>`` (``incr``, fenced writes) and ``ns#gos-lock/<key>`` (single flight): a cache;
+* a leased lock under any name: a key whose value is its holder, last written by ``SET NEX PX`` without a fencing
+  token (protocol.md §6); its fencing token is the key's version.
+
+The recognisers read key bytes only, so they follow those layouts without importing the faces.
+
+Must not import asyncio, sockets, the transport, the client, or the mapping or cache modules.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .._protocol.commands import Delete, Get, KeyNotify, Scan, Set, SetCondition, VDelete, parse_command
+from .._protocol.notifications import parse_notification_payload
+from ..errors import ProtocolError
+from .core import CoreResult, EmulatorCore, StoredEntry
+
+__all__ = [
+    "KeyRole",
+    "describe_request",
+    "key_from_text",
+    "key_record",
+    "list_keys",
+    "list_locks",
+    "list_namespaces",
+    "list_watches",
+    "role_of",
+    "show_bytes",
+]
+
+#: the longest value text sent in a listing (the whole value is one ``/api/key`` request away)
+PREVIEW_CHARS = 200
+_LOCK_KINDS = ("lock", "gos-lock", "index-lock", "index-used-lock", "gen-lock", "persist-lock")
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRole:
+    """What a key is to the library: which namespace and face it belongs to, and its part there."""
+
+    namespace: str
+    face: str  # "dict", "cache" or "prefix" (ns/<key> with nothing else to tell a dict listed by SCAN)
+    part: str  # "data", "index shard", "index meta", "generation", "entry", "ledger shard", "lock", ...
+    detail: str = ""  # the user key, the shard number, the generation
+    lock: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "face": self.face, "part": self.part, "detail": self.detail}
+
+
+def _text(raw: bytes) -> str | None:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if any(ord(c) < 32 and c not in "\t\r\n" for c in text):
+        return None
+    return text
+
+
+def show_bytes(raw: bytes, limit: int | None = PREVIEW_CHARS) -> dict[str, Any]:
+    """``{"as": "json"|"text"|"hex", "text": ..., "size": n, "cut": bool}``: JSON pretty-printable text is ``json``."""
+    text = _text(raw)
+    kind = "text"
+    if text is None:
+        kind, text = "hex", raw.hex(" ")
+    elif text[:1] in '{["' or text in ("true", "false", "null") or text[:1].isdigit() or text[:1] == "-":
+        try:
+            json.loads(text)
+            kind = "json"
+        except ValueError:
+            pass
+    cut = limit is not None and len(text) > limit
+    return {"as": kind, "text": text[:limit] if cut else text, "size": len(raw), "cut": cut}
+
+
+def key_from_text(text: str | None, hex_text: str | None) -> bytes:
+    """The key bytes a client named: ``key`` (UTF-8 text) or ``key_hex``. Raises ``ValueError``."""
+    if hex_text is not None:
+        key = bytes.fromhex(hex_text)
+    elif text is not None:
+        key = text.encode("utf-8", "surrogatepass")
+    else:
+        raise ValueError("name the key: ?key=TEXT or ?key_hex=HEX")
+    if not key:
+        raise ValueError("the key is empty")
+    return key
+
+
+def _key_json(key: bytes) -> dict[str, Any]:
+    text = _text(key)
+    return {"key": text if text is not None else key.hex(" "), "key_hex": key.hex(), "key_is_text": text is not None}
+
+
+def role_of(key: bytes) -> KeyRole | None:
+    """The library's part this key plays, from its layout (``None``: not a layout the library writes)."""
+    hash_at, slash_at = key.find(b"#"), key.find(b"/")
+    if hash_at <= 0 and slash_at <= 0:
+        return None
+    if slash_at > 0 and (hash_at < 0 or slash_at < hash_at):
+        ns, rest = _text(key[:slash_at]), _text(key[slash_at + 1 :])
+        if ns is None or rest is None:
+            return None
+        return KeyRole(ns, "prefix", "data", rest)
+    ns, rest_text = _text(key[:hash_at]), _text(key[hash_at + 1 :])
+    if ns is None or rest_text is None or "/" in ns:
+        return None
+    head, _, tail = rest_text.partition("/")
+    if head == "index-meta" and not tail:
+        return KeyRole(ns, "dict", "index meta")
+    if head == "index-used" and not tail:
+        return KeyRole(ns, "dict", "index shards used")
+    if head == "index":
+        return KeyRole(ns, "dict", "index shard" if tail else "index (0.1.0)", tail)
+    if head == "gen" and not tail:
+        return KeyRole(ns, "cache", "generation")
+    if head.startswith("g.") and tail:
+        return KeyRole(ns, "cache", "entry", tail)
+    if head == "persist" and tail:
+        return KeyRole(ns, "cache", "ledger shard", tail)
+    if head in _LOCK_KINDS:
+        face = "dict" if head.startswith("index") else "cache"
+        return KeyRole(ns, face, f"{head}", tail, lock=True)
+    return None
+
+
+def _ttl_ms(entry: StoredEntry, now_ms: int) -> int | None:
+    return None if entry.expires_at_ms is None else max(0, entry.expires_at_ms - now_ms)
+
+
+def key_record(
+    key: bytes, entry: StoredEntry, now_ms: int, watchers: Iterable[str] = (), limit: int | None = PREVIEW_CHARS
+) -> dict[str, Any]:
+    """One key as the page lists it."""
+    role = role_of(key)
+    return {
+        **_key_json(key),
+        "value": show_bytes(entry.value, limit),
+        "version": str(entry.version),
+        "ttl_ms": _ttl_ms(entry, now_ms),
+        "fencing_token": None if entry.fencing_token is None else str(entry.fencing_token),
+        "persist": entry.persist,
+        "role": None if role is None else role.as_json(),
+        "lock": entry.lease or (role is not None and role.lock),
+        "watchers": list(watchers),
+    }
+
+
+def _live(core: EmulatorCore, now_ms: int) -> list[tuple[bytes, StoredEntry]]:
+    out = []
+    for key in core:
+        entry = core.entry(key)
+        if entry is not None and (entry.expires_at_ms is None or entry.expires_at_ms > now_ms):
+            out.append((key, entry))
+    return out
+
+
+def list_keys(core: EmulatorCore, now_ms: int, prefix: bytes = b"", limit: int = 500) -> dict[str, Any]:
+    """The live keys starting with ``prefix``, sorted, at most ``limit`` of them, and how many there are."""
+    watched = core.watched()
+    live = _live(core, now_ms)
+    matched = sorted((k, e) for k, e in live if k.startswith(prefix))
+    return {
+        "now_ms": now_ms,
+        "total": len(live),
+        "matched": len(matched),
+        "keys": [key_record(k, e, now_ms, watched.get(k, ())) for k, e in matched[:limit]],
+    }
+
+
+def _json_of(entry: StoredEntry | None) -> Any:
+    if entry is None:
+        return None
+    try:
+        return json.loads(entry.value)
+    except ValueError:
+        return None
+
+
+def list_namespaces(core: EmulatorCore, now_ms: int, prefix: bytes = b"") -> list[dict[str, Any]]:
+    """Each namespace recognised from its keys, as its face shows it (a dict's index, a cache's generations)."""
+    found: dict[str, dict[str, Any]] = {}
+    roles: list[tuple[KeyRole, bytes, StoredEntry]] = []
+    for key, entry in _live(core, now_ms):
+        role = role_of(key)
+        if role is None or not key.startswith(prefix):
+            continue
+        roles.append((role, key, entry))
+        ns = found.setdefault(role.namespace, {"namespace": role.namespace, "face": "prefix", "keys": 0})
+        ns["keys"] += 1
+        if role.face != "prefix":
+            ns["face"] = role.face
+    for ns_name, ns in found.items():
+        if ns["face"] == "dict":
+            _describe_dict(core, ns_name, ns, roles)
+        elif ns["face"] == "cache":
+            _describe_cache(core, ns_name, ns, roles)
+        else:
+            ns["data_keys"] = ns["keys"]
+            ns["listing"] = "none stored: a dict listed by SCAN, or plain keys with a '/'"
+    return sorted(found.values(), key=lambda n: str(n["namespace"]))
+
+
+def _describe_dict(core: EmulatorCore, name: str, ns: dict[str, Any], roles: list[tuple[KeyRole, bytes, Any]]) -> None:
+    meta = _json_of(core.entry(f"{name}#index-meta".encode()))
+    shards: dict[str, int] = {}
+    listed: set[str] = set()
+    data: set[str] = set()
+    for role, _, entry in roles:
+        if role.namespace != name:
+            continue
+        if role.part == "index shard":
+            content = _json_of(entry)
+            if isinstance(content, dict):
+                shards[role.detail] = len(content)
+                listed.update(str(k) for k in content)
+        elif role.part == "data":
+            data.add(role.detail)
+    ns["listing"] = "stored index"
+    ns["shards"] = meta.get("shards") if isinstance(meta, dict) else None
+    ns["shards_in_use"] = dict(sorted(shards.items()))
+    ns["listed"] = len(listed)
+    ns["data_keys"] = len(data)
+    ns["listed_without_data"] = sorted(listed - data)[:20]
+    ns["data_not_listed"] = sorted(data - listed)[:20]
+
+
+def _describe_cache(core: EmulatorCore, name: str, ns: dict[str, Any], roles: list[tuple[KeyRole, bytes, Any]]) -> None:
+    state = _json_of(core.entry(f"{name}#gen".encode()))
+    gen = state.get("gen") if isinstance(state, dict) else None
+    retired = state.get("retired", []) if isinstance(state, dict) else []
+    by_gen: dict[str, int] = {}
+    ledger = 0
+    for role, key, _ in roles:
+        if role.namespace != name:
+            continue
+        if role.part == "entry":
+            head = key[len(name) + 1 :].split(b"/", 1)[0].decode("utf-8", "replace")
+            g = head.removeprefix("g.")
+            by_gen[g] = by_gen.get(g, 0) + 1
+        elif role.part == "ledger shard":
+            ledger += 1
+    ns["generation"] = gen
+    ns["retired"] = retired
+    ns["entries"] = by_gen.get(gen, 0) if isinstance(gen, str) else 0
+    ns["entries_by_generation"] = by_gen
+    ns["unreachable_entries"] = sum(n for g, n in by_gen.items() if g != gen)
+    ns["ledger_shards"] = ledger
+
+
+def list_locks(core: EmulatorCore, now_ms: int, prefix: bytes = b"") -> list[dict[str, Any]]:
+    """The leased locks: holder (the value), lease left (the TTL), fencing token (the version)."""
+    out = []
+    for key, entry in sorted(_live(core, now_ms)):
+        role = role_of(key)
+        if not key.startswith(prefix) or not (entry.lease or (role is not None and role.lock)):
+            continue
+        out.append(
+            {
+                **_key_json(key),
+                "holder": show_bytes(entry.value),
+                "lease_left_ms": _ttl_ms(entry, now_ms),
+                "fencing_token": str(entry.version),
+                "role": None if role is None else role.as_json(),
+            }
+        )
+    return out
+
+
+def list_watches(core: EmulatorCore, prefix: bytes = b"") -> dict[str, Any]:
+    """KEYNOTIFY registrations: each watched key with its clients, and each client with how many keys it watches."""
+    watched = core.watched()
+    by_client: dict[str, list[dict[str, Any]]] = {}
+    keys = []
+    for key in sorted(watched):
+        if not key.startswith(prefix):
+            continue
+        keys.append({**_key_json(key), "clients": watched[key], "exists": key in core})
+        for client in watched[key]:
+            by_client.setdefault(client, []).append(_key_json(key))
+    return {
+        "keys": keys,
+        "clients": [{"client_id": c, "count": len(ks), "keys": ks[:50]} for c, ks in sorted(by_client.items())],
+    }
+
+
+def _reply_text(payload: bytes) -> str:
+    if payload.startswith(b"$") and not payload.startswith(b"$-1"):
+        size = payload[1 : payload.find(b"\r")].decode("ascii", "replace")
+        return f"value ({size} bytes)"
+    line = payload.split(b"\r\n", 1)[0]
+    return {b"+OK": "OK", b":1": "1", b":0": "0", b":-1": "not applied (-1)", b"$-1": "nil"}.get(
+        line, line.decode("utf-8", "replace")[:200]
+    )
+
+
+def describe_request(at_ms: int, client_id: str | None, request: bytes | None, result: CoreResult) -> dict[str, Any]:
+    """One line of the live feed: the request (``None``: an expiry on the timer), its reply and notifications."""
+    event: dict[str, Any] = {"at_ms": at_ms, "client": client_id}
+    if request is None:
+        event["op"] = "EXPIRE"
+    else:
+        try:
+            cmd = parse_command(request)
+        except ProtocolError:
+            cmd = None
+        if isinstance(cmd, Set):
+            event.update(op="SET", **_key_json(cmd.key), value=show_bytes(cmd.value, 80))
+            opts = [] if cmd.condition is None else [cmd.condition.name]
+            if cmd.expiry_ms is not None:
+                opts.append(f"PX {cmd.expiry_ms}")
+            event["options"] = " ".join(opts)
+            event["lease"] = cmd.condition is SetCondition.NEX and cmd.expiry_ms is not None
+        elif isinstance(cmd, Get | Delete | VDelete | KeyNotify):
+            op = {Get: "GET", Delete: "DEL", VDelete: "VDEL", KeyNotify: "KEYNOTIFY"}[type(cmd)]
+            event.update(op=op, **_key_json(cmd.key))
+            if isinstance(cmd, KeyNotify) and cmd.stop:
+                event["options"] = "STOP"
+        elif isinstance(cmd, Scan):
+            event.update(op="SCAN", pattern=show_bytes(cmd.pattern, 80)["text"])
+        else:
+            event["op"] = "?"
+        event["reply"] = _reply_text(result.payload)
+    if result.version is not None:
+        event["version"] = str(result.version)
+    event["notifications"] = [
+        {
+            "client": n.client_id,
+            **_key_json(n.key),
+            "op": _notified_op(n.payload),
+        }
+        for n in result.notifications
+    ]
+    return event
+
+
+def _notified_op(payload: bytes) -> str:
+    try:
+        return parse_notification_payload(payload)[0].value
+    except ProtocolError:
+        return "?"
