@@ -217,21 +217,29 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         return {"sskv_namespace": namespace} if namespace else {}
 
     def build_key(self, key: Any, namespace: str | None = None) -> Any:
-        """The key as stored: aiocache's Redis layout ``namespace:key`` (what users see), carrying the namespace
-        along so that the key goes to that namespace's own cache, which ``clear(namespace)`` empties in O(1).
-        A ``key_builder`` given to the cache is called as the installed aiocache calls it: 0.12 passes the
-        ``namespace`` argument as given (keyword), 1.0 the key (an enum's value) and the resolved namespace."""
+        """The key as stored: :meth:`_layout`, or a ``key_builder`` given to the cache, called as the installed
+        aiocache calls it (0.12 passes the ``namespace`` argument as given, as a keyword; 1.0 the key, an
+        enum's value, and the resolved namespace)."""
         if self._key_builder is not None:
             if _KEY_BUILDER_RESOLVED:
                 resolved = self.namespace if namespace is None else namespace
                 return self._key_builder(key.value if isinstance(key, enum.Enum) else key, resolved)
             return self._key_builder(key, namespace=namespace)
+        return self._layout(key, namespace)
+
+    def _layout(self, key: Any, namespace: str | None = None) -> Any:
+        """aiocache's Redis layout ``namespace:key`` (what users see), carrying the namespace along so that the
+        key goes to that namespace's own cache, which ``clear(namespace)`` empties in O(1)."""
         if isinstance(key, enum.Enum):
             key = key.value
         ns = namespace if namespace is not None else self.namespace
         if not ns:
             return key
         return _ScopedKey(f"{ns}:{key}", ns, str(key))
+
+    # aiocache 0.12's name for a backend's default layout (its own tests call it); 1.0 puts the key_builder
+    # there on each instance, which this class never calls
+    _build_key = _layout
 
     # -- the connection, on the background loop ----------------------------------------------------------
 
