@@ -93,7 +93,7 @@ FRAMEWORK_TESTS = {
     "django": ["tests/integrations/test_django.py", "integrations/django_app"],
     "flask": ["tests/integrations/test_flask.py", "integrations/flask_app"],
     "litestar": ["tests/integrations/test_litestar.py", "integrations/litestar_app"],
-    "aiocache": ["tests/integrations/test_aiocache.py"],
+    "aiocache": ["tests/integrations/test_aiocache.py", "tests/integrations/test_aiocache_api.py"],
     "fastapi": ["tests/integrations/test_fastapi.py", "integrations/fastapi_app"],
 }
 
