@@ -1,4 +1,5 @@
-"""Helpers shared by the framework adapters: loud import guards and one connection per process.
+"""Helpers shared by the framework adapters: loud import guards, one connection per process and broker, and
+the objects an adapter shares on it (one registry and one fork hook for the package).
 
 Must not import any framework.
 """
@@ -8,14 +9,27 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol, TypeVar, cast
 
 from .._transport.settings import ConnectionSettings, TlsSettings
-from ..client._client import CONNECTION_OPTIONS, StateStoreClient
+from ..client._client import CONNECTION_OPTIONS, ConnectionState, StateStoreClient
 from ..errors import ConfigurationError
 
-__all__ = ["CONNECTION_OPTIONS", "import_extra", "request_timeout", "settings_from_options", "shared_client"]
+__all__ = [
+    "CONNECTION_OPTIONS",
+    "close_shared_clients",
+    "close_shared_objects",
+    "import_extra",
+    "request_timeout",
+    "settings_from_options",
+    "shared_client",
+    "shared_object",
+]
+
+T = TypeVar("T", bound="_Closeable")
 
 
 def import_extra(module: str, extra: str, integration: str) -> ModuleType:
@@ -91,11 +105,63 @@ def close_shared_clients() -> None:
         client.close()
 
 
+class _Closeable(Protocol):
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Shared:
+    client: StateStoreClient  # kept referenced: its id is part of the registry key
+    value: _Closeable
+    keep_alive: object = None  # an object whose id is part of the key (e.g. a codec instance) stays alive
+
+
+_objects_lock = threading.Lock()
+_objects: dict[tuple[Any, ...], _Shared] = {}
+
+
+def _closed(client: StateStoreClient) -> bool:
+    return client.state is ConnectionState.CLOSED
+
+
+def shared_object(
+    client: StateStoreClient, key: tuple[Any, ...], build: Callable[[], T], keep_alive: object = None
+) -> T:
+    """The process-wide object ``build()`` made for ``key`` on ``client`` (a cache or dict every backend object
+    of a framework shares); made again once its connection has closed. ``keep_alive``: whatever ``key`` holds
+    the ``id`` of. Replaced in a forked child."""
+    full = (id(client), *key)
+    with _objects_lock:
+        for stale in [k for k, s in _objects.items() if _closed(s.client)]:
+            del _objects[stale]
+        shared = _objects.get(full)
+        if shared is None:
+            shared = _objects[full] = _Shared(client, build(), keep_alive)
+        return cast(T, shared.value)
+
+
+def close_shared_objects() -> None:
+    """Close every object :func:`shared_object` made, then their connections (process shutdown, tests)."""
+    with _objects_lock:
+        shared = list(_objects.values())
+        _objects.clear()
+    clients: dict[int, StateStoreClient] = {}
+    for s in shared:
+        if not _closed(s.client):
+            s.value.close()
+        clients[id(s.client)] = s.client
+    for client in clients.values():
+        client.close()
+
+
 def _after_fork() -> None:
-    global _lock
-    _clients.clear()  # the parent's connections (and loop thread) do not exist in the child
+    global _lock, _objects_lock
+    # the parent's connections (and loop thread), and what was built on them, do not exist in the child
+    _clients.clear()
+    _objects.clear()
     _lock = threading.Lock()
+    _objects_lock = threading.Lock()
 
 
-if hasattr(os, "register_at_fork"):
+if hasattr(os, "register_at_fork"):  # the package's only fork hook for the integrations
     os.register_at_fork(after_in_child=_after_fork)

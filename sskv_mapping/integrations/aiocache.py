@@ -51,7 +51,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 from ._common import CONNECTION_OPTIONS, import_extra, settings_from_options, shared_client
@@ -80,6 +80,9 @@ T = TypeVar("T")
 DEFAULT_URL = "mqtt://127.0.0.1:1883"
 
 _CONNECTION_OPTIONS = CONNECTION_OPTIONS
+# aiocache 1.0 (its main branch) calls ``key_builder(key, namespace)`` with the namespace resolved, through the
+# ``_str_build_key`` helper it adds; 0.12 calls it as ``build_key`` itself
+_KEY_BUILDER_RESOLVED = hasattr(BaseCache, "_str_build_key")
 _RAW_COMMANDS = frozenset({"get", "set", "delete", "vdelete"})
 _MAX_INT_TEXT = 40  # longer digit strings stay bytes (and int() of huge ones is refused by Python anyway)
 
@@ -172,10 +175,16 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         client: StateStoreClient | None = None,
         serializer: Any = None,
         request_timeout: float | None = 10.0,
+        key_builder: Callable[..., Any] | None = None,
         **kwargs: Any,
     ) -> None:
         connection = {k: kwargs.pop(k) for k in _CONNECTION_OPTIONS if k in kwargs}
         super().__init__(serializer=serializer or JsonSerializer(), **kwargs)
+        # aiocache 0.12 pins ``build_key`` on each instance (to its own ``_build_key`` layout); 1.0 declares it
+        # abstract. Without the pinned one, this class's method is the key layout on both (``key_builder``
+        # is kept here, not handed to aiocache)
+        self.__dict__.pop("build_key", None)
+        self._key_builder = key_builder
         if endpoint is not None or port is not None:
             if url is not None:
                 raise ConfigurationError("give either url or endpoint/port, not both")
@@ -207,15 +216,30 @@ class StateStoreCache(BaseCache):  # type: ignore[misc]  # aiocache is untyped
         namespace = path.strip("/")
         return {"sskv_namespace": namespace} if namespace else {}
 
-    def _build_key(self, key: Any, namespace: str | None = None) -> Any:
-        # aiocache's Redis layout, ``namespace:key`` (what users see), carrying the namespace along so that the
-        # key goes to that namespace's own cache, which ``clear(namespace)`` empties in O(1)
+    def build_key(self, key: Any, namespace: str | None = None) -> Any:
+        """The key as stored: :meth:`_layout`, or a ``key_builder`` given to the cache, called as the installed
+        aiocache calls it (0.12 passes the ``namespace`` argument as given, as a keyword; 1.0 the key, an
+        enum's value, and the resolved namespace)."""
+        if self._key_builder is not None:
+            if _KEY_BUILDER_RESOLVED:
+                resolved = self.namespace if namespace is None else namespace
+                return self._key_builder(key.value if isinstance(key, enum.Enum) else key, resolved)
+            return self._key_builder(key, namespace=namespace)
+        return self._layout(key, namespace)
+
+    def _layout(self, key: Any, namespace: str | None = None) -> Any:
+        """aiocache's Redis layout ``namespace:key`` (what users see), carrying the namespace along so that the
+        key goes to that namespace's own cache, which ``clear(namespace)`` empties in O(1)."""
         if isinstance(key, enum.Enum):
             key = key.value
         ns = namespace if namespace is not None else self.namespace
         if not ns:
             return key
         return _ScopedKey(f"{ns}:{key}", ns, str(key))
+
+    # aiocache 0.12's name for a backend's default layout (its own tests call it); 1.0 puts the key_builder
+    # there on each instance, which this class never calls
+    _build_key = _layout
 
     # -- the connection, on the background loop ----------------------------------------------------------
 

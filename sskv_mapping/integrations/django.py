@@ -14,22 +14,30 @@ import asyncio
 import hashlib
 import hmac
 import inspect
-import os
-import threading
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from .. import cache as core
 from .._blocking import get_loop_thread
+from .._keys import check_namespace
 from .._transport.settings import ConnectionSettings
 from ..cache import translate_ttl
+from ..cache._cache import _check_options as check_cache_options
 from ..client import UNSET, ConnectionState, StateStoreClient
 from ..codecs import Codec, PickleCodec, get_codec
 from ..errors import ConfigurationError, StateStoreError
-from ..local_cache import DEFAULT_MAX_STALENESS
 from ..mapping import StateStoreDict
-from ._common import CONNECTION_OPTIONS, import_extra, settings_from_options, shared_client
+from ._common import (
+    CONNECTION_OPTIONS,
+    close_shared_objects,
+    import_extra,
+    request_timeout,
+    settings_from_options,
+    shared_client,
+    shared_object,
+)
 
 import_extra("django", "django", "django")  # without Django: ImportError naming the pip install line
 _base = import_extra("django.core.cache.backends.base", "django", "django")
@@ -71,14 +79,30 @@ else:
 
 # -- configuration ----------------------------------------------------------------------------------------
 
-_CONNECTION_OPTIONS: Final = frozenset(CONNECTION_OPTIONS)
-_CACHE_OPTIONS: Final = frozenset(
-    {"namespace", "codec", "allow_pickle", "pickle_key", "local_cache_size", "timeout", "lock_lease"}
-    | {"lock_timeout", "max_in_flight", "max_staleness"}
-)
+#: OPTIONS handed to :class:`sskv_mapping.cache.StateStoreCache` as they are: the core checks them (its
+#: messages), and its defaults apply, except the namespace's.
+_CORE_OPTIONS: Final = ("namespace", "local_cache_size", "max_staleness", "lock_lease", "lock_timeout", "max_in_flight")
+#: Django's own OPTIONS: how values are encoded (signed with a key from SECRET_KEY by default) and the
+#: per-request timeout of the shared connection.
+_DJANGO_OPTIONS: Final = frozenset({"codec", "allow_pickle", "pickle_key", "timeout"})
 _IGNORED_OPTIONS: Final = frozenset({"MAX_ENTRIES", "CULL_FREQUENCY"})  # BaseCache reads them; no culling here
+_KNOWN_OPTIONS: Final = frozenset(CONNECTION_OPTIONS) | frozenset(_CORE_OPTIONS) | _DJANGO_OPTIONS
 
 DEFAULT_NAMESPACE: Final = "django"
+_CORE_DEFAULTS: Final[dict[str, Any]] = {
+    **{name: inspect.signature(core.StateStoreCache).parameters[name].default for name in _CORE_OPTIONS},
+    "namespace": DEFAULT_NAMESPACE,
+}
+
+
+@contextmanager
+def _improperly_configured() -> Iterator[None]:
+    """The one place where a configuration error becomes Django's ``ImproperlyConfigured``, keeping the
+    message of whoever checked the setting (this module for Django's own, the core for the rest)."""
+    try:
+        yield
+    except (ConfigurationError, TypeError) as exc:  # TypeError: e.g. an unknown field in OPTIONS["tls"]
+        raise _ImproperlyConfigured(f"sskv_mapping StateStoreCache: {exc}") from exc
 
 
 def _derived_key(secret: str | bytes) -> bytes:
@@ -132,91 +156,52 @@ def _codec_from_options(options: Mapping[str, Any]) -> tuple[Codec[Any], tuple[A
 class _Config:
     connection: ConnectionSettings
     request_timeout: float | None
-    namespace: str
     codec: Codec[Any]
     codec_id: tuple[Any, ...]
     default_ttl: float | None
-    local_cache_size: int
-    lock_lease: float
-    lock_timeout: float | None
-    max_in_flight: int
-    max_staleness: float | None = DEFAULT_MAX_STALENESS
+    cache_options: tuple[tuple[str, Any], ...]  # every one of _CORE_OPTIONS, sorted: part of the registry key
 
-    def cache_id(self, client: StateStoreClient) -> tuple[Any, ...]:
-        return (
-            id(client),
-            self.namespace,
-            self.codec_id,
-            self.default_ttl,
-            self.local_cache_size,
-            self.lock_lease,
-            self.lock_timeout,
-            self.max_in_flight,
-            self.max_staleness,
-        )
+    @property
+    def namespace(self) -> str:
+        return str(dict(self.cache_options)["namespace"])
+
+    def build_cache(self, client: StateStoreClient) -> core.StateStoreCache[Any]:
+        options = dict(self.cache_options)
+        return core.StateStoreCache(client, codec=self.codec, default_ttl=self.default_ttl, **options)
 
 
 def _parse(location: str | None, options: Mapping[str, Any], default_timeout: int | None) -> _Config:
-    unknown = set(options) - _CONNECTION_OPTIONS - _CACHE_OPTIONS - _IGNORED_OPTIONS
+    """Django's settings as the core takes them. Only Django's own names are read and checked here; the
+    connection's and the cache's are checked by the core now (not at the first request)."""
+    unknown = set(options) - _KNOWN_OPTIONS - _IGNORED_OPTIONS
     if unknown:
-        known = sorted(_CONNECTION_OPTIONS | _CACHE_OPTIONS)
-        raise ConfigurationError(f"unknown OPTIONS {sorted(unknown)}; known: {', '.join(known)}")
+        raise ConfigurationError(f"unknown OPTIONS {sorted(unknown)}; known: {', '.join(sorted(_KNOWN_OPTIONS))}")
     if location is not None and not isinstance(location, str):
         raise ConfigurationError(
             "LOCATION must be a broker URL such as mqtt://127.0.0.1:1883, a connection string or 'env:', "
             f"not {location!r}"
         )
-    connection = settings_from_options(location or None, {k: options[k] for k in _CONNECTION_OPTIONS & set(options)})
+    connection = settings_from_options(location or None, {k: options[k] for k in CONNECTION_OPTIONS if k in options})
     codec, codec_id = _codec_from_options(options)
-    request_timeout = options.get("timeout", 10.0)
-    if request_timeout is not None and (
-        isinstance(request_timeout, bool) or not isinstance(request_timeout, int | float) or request_timeout <= 0
-    ):
-        raise ConfigurationError(f'OPTIONS "timeout" must be positive seconds or None, not {request_timeout!r}')
-    namespace = options.get("namespace", DEFAULT_NAMESPACE)
-    if not isinstance(namespace, str) or not namespace or "/" in namespace or "#" in namespace:
-        raise ConfigurationError(f'OPTIONS "namespace" must be a non-empty str without "/" or "#", not {namespace!r}')
-    local_cache_size = options.get("local_cache_size", 0)
-    max_in_flight = options.get("max_in_flight", 256)
-    for name, value, least in (("local_cache_size", local_cache_size, 0), ("max_in_flight", max_in_flight, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ConfigurationError(f'OPTIONS "{name}" must be an int >= {least}, not {value!r}')
-    lock_lease = options.get("lock_lease", 10.0)
-    lock_timeout = options.get("lock_timeout", 30.0)
-    for name, value in (("lock_lease", lock_lease), ("lock_timeout", lock_timeout)):
-        if (value is not None or name == "lock_lease") and (
-            isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
-        ):
-            raise ConfigurationError(f'OPTIONS "{name}" must be positive seconds, not {value!r}')
+    cache_options = {**_CORE_DEFAULTS, **{k: options[k] for k in _CORE_OPTIONS if k in options}}
+    check_namespace(cache_options["namespace"])
+    check_cache_options(
+        cache_options["local_cache_size"],
+        cache_options["max_in_flight"],
+        cache_options["lock_lease"],
+        cache_options["lock_timeout"],
+    )
     return _Config(
         connection=connection,
-        request_timeout=request_timeout,
-        namespace=namespace,
+        request_timeout=request_timeout(options.get("timeout", 10.0), "timeout"),
         codec=codec,
         codec_id=codec_id,
         default_ttl=translate_ttl(UNSET, "django", default_timeout),
-        local_cache_size=local_cache_size,
-        lock_lease=float(lock_lease),
-        lock_timeout=lock_timeout,
-        max_in_flight=max_in_flight,
-        max_staleness=options.get("max_staleness", DEFAULT_MAX_STALENESS),
+        cache_options=tuple(sorted(cache_options.items())),
     )
 
 
-# -- the process-wide caches and dicts -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Shared:
-    client: StateStoreClient  # kept referenced: its id is part of the registry key
-    cache: core.StateStoreCache[Any] | None = None
-    mapping: StateStoreDict[Any] | None = None
-    codec: object = None  # keeps an OPTIONS codec instance alive while its id is a registry key
-
-
-_registry_lock = threading.Lock()
-_caches: dict[tuple[Any, ...], _Shared] = {}
-_dicts: dict[tuple[Any, ...], _Shared] = {}
+# -- the process-wide caches and dicts (in _common's registry, on _common's shared connections) -----------
 
 
 def _closed(client: StateStoreClient) -> bool:
@@ -224,34 +209,15 @@ def _closed(client: StateStoreClient) -> bool:
 
 
 def _client_for(config: _Config) -> StateStoreClient:
-    try:
+    with _improperly_configured():
         return shared_client(config.connection, timeout=config.request_timeout)
-    except ConfigurationError as exc:
-        raise _ImproperlyConfigured(str(exc)) from exc
 
 
 def _shared_cache(config: _Config) -> core.StateStoreCache[Any]:
     client = _client_for(config)
-    key = config.cache_id(client)
-    with _registry_lock:
-        for stale in [k for k, s in _caches.items() if _closed(s.client)]:
-            del _caches[stale]
-        shared = _caches.get(key)
-        if shared is None or shared.cache is None:
-            cache: core.StateStoreCache[Any] = core.StateStoreCache(
-                client,
-                namespace=config.namespace,
-                codec=config.codec,
-                default_ttl=config.default_ttl,
-                local_cache_size=config.local_cache_size,
-                lock_lease=config.lock_lease,
-                lock_timeout=config.lock_timeout,
-                max_in_flight=config.max_in_flight,
-                max_staleness=config.max_staleness,
-            )
-            shared = _caches[key] = _Shared(client, cache=cache, codec=config.codec)
-        assert shared.cache is not None
-        return shared.cache
+    key = ("django cache", config.codec_id, config.default_ttl, config.cache_options)
+    with _improperly_configured():
+        return shared_object(client, key, lambda: config.build_cache(client), keep_alive=config.codec)
 
 
 def close_all() -> None:
@@ -262,30 +228,7 @@ def close_all() -> None:
     (:func:`sskv_mapping.integrations._common.shared_client`): other integrations using the same broker in
     this process lose theirs too.
     """
-    with _registry_lock:
-        shared = [*_caches.values(), *_dicts.values()]
-        _caches.clear()
-        _dicts.clear()
-    clients: dict[int, StateStoreClient] = {}
-    for s in shared:
-        if s.cache is not None and not _closed(s.client):
-            s.cache.close()
-        if s.mapping is not None and not _closed(s.client):
-            s.mapping.close()
-        clients[id(s.client)] = s.client
-    for client in clients.values():
-        client.close()
-
-
-def _after_fork() -> None:
-    global _registry_lock
-    _caches.clear()  # bound to the parent's connection and loop thread, which the child does not have
-    _dicts.clear()
-    _registry_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
+    close_shared_objects()
 
 
 # -- the backend ------------------------------------------------------------------------------------------
@@ -315,10 +258,8 @@ class StateStoreCache(_BaseCache):
         options = params.get("OPTIONS") or {}
         if not isinstance(options, Mapping):
             raise _ImproperlyConfigured(f"CACHES OPTIONS must be a dict, not {type(options).__name__}")
-        try:
+        with _improperly_configured():
             self._config = _parse(server, options, self.default_timeout)
-        except (ConfigurationError, TypeError) as exc:  # TypeError: e.g. an unknown field in OPTIONS["tls"]
-            raise _ImproperlyConfigured(f"sskv_mapping StateStoreCache: {exc}") from exc
         self._resolved: core.StateStoreCache[Any] | None = None
 
     # -- the shared cache behind this backend ---------------------------------------------------------
@@ -564,15 +505,9 @@ def shared_dict(
         raise _ImproperlyConfigured(f"CACHES[{using!r}] is not a sskv_mapping StateStoreCache backend")
     client = backend.connection()
     codec_id = None if codec is None else (("name", codec) if isinstance(codec, str) else ("instance", id(codec)))
-    key = (id(client), namespace, codec_id, local_cache_size)
-    with _registry_lock:
-        for stale in [k for k, s in _dicts.items() if _closed(s.client)]:
-            del _dicts[stale]
-        shared = _dicts.get(key)
-        if shared is None or shared.mapping is None:
-            mapping: StateStoreDict[Any] = StateStoreDict(
-                client, namespace=namespace, codec=codec, local_cache_size=local_cache_size
-            )
-            shared = _dicts[key] = _Shared(client, mapping=mapping, codec=codec)
-        assert shared.mapping is not None
-        return shared.mapping
+
+    def build() -> StateStoreDict[Any]:
+        return StateStoreDict(client, namespace=namespace, codec=codec, local_cache_size=local_cache_size)
+
+    with _improperly_configured():
+        return shared_object(client, ("django dict", namespace, codec_id, local_cache_size), build, keep_alive=codec)

@@ -43,9 +43,10 @@ from django.core.cache.backends.base import BaseCache
 from django.core.exceptions import ImproperlyConfigured
 from django.test.utils import override_settings
 
-from sskv_mapping import ConnectionState, EncodeError, KeyOperation, PickleCodec
+from sskv_mapping import ConfigurationError, ConnectionState, EncodeError, KeyOperation, PickleCodec
 from sskv_mapping._blocking import get_loop_thread
 from sskv_mapping._protocol.notifications import KeyEvent
+from sskv_mapping.cache import StateStoreCache as StoreCache
 from sskv_mapping.integrations.django import StateStoreCache, close_all, shared_dict
 
 BACKEND = "sskv_mapping.integrations.django.StateStoreCache"
@@ -360,6 +361,35 @@ def test_bad_options_are_improperly_configured(
         pytest.raises(ImproperlyConfigured, match=match),
     ):
         caches["default"]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"local_cache_size": -1},
+        {"max_in_flight": 0},
+        {"lock_lease": 0},
+        {"lock_timeout": -5},
+        {"namespace": "a/b"},
+        {"namespace": ""},
+    ],
+)
+def test_a_bad_cache_option_is_improperly_configured_with_the_cores_message(
+    cache_settings: Callable[..., dict[str, Any]], bad: dict[str, Any]
+) -> None:
+    """The cache's own options are checked by the core (one message per option, whichever face is
+    configured); Django sees that message as ImproperlyConfigured when the backend is built, before any
+    request."""
+    client = caches["default"].client
+    with pytest.raises(ConfigurationError) as core_error:  # the core refuses it before anything is sent
+        StoreCache(client, **bad)
+    with (
+        override_settings(CACHES={"bad": cache_settings(OPTIONS=bad)}),
+        pytest.raises(ImproperlyConfigured) as django_error,
+    ):
+        caches["bad"]
+    assert str(django_error.value) == f"sskv_mapping StateStoreCache: {core_error.value}"
+    assert isinstance(django_error.value.__cause__, ConfigurationError)
 
 
 def test_bad_location_is_improperly_configured() -> None:
