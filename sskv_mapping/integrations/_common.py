@@ -15,7 +15,14 @@ from types import ModuleType
 from typing import Any, Protocol, TypeVar, cast
 
 from .._transport.settings import ConnectionSettings, TlsSettings
-from ..client._client import CONNECTION_OPTIONS, ConnectionState, StateStoreClient
+from ..client._client import (
+    CONNECTION_OPTIONS,
+    DEFAULT_BROKER_URL,
+    Broker,
+    ConnectionState,
+    StateStoreClient,
+    settings_for,
+)
 from ..errors import ConfigurationError
 
 __all__ = [
@@ -51,13 +58,14 @@ def request_timeout(value: object, what: str = "request_timeout") -> float | Non
     return float(value)
 
 
-def settings_from_options(location: str | None, options: dict[str, Any]) -> ConnectionSettings:
+def settings_from_options(location: Broker | None, options: dict[str, Any]) -> ConnectionSettings:
     """Connection settings from a broker URL (``mqtt://host:port``, ``mqtts://``) and framework options.
 
     The one convention of every adapter for Azure IoT Operations: where a URL goes (Django's ``LOCATION``, the
     others' ``url``), ``"env:"`` reads the ``AIO_*`` environment variables and a connection string
     (``HostName=aio-broker;TcpPort=1883;UseTls=false``) is taken as the SDKs take it
-    (:meth:`ConnectionSettings.from_url`); the options given here apply on top.
+    (:meth:`ConnectionSettings.from_url`); a :class:`ConnectionSettings` is taken whole; the options given here
+    apply on top. The same path as every face's ``connect()`` (``settings_for``).
 
     Options understood: ``client_id``, ``username``, ``password``, ``sat_token_file``, ``keepalive``,
     ``connect_timeout``, and ``tls`` (a :class:`TlsSettings` or a dict of its fields).
@@ -71,7 +79,7 @@ def settings_from_options(location: str | None, options: dict[str, Any]) -> Conn
         tls = TlsSettings(**tls)
     if tls is not None:
         conn["tls"] = tls
-    return ConnectionSettings.from_url(location or "mqtt://127.0.0.1:1883", **conn)
+    return settings_for(DEFAULT_BROKER_URL if location is None or location == "" else location, conn)
 
 
 _lock = threading.Lock()
