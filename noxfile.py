@@ -91,7 +91,7 @@ def oldest(session: nox.Session) -> None:
     """The oldest runtime dependencies we claim: aiomqtt 2.3, cachetools 5.3, msgpack 1.0."""
     session.install(".", *TEST_DEPS, "aiomqtt==2.3.0", "cachetools==5.3.0", "msgpack==1.0.8")
     # the client, its leased locks, and the dict with its codecs, local cache and sharded index
-    unit_dirs = ["tests/client", "tests/lock", "tests/mapping", "tests/codecs", "tests/local_cache", "tests/index"]
+    unit_dirs = ["tests/client", "tests/lock", "tests/mapping", "tests/codecs", "tests/local_cache"]
     session.run(*PYTEST, "-m", "not faults", "tests/protocol", *unit_dirs, *session.posargs)
 
 
@@ -169,7 +169,6 @@ def stock_paho(session: nox.Session) -> None:
         "tests/transport",
         "tests/cache",
         "tests/mapping",
-        "tests/index",
     ]
     session.run(*PYTEST, "-m", "not faults", *suites, *session.posargs)
 
