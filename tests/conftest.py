@@ -8,7 +8,7 @@
 * ``emulator`` (session): the emulator process on ``mosquitto``.
 * ``fresh_emulator`` (function): an emulator process on ``fresh_mosquitto`` (ask for both fixtures to
   get the pair). For an emulator of your own on the session broker, call
-  ``start_emulator(mosquitto.host, mosquitto.port)`` from ``_support.procs`` in a ``with``.
+  ``start_emulator(mosquitto.host, mosquitto.port)`` from ``tests._support.procs`` in a ``with``.
 * ``broker_url``, ``client``, ``other`` (function): ``(host, port)`` of the session broker with the emulator on
   it, and two async clients on it (client and lock tests; ``tests/boundary`` and ``tests/integrations`` have
   their own ``client`` / ``broker_url``).
@@ -24,20 +24,18 @@ After the session, no mosquitto or emulator child may remain: the suite errors a
 from __future__ import annotations
 
 import importlib.util
-import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
 
-# Support code is imported as ``_support`` whether or not ``tests/`` is a package.
-_TESTS_DIR = str(Path(__file__).resolve().parent)
-if _TESTS_DIR not in sys.path:
-    sys.path.insert(0, _TESTS_DIR)
-
-from _support.procs import (  # noqa: E402
+from sskv_mapping._blocking import get_loop_thread
+from sskv_mapping.client import AsyncStateStoreClient
+from sskv_mapping.emulator.broker import MosquittoBroker, MosquittoStartError, live_brokers
+from sskv_mapping.emulator.inprocess import InProcessStateStore
+from sskv_mapping.errors import ConfigurationError
+from tests._support.procs import (
     EmulatorProcess,
     EmulatorStartError,
     child_processes,
@@ -45,12 +43,6 @@ from _support.procs import (  # noqa: E402
     live_emulators,
     start_emulator,
 )
-
-from sskv_mapping._blocking import get_loop_thread  # noqa: E402
-from sskv_mapping.client import AsyncStateStoreClient  # noqa: E402
-from sskv_mapping.emulator.broker import MosquittoBroker, MosquittoStartError, live_brokers  # noqa: E402
-from sskv_mapping.emulator.inprocess import InProcessStateStore  # noqa: E402
-from sskv_mapping.errors import ConfigurationError  # noqa: E402
 
 BROKER_FIXTURES = frozenset(
     {"mosquitto", "fresh_mosquitto", "emulator", "fresh_emulator", "stock_mosquitto", "stock_emulator"}

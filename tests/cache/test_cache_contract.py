@@ -9,7 +9,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from _support.waiting import eventually
 
 from sskv_mapping import (
     ClientStateError,
@@ -23,6 +22,7 @@ from sskv_mapping._protocol.notifications import KeyEvent
 from sskv_mapping.cache import LATENCY_BUCKETS, AsyncStateStoreCache
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.local_cache import CachedEntry
+from tests._support.waiting import eventually
 
 CacheFactory = Callable[..., Awaitable[AsyncStateStoreCache[Any]]]
 Watch = Callable[[AsyncStateStoreClient, str], Awaitable[Any]]

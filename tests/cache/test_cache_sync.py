@@ -17,7 +17,7 @@ SyncCacheFactory = Callable[..., StateStoreCache[Any]]
 
 
 def test_async_and_sync_caches_are_twins() -> None:
-    from _support.parity import assert_twins
+    from tests._support.parity import assert_twins
 
     checked = assert_twins(AsyncStateStoreCache, StateStoreCache)
     assert {

@@ -8,12 +8,12 @@ import threading
 import uuid
 
 import pytest
-from _support.parity import assert_twins
 
 from sskv_mapping import ClientStateError, KeyOperation, SetCondition, VDeleteResult
 from sskv_mapping._blocking import get_loop_thread
 from sskv_mapping.client import AsyncKeyWatch, AsyncStateStoreClient, KeyWatch, StateStoreClient
 from sskv_mapping.lock import AsyncLeasedLock, LeasedLock
+from tests._support.parity import assert_twins
 
 
 def test_every_async_client_method_has_a_sync_twin() -> None:

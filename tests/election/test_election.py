@@ -129,7 +129,7 @@ async def test_update_needs_the_leadership(new_client: ClientFactory) -> None:
 
 
 def test_the_blocking_twin_has_every_method() -> None:
-    from _support.parity import assert_twins
+    from tests._support.parity import assert_twins
 
     checked = assert_twins(AsyncLeaderElection, LeaderElection)
     assert {"campaign", "try_campaign", "resign", "leader", "update"} <= set(checked)

@@ -6,7 +6,6 @@ import asyncio
 import uuid
 
 import pytest
-from _support.waiting import eventually
 
 from sskv_mapping import (
     FencingTokenLowerVersionError,
@@ -15,6 +14,7 @@ from sskv_mapping import (
 )
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.lock import AsyncLeasedLock
+from tests._support.waiting import eventually
 
 pytestmark = pytest.mark.broker
 

@@ -198,7 +198,7 @@ def test_expired_keys_disappear_from_iteration(make_dict: DictFactory) -> None:
 
 
 def test_sync_and_async_dicts_are_twins() -> None:
-    from _support.parity import assert_twins
+    from tests._support.parity import assert_twins
 
     renames = {
         "getitem": "__getitem__",

@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from _support.waiting import eventually_sync as eventually
-
 from sskv_mapping.mapping import StateStoreDict
+from tests._support.waiting import eventually_sync as eventually
 
 DictFactory = Callable[..., StateStoreDict[Any]]
 
