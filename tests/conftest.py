@@ -10,13 +10,17 @@
   get the pair). For an emulator of your own on the session broker, call
   ``start_emulator(mosquitto.host, mosquitto.port)`` from ``tests._support.procs`` in a ``with``.
 * ``broker_url``, ``client``, ``other`` (function): ``(host, port)`` of the session broker with the emulator on
-  it, and two async clients on it (client and lock tests; ``tests/boundary`` and ``tests/integrations`` have
-  their own ``client`` / ``broker_url``).
+  it, and two async clients on it (client tests; ``tests/lock`` makes its ``client`` / ``other`` with
+  ``store_backend``, ``tests/boundary`` and ``tests/integrations`` have their own ``client`` / ``broker_url``).
 * ``namespace`` (function): a fresh namespace name (some modules override it with their own prefix).
 * ``loopback_store`` (module): an in-process store started on the background loop thread, for blocking clients
-  (dict and cache tests).
+  (``store_backend`` uses it).
+* ``store_backend`` (function, params ``loopback`` and ``broker``): one implementation of the store, which makes
+  connected clients on it and closes them at teardown (``tests/_support/store_backend.py``); the dict, cache, lock
+  and election suites take it, so each of their tests runs on both.
 
-Tests using any of them are marked ``broker`` automatically (``-m "not broker"`` runs the rest).
+Tests using any of them (``store_backend`` on its ``broker`` param) are marked ``broker`` automatically
+(``-m "not broker"`` runs the rest).
 After the session, no mosquitto or emulator child may remain: the suite errors at teardown if one does
 (it is killed first), and ``atexit`` hooks sweep up after a crash.
 """
@@ -25,8 +29,8 @@ from __future__ import annotations
 
 import importlib.util
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, NoReturn
+from collections.abc import AsyncIterator, Iterator
+from typing import NoReturn
 
 import pytest
 
@@ -43,6 +47,7 @@ from tests._support.procs import (
     live_emulators,
     start_emulator,
 )
+from tests._support.store_backend import NAMES, StoreBackend
 
 BROKER_FIXTURES = frozenset(
     {"mosquitto", "fresh_mosquitto", "emulator", "fresh_emulator", "stock_mosquitto", "stock_emulator"}
@@ -51,7 +56,8 @@ BROKER_FIXTURES = frozenset(
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if BROKER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        on_broker = getattr(getattr(item, "callspec", None), "params", {}).get("store_backend") == "broker"
+        if on_broker or BROKER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.broker)
 
 
@@ -172,7 +178,7 @@ def _no_leaked_child_processes() -> Iterator[None]:
     assert not leaks, f"child processes left running after the test session (now killed): {leaks}"
 
 
-# -- two async clients on the session broker + emulator (client and lock tests) --------------------------------
+# -- two async clients on the session broker + emulator (client tests) ---------------------------------------------
 
 
 @pytest.fixture
@@ -193,7 +199,7 @@ async def other(broker_url: tuple[str, int]) -> AsyncIterator[AsyncStateStoreCli
         yield c
 
 
-# -- a fresh namespace, a loopback store for blocking clients (dict and cache tests) ----------------------------
+# -- a fresh namespace, a loopback store for blocking clients (store_backend) --------------------------------------
 
 
 @pytest.fixture
@@ -210,33 +216,14 @@ def loopback_store() -> Iterator[InProcessStateStore]:
     portal.run(store.stop())
 
 
-# -- an async client factory on either implementation (election and index tests) -----------------------------
-
-AsyncClientFactory = Callable[[], Awaitable[AsyncStateStoreClient]]
+# -- one implementation of the store, loopback or broker (dict, cache, lock and election tests) --------------------
 
 
-@pytest.fixture(params=["loopback", "broker"])
-async def new_client(request: pytest.FixtureRequest) -> AsyncIterator[AsyncClientFactory]:
-    made: list[AsyncStateStoreClient] = []
-    store = None
-    if request.param == "broker":
-        broker = request.getfixturevalue("mosquitto")
-        request.getfixturevalue("emulator")
-        request.applymarker(pytest.mark.broker)
-        kwargs: dict[str, Any] = {"host": broker.host, "port": broker.port}
-    else:
-        store = InProcessStateStore()
-        await store.start()
-        kwargs = {"connection_factory": store.broker.connection}
-
-    async def make() -> AsyncStateStoreClient:
-        client = AsyncStateStoreClient(timeout=10, **kwargs)
-        await client.connect()
-        made.append(client)
-        return client
-
-    yield make
-    for c in made:
-        await c.close()
-    if store is not None:
-        await store.stop()
+@pytest.fixture(params=NAMES)
+async def store_backend(request: pytest.FixtureRequest) -> AsyncIterator[StoreBackend]:
+    """The test runs once per implementation of the store: see ``tests/_support/store_backend.py``."""
+    backend = await StoreBackend(request.param, request).start()
+    try:
+        yield backend
+    finally:
+        await backend.aclose()

@@ -1,4 +1,4 @@
-"""Leased locks and fencing tokens over a real broker + the emulator (protocol.md §6)."""
+"""Leased locks and fencing tokens (protocol.md §6), on the loopback store and over a real broker + the emulator."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ from sskv_mapping import (
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.lock import AsyncLeasedLock
 from tests._support.waiting import eventually
-
-pytestmark = pytest.mark.broker
 
 
 def unique(prefix: str = "lock") -> str:

@@ -18,7 +18,7 @@ CACHE_SIZE = 4
 KEYS = 60
 
 
-def test_watches_stay_bounded_by_the_cache_size(make_dict: DictFactory, make_client: Any) -> None:
+def test_watches_stay_bounded_by_the_cache_size(make_dict: DictFactory) -> None:
     writer = make_dict()
     writer.update({f"k{i}": i for i in range(KEYS)})
     reader: StateStoreDict[Any] = make_dict(local_cache_size=CACHE_SIZE)
