@@ -1,5 +1,6 @@
 """Leader election: one leader at a time, fencing against a former leader, renewal, loss detection by the
-leader's own clock, observing, the lock's update helper, and the blocking twin's parity."""
+leader's own clock, observing, the lock's update helper, and the blocking twin over the broker (its parity with
+the async API: tests/test_twins.py)."""
 
 from __future__ import annotations
 
@@ -123,14 +124,6 @@ async def test_update_needs_the_leadership(store_backend: StoreBackend) -> None:
     election = AsyncLeaderElection(await store_backend.async_client(), position(), term=30)
     with pytest.raises(LockError):
         await election.update("k", lambda old: b"v")
-
-
-def test_the_blocking_twin_has_every_method() -> None:
-    from tests._support.parity import assert_twins
-
-    checked = assert_twins(AsyncLeaderElection, LeaderElection)
-    assert {"campaign", "try_campaign", "resign", "leader", "update"} <= set(checked)
-    assert_twins(AsyncLeasedLock, __import__("sskv_mapping").LeasedLock)
 
 
 def test_the_blocking_twin_over_the_broker(mosquitto: Any, emulator: Any) -> None:
