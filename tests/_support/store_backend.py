@@ -46,8 +46,7 @@ class StoreBackend:
         self._async_clients: list[AsyncStateStoreClient] = []
         if name == "broker":
             broker = request.getfixturevalue("mosquitto")
-            request.getfixturevalue("emulator")
-            request.applymarker(pytest.mark.broker)
+            request.getfixturevalue("emulator")  # marked ``broker`` at collection (tests/conftest.py)
             self._broker_kwargs = {"host": broker.host, "port": broker.port}
         elif not self._async_test:
             self._thread_store = request.getfixturevalue("loopback_store")
