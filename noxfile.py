@@ -139,15 +139,18 @@ def declared_floors() -> dict[str, str]:
 def oldest(session: nox.Session) -> None:
     """Every floor ``pyproject.toml`` declares, installed together at exactly that version (aiomqtt, paho-mqtt,
     cachetools, msgpack, each framework extra's, httpx and the test tools): the client, lock, dict, codecs,
-    local cache and index suites, and every integration test and example app."""
+    local cache and index suites, every integration test and example app, the inspector and the docs build."""
     floors = declared_floors()
-    session.install(".[msgpack,django,flask,litestar,aiocache,fastapi]", *(f"{n}=={v}" for n, v in floors.items()))
+    extras = "msgpack,django,flask,litestar,aiocache,fastapi,inspect,docs"
+    session.install(f".[{extras}]", *(f"{n}=={v}" for n, v in floors.items()))
     session.run("python", "-m", "pip", "list", "--format=freeze")  # the versions this run tested, in its log
     # a framework that cannot be imported would only skip its tests: fail here instead
     session.run("python", "-c", "import aiocache, django, fastapi, flask_caching, httpx, litestar, msgpack")
     unit_dirs = ["tests/protocol", "tests/client", "tests/lock", "tests/mapping", "tests/codecs", "tests/local_cache"]
     apps = [p for paths in FRAMEWORK_TESTS.values() for p in paths if p.startswith("integrations/")]
-    suites = [*unit_dirs, "tests/index", "tests/integrations", *apps]
+    # the inspector's (aiohttp) and the docs build's (mkdocs) floors: their tests (the browser ones skip without
+    # selenium, which only the dev extra brings)
+    suites = [*unit_dirs, "tests/integrations", *apps, "tests/emulator/inspector", "tests/docs"]
     session.run(*PYTEST, "-rs", "-m", "not faults", *suites, *session.posargs)
 
 
@@ -217,7 +220,6 @@ def stock_paho(session: nox.Session) -> None:
         "tests/transport",
         "tests/cache",
         "tests/mapping",
-        "tests/index",
     ]
     session.run(*PYTEST, "-rs", "-m", "not faults", *suites, *session.posargs)
 

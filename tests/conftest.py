@@ -8,15 +8,19 @@
 * ``emulator`` (session): the emulator process on ``mosquitto``.
 * ``fresh_emulator`` (function): an emulator process on ``fresh_mosquitto`` (ask for both fixtures to
   get the pair). For an emulator of your own on the session broker, call
-  ``start_emulator(mosquitto.host, mosquitto.port)`` from ``_support.procs`` in a ``with``.
+  ``start_emulator(mosquitto.host, mosquitto.port)`` from ``tests._support.procs`` in a ``with``.
 * ``broker_url``, ``client``, ``other`` (function): ``(host, port)`` of the session broker with the emulator on
-  it, and two async clients on it (client and lock tests; ``tests/boundary`` and ``tests/integrations`` have
-  their own ``client`` / ``broker_url``).
+  it, and two async clients on it (client tests; ``tests/lock`` makes its ``client`` / ``other`` with
+  ``store_backend``, ``tests/boundary`` and ``tests/integrations`` have their own ``client`` / ``broker_url``).
 * ``namespace`` (function): a fresh namespace name (some modules override it with their own prefix).
 * ``loopback_store`` (module): an in-process store started on the background loop thread, for blocking clients
-  (dict and cache tests).
+  (``store_backend`` uses it).
+* ``store_backend`` (function, params ``loopback`` and ``broker``): one implementation of the store, which makes
+  connected clients on it and closes them at teardown (``tests/_support/store_backend.py``); the dict, cache, lock
+  and election suites take it, so each of their tests runs on both.
 
-Tests using any of them are marked ``broker`` automatically (``-m "not broker"`` runs the rest).
+Tests using any of them (``store_backend`` on its ``broker`` param) are marked ``broker`` automatically
+(``-m "not broker"`` runs the rest).
 After the session, no mosquitto or emulator child may remain: the suite errors at teardown if one does
 (it is killed first), and ``atexit`` hooks sweep up after a crash.
 """
@@ -24,20 +28,18 @@ After the session, no mosquitto or emulator child may remain: the suite errors a
 from __future__ import annotations
 
 import importlib.util
-import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
-from typing import Any, NoReturn
+from collections.abc import AsyncIterator, Iterator
+from typing import NoReturn
 
 import pytest
 
-# Support code is imported as ``_support`` whether or not ``tests/`` is a package.
-_TESTS_DIR = str(Path(__file__).resolve().parent)
-if _TESTS_DIR not in sys.path:
-    sys.path.insert(0, _TESTS_DIR)
-
-from _support.procs import (  # noqa: E402
+from sskv_mapping._blocking import get_loop_thread
+from sskv_mapping.client import AsyncStateStoreClient
+from sskv_mapping.emulator.broker import MosquittoBroker, MosquittoStartError, live_brokers
+from sskv_mapping.emulator.inprocess import InProcessStateStore
+from sskv_mapping.errors import ConfigurationError
+from tests._support.procs import (
     EmulatorProcess,
     EmulatorStartError,
     child_processes,
@@ -45,12 +47,7 @@ from _support.procs import (  # noqa: E402
     live_emulators,
     start_emulator,
 )
-
-from sskv_mapping._blocking import get_loop_thread  # noqa: E402
-from sskv_mapping.client import AsyncStateStoreClient  # noqa: E402
-from sskv_mapping.emulator.broker import MosquittoBroker, MosquittoStartError, live_brokers  # noqa: E402
-from sskv_mapping.emulator.inprocess import InProcessStateStore  # noqa: E402
-from sskv_mapping.errors import ConfigurationError  # noqa: E402
+from tests._support.store_backend import NAMES, StoreBackend
 
 BROKER_FIXTURES = frozenset(
     {"mosquitto", "fresh_mosquitto", "emulator", "fresh_emulator", "stock_mosquitto", "stock_emulator"}
@@ -59,7 +56,8 @@ BROKER_FIXTURES = frozenset(
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if BROKER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        on_broker = getattr(getattr(item, "callspec", None), "params", {}).get("store_backend") == "broker"
+        if on_broker or BROKER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.broker)
 
 
@@ -180,7 +178,7 @@ def _no_leaked_child_processes() -> Iterator[None]:
     assert not leaks, f"child processes left running after the test session (now killed): {leaks}"
 
 
-# -- two async clients on the session broker + emulator (client and lock tests) --------------------------------
+# -- two async clients on the session broker + emulator (client tests) ---------------------------------------------
 
 
 @pytest.fixture
@@ -201,7 +199,7 @@ async def other(broker_url: tuple[str, int]) -> AsyncIterator[AsyncStateStoreCli
         yield c
 
 
-# -- a fresh namespace, a loopback store for blocking clients (dict and cache tests) ----------------------------
+# -- a fresh namespace, a loopback store for blocking clients (store_backend) --------------------------------------
 
 
 @pytest.fixture
@@ -218,33 +216,14 @@ def loopback_store() -> Iterator[InProcessStateStore]:
     portal.run(store.stop())
 
 
-# -- an async client factory on either implementation (election and index tests) -----------------------------
-
-AsyncClientFactory = Callable[[], Awaitable[AsyncStateStoreClient]]
+# -- one implementation of the store, loopback or broker (dict, cache, lock and election tests) --------------------
 
 
-@pytest.fixture(params=["loopback", "broker"])
-async def new_client(request: pytest.FixtureRequest) -> AsyncIterator[AsyncClientFactory]:
-    made: list[AsyncStateStoreClient] = []
-    store = None
-    if request.param == "broker":
-        broker = request.getfixturevalue("mosquitto")
-        request.getfixturevalue("emulator")
-        request.applymarker(pytest.mark.broker)
-        kwargs: dict[str, Any] = {"host": broker.host, "port": broker.port}
-    else:
-        store = InProcessStateStore()
-        await store.start()
-        kwargs = {"connection_factory": store.broker.connection}
-
-    async def make() -> AsyncStateStoreClient:
-        client = AsyncStateStoreClient(timeout=10, **kwargs)
-        await client.connect()
-        made.append(client)
-        return client
-
-    yield make
-    for c in made:
-        await c.close()
-    if store is not None:
-        await store.stop()
+@pytest.fixture(params=NAMES)
+async def store_backend(request: pytest.FixtureRequest) -> AsyncIterator[StoreBackend]:
+    """The test runs once per implementation of the store: see ``tests/_support/store_backend.py``."""
+    backend = await StoreBackend(request.param, request).start()
+    try:
+        yield backend
+    finally:
+        await backend.aclose()

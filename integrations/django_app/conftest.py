@@ -16,13 +16,9 @@ from pathlib import Path
 import pytest
 
 APP_DIR = Path(__file__).resolve().parent
-REPO_ROOT = APP_DIR.parents[1]
-if str(REPO_ROOT / "tests") not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT / "tests"))
-
-from _support.procs import start_emulator  # noqa: E402
 
 from sskv_mapping.emulator.broker import MosquittoBroker  # noqa: E402
+from tests._support.procs import start_emulator  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -6,19 +6,12 @@ never finds them running whichever order the paths are given in.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-_TESTS = str(Path(__file__).resolve().parents[2] / "tests")
-if _TESTS not in sys.path:
-    sys.path.insert(0, _TESTS)
-
-from _support.procs import start_emulator  # noqa: E402
-
-from sskv_mapping.emulator.broker import MosquittoBroker  # noqa: E402
+from sskv_mapping.emulator.broker import MosquittoBroker
+from tests._support.procs import start_emulator
 
 
 @pytest.fixture(scope="module")

@@ -1,2 +1,2 @@
-"""Test support code shared by the whole suite (importable as ``_support``: conftest puts ``tests/`` on
-``sys.path``). Not a test package: nothing here is collected."""
+"""Test support code shared by the whole suite and the example apps, imported as ``tests._support...``.
+Not a test package: nothing here is collected."""

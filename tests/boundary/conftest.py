@@ -9,11 +9,11 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
-from _support.procs import EmulatorProcess
 
 from sskv_mapping import KeyOperation
 from sskv_mapping.client import AsyncKeyWatch, AsyncStateStoreClient, Entry
 from sskv_mapping.emulator.broker import MosquittoBroker
+from tests._support.procs import EmulatorProcess
 
 EVENT_TIMEOUT = 5.0
 

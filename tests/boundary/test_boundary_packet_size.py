@@ -16,7 +16,6 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from _support.procs import EmulatorProcess, start_emulator
 
 from sskv_mapping import (
     AsyncStateStoreDict,
@@ -28,6 +27,7 @@ from sskv_mapping import (
 from sskv_mapping.cache import AsyncStateStoreCache
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 from sskv_mapping.emulator.broker import MosquittoBroker
+from tests._support.procs import EmulatorProcess, start_emulator
 
 from .conftest import Guard
 

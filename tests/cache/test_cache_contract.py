@@ -9,7 +9,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from _support.waiting import eventually
 
 from sskv_mapping import (
     ClientStateError,
@@ -23,6 +22,8 @@ from sskv_mapping._protocol.notifications import KeyEvent
 from sskv_mapping.cache import LATENCY_BUCKETS, AsyncStateStoreCache
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.local_cache import CachedEntry
+from tests._support.store_backend import StoreBackend
+from tests._support.waiting import eventually
 
 CacheFactory = Callable[..., Awaitable[AsyncStateStoreCache[Any]]]
 Watch = Callable[[AsyncStateStoreClient, str], Awaitable[Any]]
@@ -92,8 +93,8 @@ async def test_bad_arguments_raise_typed_errors_before_anything_is_sent(cache: A
     assert await cache.get_many(["a", "c"]) == {}  # nothing of the refused batch was stored
 
 
-async def test_constructor_refuses_bad_settings(make_client: Callable[[], Awaitable[AsyncStateStoreClient]]) -> None:
-    client = await make_client()
+async def test_constructor_refuses_bad_settings(store_backend: StoreBackend) -> None:
+    client = await store_backend.async_client()
     kwargs: dict[str, Any]
     for kwargs in (
         {"namespace": "a/b"},
@@ -260,10 +261,10 @@ async def test_get_many_set_many_delete_many(cache: AsyncStateStoreCache[Any]) -
 
 
 async def test_set_many_reports_the_keys_the_service_refused(
-    cache: AsyncStateStoreCache[Any], make_client: Callable[[], Awaitable[AsyncStateStoreClient]]
+    cache: AsyncStateStoreCache[Any], store_backend: StoreBackend
 ) -> None:
     # someone else's lock protects 'guarded' with a token newer than any we can get for a while
-    other = await make_client()
+    other = await store_backend.async_client()
     future_token = HybridLogicalClock(int(time.time() * 1000) + 50_000, 0, "someone-else")
     await other.set(await data_key(cache, "guarded"), b'"theirs"', fencing_token=future_token)
     failed = await cache.set_many({"a": 1, "guarded": 2, "b": 3})
@@ -461,11 +462,11 @@ async def test_incr_is_exact_under_concurrency_across_two_caches(make_cache: Cac
 
 
 async def test_incr_fences_the_key_and_the_cache_keeps_writing_it(
-    cache: AsyncStateStoreCache[Any], make_client: Callable[[], Awaitable[AsyncStateStoreClient]]
+    cache: AsyncStateStoreCache[Any], store_backend: StoreBackend
 ) -> None:
     await cache.set("n", 1)
     assert await cache.incr("n") == 2
-    plain = await make_client()
+    plain = await store_backend.async_client()
     with pytest.raises(FencingTokenRequiredError):  # the incr's write carried the lock's token
         await plain.set(await data_key(cache, "n"), b"0")
     await cache.set("n", 40)  # retried under the key's lock, with its token
@@ -536,8 +537,8 @@ async def test_a_local_cache_serves_hits_without_a_round_trip_and_follows_other_
     assert local is not None and local.hits >= 3
 
 
-async def test_context_manager_and_close(make_client: Callable[[], Awaitable[AsyncStateStoreClient]]) -> None:
-    client = await make_client()
+async def test_context_manager_and_close(store_backend: StoreBackend) -> None:
+    client = await store_backend.async_client()
     cache: AsyncStateStoreCache[int] = AsyncStateStoreCache(client, namespace="lifecycle")
     async with cache:
         await cache.set("k", 1)
@@ -550,10 +551,9 @@ async def test_context_manager_and_close(make_client: Callable[[], Awaitable[Asy
     assert (await client.get(stored)) is not None  # the client was not ours to close
 
 
-async def test_connect_makes_and_closes_its_own_client(broker_kwargs: dict[str, Any], namespace: str) -> None:
-    cache = await AsyncStateStoreCache.connect(
-        f"mqtt://{broker_kwargs['host']}:{broker_kwargs['port']}", namespace=namespace
-    )
+async def test_connect_makes_and_closes_its_own_client(broker_url: tuple[str, int], namespace: str) -> None:
+    host, port = broker_url
+    cache = await AsyncStateStoreCache.connect(f"mqtt://{host}:{port}", namespace=namespace)
     async with cache:
         await cache.set("k", "v")
         assert await cache.get("k") == "v"

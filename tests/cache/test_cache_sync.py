@@ -11,36 +11,9 @@ import pytest
 
 from sskv_mapping import ConfigurationError, KeyOperation
 from sskv_mapping._protocol.notifications import KeyEvent
-from sskv_mapping.cache import AsyncStateStoreCache, StateStoreCache
+from sskv_mapping.cache import StateStoreCache
 
 SyncCacheFactory = Callable[..., StateStoreCache[Any]]
-
-
-def test_async_and_sync_caches_are_twins() -> None:
-    from _support.parity import assert_twins
-
-    checked = assert_twins(AsyncStateStoreCache, StateStoreCache)
-    assert {
-        "get",
-        "set",
-        "add",
-        "delete",
-        "exists",
-        "touch",
-        "expire",
-        "get_many",
-        "set_many",
-        "delete_many",
-        "clear",
-        "get_or_set",
-        "incr",
-        "decr",
-        "open",
-        "close",
-        "connect",
-        "__aenter__",
-        "__aexit__",
-    } <= set(checked)
 
 
 def test_blocking_operations(make_sync_cache: SyncCacheFactory) -> None:

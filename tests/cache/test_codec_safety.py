@@ -16,6 +16,7 @@ import pytest
 from sskv_mapping.cache import AsyncStateStoreCache, StateStoreCache
 from sskv_mapping.codecs import PickleCodec
 from sskv_mapping.errors import DecodeError, EncodeError
+from tests._support.store_backend import StoreBackend
 
 CacheFactory = Callable[..., Awaitable[AsyncStateStoreCache[Any]]]
 SyncCacheFactory = Callable[..., StateStoreCache[Any]]
@@ -52,11 +53,11 @@ def test_the_blocking_cache_encodes_in_the_calling_thread(make_sync_cache: SyncC
     assert isinstance(cache.get("a"), ThreadWitness)
 
 
-def test_the_blocking_dict_encodes_in_the_calling_thread(sync_backend: dict[str, Any], namespace: str) -> None:
+def test_the_blocking_dict_encodes_in_the_calling_thread(store_backend: StoreBackend, namespace: str) -> None:
     from sskv_mapping.client import StateStoreClient
     from sskv_mapping.mapping import StateStoreDict
 
-    with StateStoreClient(**sync_backend) as client:
+    with StateStoreClient(**store_backend.client_kwargs) as client:
         d: StateStoreDict[Any] = StateStoreDict(client, namespace=namespace, codec=PickleCodec(allow_unsafe=True))
         ThreadWitness.pickled_in.clear()
         d["a"] = ThreadWitness()

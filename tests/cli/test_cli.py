@@ -22,12 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from _support.procs import REPO_ROOT, EmulatorProcess, start_emulator
 
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping.client import StateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker, MosquittoStartError, free_port
 from sskv_mapping.lock import LeasedLock
+from tests._support.procs import REPO_ROOT, EmulatorProcess, start_emulator
 
 pytestmark = pytest.mark.broker
 

@@ -10,11 +10,11 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from _support.procs import EmulatorProcess, start_emulator
 
 from sskv_mapping import escape_glob
 from sskv_mapping.client import StateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker, free_port
+from tests._support.procs import EmulatorProcess, start_emulator
 
 from .test_cli import EXIT_CONNECTION, EXIT_OK, EXIT_SERVICE, EXIT_USAGE, one_line_error, run_all, sskv
 

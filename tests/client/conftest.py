@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from _support.procs import EmulatorProcess, start_emulator
 
 from sskv_mapping.emulator.broker import MosquittoBroker
+from tests._support.procs import EmulatorProcess, start_emulator
 
 
 @pytest.fixture(scope="module")

@@ -9,15 +9,15 @@ import logging
 from typing import Any
 
 import pytest
-from _support.broker_stats import FAST_SYS, dropped_messages, log_reports_drops
-from _support.procs import start_emulator
-from _support.waiting import eventually
 
 from sskv_mapping import AsyncStateStoreClient
 from sskv_mapping.client._in_flight import DEFAULT_MAX_IN_FLIGHT, InFlightGate
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.errors import ConfigurationError, LockError, RequestTimeoutError
 from sskv_mapping.lock import AsyncLeasedLock
+from tests._support.broker_stats import FAST_SYS, dropped_messages, log_reports_drops
+from tests._support.procs import start_emulator
+from tests._support.waiting import eventually
 
 # -- the gate itself --------------------------------------------------------------------------------------
 

@@ -1,39 +1,17 @@
-"""The blocking twin: parity with the async API by a test, and real use over the broker."""
+"""The blocking client in real use over the broker (its parity with the async API: tests/test_twins.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
 import uuid
 
 import pytest
-from _support.parity import assert_twins
 
 from sskv_mapping import ClientStateError, KeyOperation, SetCondition, VDeleteResult
 from sskv_mapping._blocking import get_loop_thread
-from sskv_mapping.client import AsyncKeyWatch, AsyncStateStoreClient, KeyWatch, StateStoreClient
-from sskv_mapping.lock import AsyncLeasedLock, LeasedLock
-
-
-def test_every_async_client_method_has_a_sync_twin() -> None:
-    checked = assert_twins(AsyncStateStoreClient, StateStoreClient)
-    assert {"get", "set", "delete", "vdelete", "connect", "close", "subscribe_key", "scan", "scan_pages"} <= set(
-        checked
-    )
-    # the constructors take the same arguments too
-    a = inspect.signature(AsyncStateStoreClient.__init__).parameters
-    s = inspect.signature(StateStoreClient.__init__).parameters
-    assert [(p.name, p.default) for p in a.values()] == [(p.name, p.default) for p in s.values()]
-
-
-def test_every_async_lock_method_has_a_sync_twin() -> None:
-    checked = assert_twins(AsyncLeasedLock, LeasedLock)
-    assert {"try_acquire", "acquire", "renew", "release", "set", "delete"} <= set(checked)
-
-
-def test_every_async_watch_method_has_a_sync_twin() -> None:
-    assert "next" in assert_twins(AsyncKeyWatch, KeyWatch, {"__anext__": "__iter__"})
+from sskv_mapping.client import StateStoreClient
+from sskv_mapping.lock import LeasedLock
 
 
 @pytest.mark.broker

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _support.waiting import eventually
 
 from sskv_mapping import AsyncStateStoreClient, HybridLogicalClock, KeyEvent, KeyOperation
 from sskv_mapping.emulator.broker import MosquittoBroker
+from tests._support.waiting import eventually
 
 pytestmark = pytest.mark.broker
 

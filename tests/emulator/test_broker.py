@@ -16,7 +16,6 @@ from pathlib import Path
 
 import aiomqtt
 import pytest
-from _support.procs import EmulatorProcess, EmulatorStartError, child_processes
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -31,6 +30,7 @@ from sskv_mapping.emulator.broker import (
     parse_connection_log,
 )
 from sskv_mapping.errors import ConfigurationError
+from tests._support.procs import EmulatorProcess, EmulatorStartError, child_processes
 
 V5 = aiomqtt.ProtocolVersion.V5
 WAIT = 10.0  # generous upper bound for any one broker event; tests finish as soon as it happens

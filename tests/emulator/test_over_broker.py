@@ -22,8 +22,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 
 import pytest
-from _support.miniclient import MiniClient, Response
-from _support.procs import EmulatorProcess, start_emulator
 
 from sskv_mapping._protocol import errors
 from sskv_mapping._protocol.hlc import HybridLogicalClock
@@ -35,6 +33,8 @@ from sskv_mapping.emulator.broker import EMULATOR_QUEUE_SETTINGS, MosquittoBroke
 from sskv_mapping.emulator.core import CoreResult, EmulatorCore
 from sskv_mapping.emulator.server import EmulatorServer, client_id_from_response_topic
 from sskv_mapping.errors import TransportError
+from tests._support.miniclient import MiniClient, Response
+from tests._support.procs import EmulatorProcess, start_emulator
 
 SET_NOTE = b"*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n$5\r\nVALUE\r\n"
 DELETE_NOTE = b"*2\r\n$6\r\nNOTIFY\r\n$6\r\nDELETE\r\n"

@@ -12,7 +12,6 @@ import asyncio
 import uuid
 
 import pytest
-from _support.procs import start_emulator
 
 from sskv_mapping import (
     AsyncStateStoreClient,
@@ -25,6 +24,7 @@ from sskv_mapping import (
 from sskv_mapping._protocol.commands import Scan
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.emulator.scan import INVALID_TOKEN_TEXT
+from tests._support.procs import start_emulator
 
 pytestmark = pytest.mark.broker
 

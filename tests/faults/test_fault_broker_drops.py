@@ -18,13 +18,13 @@ import sys
 import time
 
 import pytest
-from _support.broker_stats import FAST_SYS, dropped_messages
-from _support.procs import start_emulator
-from _support.waiting import eventually
 
 from sskv_mapping import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.mapping import AsyncStateStoreDict
+from tests._support.broker_stats import FAST_SYS, dropped_messages
+from tests._support.procs import start_emulator
+from tests._support.waiting import eventually
 
 from .conftest import FaultRow, recovery_text
 

@@ -35,10 +35,10 @@ import uuid
 from typing import Any
 
 import pytest
-from _support.procs import EmulatorProcess
 
 from sskv_mapping.client import StateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
+from tests._support.procs import EmulatorProcess
 
 from ._harness import WorkerProcess
 from .conftest import FaultRow, env_float, env_int, recovery_text

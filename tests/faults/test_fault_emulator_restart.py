@@ -27,13 +27,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from _support.procs import start_emulator
-from _support.waiting import eventually
 
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.errors import ServiceUnavailableError
 from sskv_mapping.mapping import AsyncStateStoreDict
+from tests._support.procs import start_emulator
+from tests._support.waiting import eventually
 
 from .conftest import FaultRow
 

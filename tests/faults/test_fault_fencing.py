@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _support.waiting import eventually
 
 from sskv_mapping import FencingTokenLowerVersionError, HybridLogicalClock, LockError
 from sskv_mapping.client import AsyncStateStoreClient
@@ -48,6 +47,7 @@ from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.lock import AsyncLeasedLock
 from sskv_mapping.mapping import AsyncStateStoreDict
+from tests._support.waiting import eventually
 
 from . import _harness
 from .conftest import FaultRow, env_int

@@ -23,7 +23,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from _support.waiting import eventually
 
 from sskv_mapping import KeyEvent
 from sskv_mapping._transport.base import Connection, InboundMessage, MessageHandler
@@ -32,6 +31,7 @@ from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.mapping import AsyncStateStoreDict
+from tests._support.waiting import eventually
 
 from .conftest import FaultRow, env_int, recovery_text
 

@@ -30,7 +30,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
-from _support.procs import EmulatorProcess
 
 from sskv_mapping._protocol import headers, resp3
 from sskv_mapping._protocol.commands import Scan
@@ -42,6 +41,7 @@ from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, Entry
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.errors import UnsupportedVersionError
+from tests._support.procs import EmulatorProcess
 
 N_REQUESTS = int(os.environ.get("SSKV_FLOOD_REQUESTS", "10000"))
 SEED = int(os.environ.get("SSKV_FLOOD_SEED", str(random.SystemRandom().randrange(2**32))))

@@ -21,7 +21,6 @@ import pytest
 
 pytest.importorskip("litestar")
 
-from _support.waiting import eventually
 from litestar import Litestar, Request, get
 from litestar.middleware.session.server_side import ServerSideSessionConfig
 from litestar.stores.registry import StoreRegistry
@@ -36,6 +35,7 @@ from sskv_mapping import (
     KeyOperation,
 )
 from sskv_mapping.integrations.litestar import StateStoreStore
+from tests._support.waiting import eventually
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Leased locks and fencing tokens over a real broker + the emulator (protocol.md §6)."""
+"""Leased locks and fencing tokens (protocol.md §6), on the loopback store and over a real broker + the emulator."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import asyncio
 import uuid
 
 import pytest
-from _support.waiting import eventually
 
 from sskv_mapping import (
     FencingTokenLowerVersionError,
@@ -15,8 +14,7 @@ from sskv_mapping import (
 )
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.lock import AsyncLeasedLock
-
-pytestmark = pytest.mark.broker
+from tests._support.waiting import eventually
 
 
 def unique(prefix: str = "lock") -> str:

@@ -13,13 +13,12 @@ import subprocess
 import sys
 import time
 
-from _support.broker_stats import FAST_SYS, dropped_messages
-from _support.procs import start_emulator
-from _support.waiting import eventually
-
 from sskv_mapping import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.mapping import AsyncStateStoreDict
+from tests._support.broker_stats import FAST_SYS, dropped_messages
+from tests._support.procs import start_emulator
+from tests._support.waiting import eventually
 
 KEYS = 1500  # more notifications than the broker queues for a stalled session (20 + 1,000)
 MAX_STALENESS = 5.0

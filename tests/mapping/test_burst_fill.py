@@ -11,12 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from _support.broker_stats import FAST_SYS, dropped_messages, log_reports_drops
-from _support.procs import start_emulator
-
 from sskv_mapping import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.mapping import AsyncStateStoreDict
+from tests._support.broker_stats import FAST_SYS, dropped_messages, log_reports_drops
+from tests._support.procs import start_emulator
 
 CACHE_SIZE = 500  # watch limit 1,000: each crossing releases about five hundred idle watches
 KEYS = 1600

@@ -10,7 +10,7 @@ import pytest
 
 from sskv_mapping import ConfigurationError, EncodeError, FencingTokenRequiredError, KeyOperation
 from sskv_mapping.lock import LeasedLock
-from sskv_mapping.mapping import AsyncStateStoreDict, StateStoreDict
+from sskv_mapping.mapping import StateStoreDict
 
 DictFactory = Callable[..., StateStoreDict[Any]]
 
@@ -195,17 +195,3 @@ def test_expired_keys_disappear_from_iteration(make_dict: DictFactory) -> None:
     d.client.subscribe_key(f"{d.namespace}/short", on_event)
     assert gone.wait(5)
     assert list(d) == ["stays"] and len(d) == 1 and "short" not in d
-
-
-def test_sync_and_async_dicts_are_twins() -> None:
-    from _support.parity import assert_twins
-
-    renames = {
-        "getitem": "__getitem__",
-        "contains": "__contains__",
-        "len": "__len__",
-        "delitem": "__delitem__",
-        "equals": "__eq__",
-    }
-    checked = assert_twins(AsyncStateStoreDict, StateStoreDict, renames)
-    assert {"get", "set", "pop", "popitem", "setdefault", "update", "clear", "keys", "items", "entry"} <= set(checked)

@@ -20,6 +20,7 @@ from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.errors import ConfigurationError
 from sskv_mapping.mapping import AsyncStateStoreDict
+from tests._support.store_backend import StoreBackend
 
 
 @pytest.fixture
@@ -37,25 +38,25 @@ def _dict(client: AsyncStateStoreClient, namespace: str, listing: str) -> AsyncS
     return AsyncStateStoreDict(client, namespace=namespace, listing=listing)  # type: ignore[arg-type]
 
 
-async def test_index_and_scan_dicts_agree_on_one_namespace(new_client: Any) -> None:
+async def test_index_and_scan_dicts_agree_on_one_namespace(store_backend: StoreBackend) -> None:
     namespace = f"lm{uuid.uuid4().hex[:8]}"
-    async with _dict(await new_client(), namespace, "index") as indexed:
+    async with _dict(await store_backend.async_client(), namespace, "index") as indexed:
         await indexed.update({f"k{i}": i for i in range(50)})
-        async with _dict(await new_client(), namespace, "scan") as scanned:
+        async with _dict(await store_backend.async_client(), namespace, "scan") as scanned:
             assert sorted(await scanned.keys()) == sorted(f"k{i}" for i in range(50))  # no '#index' key
             assert await scanned.len() == 50
             await scanned.set("from-scan", 1)  # the namespace has an index: kept current
             del_key = "k7"
             await scanned.delitem(del_key)
             assert scanned._store.index.mode == "scan"  # type: ignore[union-attr]
-        async with _dict(await new_client(), namespace, "index") as late:
+        async with _dict(await store_backend.async_client(), namespace, "index") as late:
             keys = set(await late.keys())
             assert "from-scan" in keys and "k7" not in keys and len(keys) == 50
 
 
-async def test_a_namespace_with_glob_characters_lists_exactly_itself(new_client: Any) -> None:
+async def test_a_namespace_with_glob_characters_lists_exactly_itself(store_backend: StoreBackend) -> None:
     base = f"g{uuid.uuid4().hex[:6]}"
-    client = await new_client()
+    client = await store_backend.async_client()
     async with _dict(client, f"{base}[1]*?", "scan") as globby, _dict(client, f"{base}1x", "scan") as plain:
         await globby.set("a", 1)
         await plain.set("b", 2)
@@ -65,8 +66,8 @@ async def test_a_namespace_with_glob_characters_lists_exactly_itself(new_client:
         assert await plain.keys() == ["b"]
 
 
-async def test_auto_takes_scan_where_the_service_answers_it(new_client: Any) -> None:
-    client = await new_client()
+async def test_auto_takes_scan_where_the_service_answers_it(store_backend: StoreBackend) -> None:
+    client = await store_backend.async_client()
     async with _dict(client, f"au{uuid.uuid4().hex[:8]}", "auto") as d:
         await d.set("x", 1)
         assert d._store.index.mode == "scan"  # type: ignore[union-attr]

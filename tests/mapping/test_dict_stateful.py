@@ -23,7 +23,6 @@ namespace listed by SCAN and by the stored index.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -33,6 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from sskv_mapping.client import StateStoreClient
 from sskv_mapping.mapping import StateStoreDict
+from tests._support.store_backend import StoreBackend
 
 KEYS = ("a", "b", "ü", "x/y")
 keys = st.sampled_from(KEYS)
@@ -188,11 +188,9 @@ class DictMachine(RuleBasedStateMachine):
 
 
 @pytest.mark.parametrize("listing", ["scan", "index"])
-def test_two_dicts_agree_with_a_plain_dict(
-    request: pytest.FixtureRequest, make_client: Callable[..., StateStoreClient], listing: str
-) -> None:
-    which = request.node.callspec.params["backend"]
-    clients = [make_client(), make_client()]
+def test_two_dicts_agree_with_a_plain_dict(store_backend: StoreBackend, listing: str) -> None:
+    which = store_backend.name
+    clients = [store_backend.client(), store_backend.client()]
     run_state_machine_as_test(  # type: ignore[no-untyped-call]
         lambda: DictMachine(clients, listing),
         settings=settings(

@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from _support.waiting import eventually_sync as eventually
-
 from sskv_mapping.mapping import StateStoreDict
+from tests._support.waiting import eventually_sync as eventually
 
 DictFactory = Callable[..., StateStoreDict[Any]]
 
@@ -19,7 +18,7 @@ CACHE_SIZE = 4
 KEYS = 60
 
 
-def test_watches_stay_bounded_by_the_cache_size(make_dict: DictFactory, make_client: Any) -> None:
+def test_watches_stay_bounded_by_the_cache_size(make_dict: DictFactory) -> None:
     writer = make_dict()
     writer.update({f"k{i}": i for i in range(KEYS)})
     reader: StateStoreDict[Any] = make_dict(local_cache_size=CACHE_SIZE)

@@ -26,13 +26,12 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # tests/: _support
+sys.path.insert(0, str(HERE.parents[1]))  # the repository root: tests._support
 
 
 def main(tests_dir: str, mode: str = "sync") -> int:
-    from _support.procs import start_emulator
-
     from sskv_mapping.emulator.broker import MosquittoBroker
+    from tests._support.procs import start_emulator
 
     sys.path.insert(0, tests_dir)  # Django's tests/: the ``cache`` test package
     listed = json.loads((HERE / "django_exclusions.json").read_text())

@@ -17,13 +17,12 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parents[1]))  # the repository root: tests._support
 
 
 def main(tests_dir: str, module: str, *extra: str) -> int:
-    from _support.procs import start_emulator
-
     from sskv_mapping.emulator.broker import MosquittoBroker
+    from tests._support.procs import start_emulator
 
     target = Path(tests_dir) / "test_sskv_statestore_cache.py"
     shutil.copy(HERE / module, target)

@@ -21,14 +21,14 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from _support.procs import EmulatorProcess, start_emulator
-from _support.waiting import eventually
 
 from sskv_mapping import AsyncLeasedLock
 from sskv_mapping._protocol.notifications import KeyEvent, KeyOperation
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.errors import ServiceUnavailableError
+from tests._support.procs import EmulatorProcess, start_emulator
+from tests._support.waiting import eventually
 
 pytestmark = pytest.mark.broker
 

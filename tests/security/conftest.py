@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from _support.procs import EmulatorProcess, start_emulator
 
 from sskv_mapping.client import TlsSettings
 from sskv_mapping.emulator.broker import MosquittoBroker, MosquittoStartError, free_port
+from tests._support.procs import EmulatorProcess, start_emulator
 
 from ._certs import Pki, make_pki
 

@@ -14,13 +14,13 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from _support.waiting import eventually
 
 from sskv_mapping._transport.factory import fast_path
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.errors import ConnectionLostError
+from tests._support.waiting import eventually
 
 KEEPALIVE = 4
 

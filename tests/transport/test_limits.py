@@ -8,7 +8,6 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
-from _support.procs import start_emulator
 
 from sskv_mapping._protocol import mqtt_packets as packets
 from sskv_mapping._protocol.mqtt_publish import InboundMessage, mqtt_str, varint
@@ -18,6 +17,7 @@ from sskv_mapping._transport.stream import StreamConnection
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.errors import ConfigurationError, ConnectionLostError, ValueTooLargeError
+from tests._support.procs import start_emulator
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

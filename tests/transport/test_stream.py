@@ -14,7 +14,6 @@ import itertools
 from collections.abc import AsyncIterator
 
 import pytest
-from _support.waiting import eventually
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +30,7 @@ from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping._transport.stream import StreamConnection
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.errors import BrokerConnectError, ConnectionLostError, ServiceUnavailableError
+from tests._support.waiting import eventually
 
 # -- the codec ------------------------------------------------------------------------------------------------
 

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from _support.procs import EmulatorProcess, start_emulator
 
 from sskv_mapping.emulator.broker import MosquittoBroker
+from tests._support.procs import EmulatorProcess, start_emulator
 
 _URL = re.compile(r"inspector \((read-only|writable)\) on (http://\S+)")
 

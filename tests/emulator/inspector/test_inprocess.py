@@ -9,12 +9,11 @@ import httpx
 import pytest
 
 pytest.importorskip("aiohttp", reason="the inspector needs the 'inspect' extra (aiohttp)")
-from _support.waiting import eventually
-
 from sskv_mapping.emulator.__main__ import build_parser
 from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.emulator.inspection import role_of, show_bytes
 from sskv_mapping.emulator.inspector import Inspector, exposure_warning, is_loopback
+from tests._support.waiting import eventually
 
 
 async def test_the_tap_is_set_only_while_a_page_listens() -> None:

@@ -1,6 +1,6 @@
 """A writer that dies between two steps of a dict insert (not a test module).
 
-Run as ``python tests/index/_crash_worker.py HOST PORT NAMESPACE STEP N MODE``: it opens the namespace as a dict
+Run as ``python tests/mapping/_crash_worker.py HOST PORT NAMESPACE STEP N MODE``: it opens the namespace as a dict
 and inserts ``k0``, ``k1``, ... (``MODE`` ``seq``: one after the other; ``batch``: all at once, so that inserts
 into one shard ride in one rewrite), and SIGKILLs itself right after the ``N``-th completed request of kind
 ``STEP``: ``lock`` (a shard lock's SET NEX granted: nothing written yet), ``shard`` (an index shard written:

@@ -23,6 +23,7 @@ from sskv_mapping.errors import ConfigurationError
 from sskv_mapping.lock import AsyncLeasedLock
 from sskv_mapping.mapping import AsyncStateStoreDict
 from sskv_mapping.mapping._index import DEFAULT_SHARDS
+from tests._support.store_backend import StoreBackend
 
 
 @pytest.fixture
@@ -46,14 +47,14 @@ class Sizes:
         return on
 
 
-async def test_an_insert_rewrites_and_broadcasts_one_small_shard(new_client: Any, namespace: str) -> None:
-    writer = await new_client()
+async def test_an_insert_rewrites_and_broadcasts_one_small_shard(store_backend: StoreBackend, namespace: str) -> None:
+    writer = await store_backend.async_client()
     d: AsyncStateStoreDict[int] = AsyncStateStoreDict(writer, namespace=namespace, local_cache_size=0, listing="index")
     async with d:
         await d.update({f"k{i:05d}": i for i in range(2_000)})
         index = d._store.index
         assert index is not None and index.shards == DEFAULT_SHARDS
-        watcher = await new_client()
+        watcher = await store_backend.async_client()
         sizes = Sizes()
         for i in range(index.shards):
             await watcher.subscribe_key(index.shard_key(i), sizes.sink(index.shard_key(i)))
@@ -65,10 +66,12 @@ async def test_an_insert_rewrites_and_broadcasts_one_small_shard(new_client: Any
         assert size < 2_000 * 20 / index.shards * 4  # ~8 entries of ~20 bytes, not 2,000
 
 
-async def test_a_fresh_len_reads_the_shards_not_the_data(new_client: Any, namespace: str) -> None:
-    async with AsyncStateStoreDict(await new_client(), namespace=namespace, local_cache_size=0, listing="index") as d:
+async def test_a_fresh_len_reads_the_shards_not_the_data(store_backend: StoreBackend, namespace: str) -> None:
+    async with AsyncStateStoreDict(
+        await store_backend.async_client(), namespace=namespace, local_cache_size=0, listing="index"
+    ) as d:
         await d.update({f"k{i}": i for i in range(300)})
-    reader = await new_client()
+    reader = await store_backend.async_client()
     asked: list[bytes] = []
     original = reader.get
 
@@ -85,8 +88,8 @@ async def test_a_fresh_len_reads_the_shards_not_the_data(new_client: Any, namesp
     assert len(asked) <= DEFAULT_SHARDS + 3  # the meta, used-shards and old-index keys, then the shards
 
 
-async def test_an_expired_key_leaves_the_listing(new_client: Any, namespace: str) -> None:
-    client = await new_client()
+async def test_an_expired_key_leaves_the_listing(store_backend: StoreBackend, namespace: str) -> None:
+    client = await store_backend.async_client()
     async with AsyncStateStoreDict(client, namespace=namespace, listing="index") as d:
         await d.set("stays", 1)
         gone = asyncio.Event()
@@ -112,11 +115,17 @@ async def _write_v1_namespace(client: AsyncStateStoreClient, namespace: str, key
         await client.set(f"{namespace}/{k}", json.dumps(v).encode())
 
 
-async def test_a_0_1_0_namespace_is_migrated_once_by_two_processes_opening_it(new_client: Any, namespace: str) -> None:
+async def test_a_0_1_0_namespace_is_migrated_once_by_two_processes_opening_it(
+    store_backend: StoreBackend, namespace: str
+) -> None:
     old = {f"old{i}": i for i in range(150)}
-    await _write_v1_namespace(await new_client(), namespace, old)
-    a: AsyncStateStoreDict[int] = AsyncStateStoreDict(await new_client(), namespace=namespace, listing="index")
-    b: AsyncStateStoreDict[int] = AsyncStateStoreDict(await new_client(), namespace=namespace, listing="index")
+    await _write_v1_namespace(await store_backend.async_client(), namespace, old)
+    a: AsyncStateStoreDict[int] = AsyncStateStoreDict(
+        await store_backend.async_client(), namespace=namespace, listing="index"
+    )
+    b: AsyncStateStoreDict[int] = AsyncStateStoreDict(
+        await store_backend.async_client(), namespace=namespace, listing="index"
+    )
     await asyncio.gather(a.open(), b.open())
     try:
         assert await a.copy() == old and await b.copy() == old
@@ -128,12 +137,16 @@ async def test_a_0_1_0_namespace_is_migrated_once_by_two_processes_opening_it(ne
         await b.close()
 
 
-async def test_a_0_1_0_writer_after_the_migration_is_refused_loudly(new_client: Any, namespace: str) -> None:
-    client = await new_client()
+async def test_a_0_1_0_writer_after_the_migration_is_refused_loudly(
+    store_backend: StoreBackend, namespace: str
+) -> None:
+    client = await store_backend.async_client()
     await _write_v1_namespace(client, namespace, {"a": 1})
     async with AsyncStateStoreDict(client, namespace=namespace, listing="index") as d:
         assert await d.keys() == ["a"]
     await _write_v1_namespace(client, namespace, {"b": 2})  # an old process still running
-    late: AsyncStateStoreDict[int] = AsyncStateStoreDict(await new_client(), namespace=namespace, listing="index")
+    late: AsyncStateStoreDict[int] = AsyncStateStoreDict(
+        await store_backend.async_client(), namespace=namespace, listing="index"
+    )
     with pytest.raises(ConfigurationError, match=r"0\.1\.0"):
         await late.open()

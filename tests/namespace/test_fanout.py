@@ -8,9 +8,9 @@ import logging
 from collections.abc import Awaitable, Iterator
 
 import pytest
-from _support.waiting import eventually
 
 from sskv_mapping._namespace.fanout import BoundedWork, gather_bounded
+from tests._support.waiting import eventually
 
 
 @pytest.mark.parametrize(("n", "limit"), [(0, 1), (1, 1), (10, 1), (10, 3), (100, 64), (5, 64)])

@@ -1,0 +1,1 @@
+"""Tests of ``sskv_mapping.codecs``."""

@@ -1,0 +1,1 @@
+"""Tests of ``sskv_mapping.election``: leader election, in-process on ``store_backend`` and across processes."""

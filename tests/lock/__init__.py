@@ -1,0 +1,1 @@
+"""Tests of ``sskv_mapping.lock``: leased locks and fencing tokens, on ``store_backend``."""
