@@ -136,7 +136,9 @@ def test_other_instance_sees_writes_and_deletes(make_dict: DictFactory) -> None:
     a["k"] = "v2"
     assert changed.wait(5)
     assert b["k"] == "v2"  # the notification updated b's cache
+    changed.clear()
     del a["k"]
+    assert changed.wait(5)  # b learns of the delete by notification, not at once: wait for it as for the write
     assert "k" not in b and len(b) == 0
 
 
