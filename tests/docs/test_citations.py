@@ -219,3 +219,15 @@ def test_the_path_check_tells_a_stale_name_from_a_good_one(line: str, citing: st
 )
 def test_the_section_check_reads_every_form_of_citation(line: str, sections: list[str]) -> None:
     assert [n for m in SPEC_CITATION.finditer(line) for n in SECTION.findall(m.group(2))] == sections
+
+
+def test_the_readme_links_are_relative_and_resolve() -> None:
+    """The README is read on the forge and in a checkout: its links are relative paths that exist (a link to the
+    docs site or to a file that moved would be a dead end), or links to other sites."""
+    readme = ROOT / "README.md"
+    targets = re.findall(r"\]\(([^)\s]+)\)", readme.read_text(encoding="utf-8"))
+    assert targets, "the README links to its pages"
+    local = [t.split("#", 1)[0] for t in targets if not re.match(r"[a-z]+://", t)]
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert missing == [], f"README links to files that do not exist: {missing}"
+    assert all(t.startswith(("https://", "http://")) for t in targets if "://" in t)
