@@ -103,7 +103,7 @@ def check_namespace(namespace: object) -> bytes:
 def scan_pattern(pattern: object) -> bytes:
     """A SCAN pattern: ``str`` (UTF-8) or bytes-like, not empty -> ``bytes``; else :class:`ConfigurationError`.
 
-    The glob itself is the service's business (protocol.md §8): it is sent as given, not parsed here.
+    The glob itself is the service's business (docs/design/protocol.md §8): it is sent as given, not parsed here.
     """
     return _str_or_bytes(
         pattern,
@@ -119,7 +119,7 @@ _GLOB_ESCAPES = {ord("*"): b"[*]", ord("?"): b"[?]", ord("["): b"[[]"}
 def escape_glob(literal: str | bytes) -> bytes:
     """``literal`` as a glob pattern that matches only itself: ``*`` -> ``[*]``, ``?`` -> ``[?]``, ``[`` -> ``[[]``.
 
-    The service's globs have no backslash escape (protocol.md §8); bracketing is the one way to say "this
+    The service's globs have no backslash escape (docs/design/protocol.md §8); bracketing is the one way to say "this
     character itself". ``escape_glob(prefix) + b"*"`` lists every key that starts with ``prefix``.
 
     Examples:

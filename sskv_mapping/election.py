@@ -1,6 +1,6 @@
 """Leader election over a leased lock -- one of several replicas acts, the others wait and watch.
 
-The election is the leased lock of protocol.md §6 with the candidate's name as the holder value:
+The election is the leased lock of docs/design/protocol.md §6 with the candidate's name as the holder value:
 ``SET name candidate NEX PX term`` to campaign and to renew, the response ``__ts`` the leader's fencing token,
 ``VDEL name candidate`` to resign, KEYNOTIFY on ``name`` to wait and to observe. That is the key and the value
 shape the official .NET ``LeaderElectionClient`` (over its ``LeasedLockClient``: key = the leadership position

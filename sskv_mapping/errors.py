@@ -270,7 +270,7 @@ class UnknownCommandError(ServiceError):
 
 class UnsupportedCommandError(UnknownCommandError):
     """The service does not know the command at all: it answered the first page of a SCAN with ``unknown
-    command`` (an older service; protocol.md §8). The client remembers it for the connection
+    command`` (an older service; docs/design/protocol.md §8). The client remembers it for the connection
     (``supports_scan is False``) and raises this again without asking until it reconnects."""
 
 

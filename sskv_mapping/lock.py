@@ -1,4 +1,4 @@
-"""Leased locks whose grant is a fencing token (protocol.md §6).
+"""Leased locks whose grant is a fencing token (docs/design/protocol.md §6).
 
 1. acquire/renew: ``SET lock holder NEX PX lease`` -> ``+OK``: held, and the response ``__ts`` is the
    fencing token; ``:-1``: someone else holds it.

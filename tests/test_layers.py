@@ -1,6 +1,6 @@
 """The house plan as a test: the folders are the layers, and each module imports only from its own layer or below.
 
-A module's layer is its package (design.md "Layers"): read bottom to top, the tree is the drawing. Within a layer
+A module's layer is its package (docs/design/architecture.md); bottom to top, the tree is the drawing. Within a layer
 any import is allowed, but the import graph as a whole (function-level imports included) has no cycle. A module
 whose package is missing from the table fails the test, so a new package has to be given its place. Also: only
 the paho transport imports aiomqtt or paho; the protocol core and the emulator core do no I/O (no asyncio, sockets,

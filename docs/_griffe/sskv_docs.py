@@ -12,6 +12,9 @@ Two jobs, both on the package as griffe loaded it (statically), before anything 
   them as its docstring.
 * reST roles in docstrings (``:class:`Codec` ``) render as inline code, and a doctest under ``Example:`` as code
   (without its ``# doctest: +SKIP`` marks).
+* A parameter the docstring documents together with others (``host, port: the broker.``), or one that travels
+  on through ``**options``, gets the defaults of the signature (or "optional"), so the reference does not call
+  it *required*: only a parameter without a default is.
 * Every name in ``sskv_mapping.__all__``, every name in each framework adapter's ``__all__``, and each public
   method or property of those classes must have a docstring: one that has none is logged as a warning, which
   ``mkdocs build --strict`` turns into a failed build.
@@ -98,6 +101,44 @@ def _properties_from_args(cls: Any) -> None:
             member.docstring = griffe.Docstring(args[name], lineno=cls.docstring.lineno, parent=member)
 
 
+def _signature_defaults(obj: Any) -> dict[str, Any] | None:
+    """Each parameter of a function's (or a class's ``__init__``'s) signature and its default (``None``: none)."""
+    function = obj
+    if obj.is_class:
+        function = obj.members.get("__init__")
+        if function is None or function.is_alias:
+            return None
+    if not function.is_function:
+        return None
+    return {param.name: param.default for param in function.parameters}
+
+
+def _group_defaults(obj: Any) -> None:
+    """A documented parameter without a default is *required* to mkdocstrings; that is only true of the ones whose
+    signature has no default. Grouped entries (``host, port``) and names passed on through ``**options`` get
+    theirs here: the signature's defaults, or "optional"."""
+    if obj.is_alias:
+        return
+    if (obj.is_function or obj.is_class) and _has_docstring(obj):
+        signature = _signature_defaults(obj)
+        for section in obj.docstring.parsed if signature is not None else ():
+            if section.kind is not griffe.DocstringSectionKind.parameters:
+                continue
+            for param in section.value:
+                if param.value is not None:
+                    continue
+                names = [name.strip() for name in param.name.split(",")]
+                if any(name in signature and signature[name] is None for name in names):
+                    continue  # really required
+                if all(name in signature for name in names):
+                    param.value = ", ".join(str(signature[name]) for name in names)
+                else:
+                    param.value = "optional"  # some travel through **options to where their defaults are
+    for member in obj.members.values():
+        if not member.is_alias:
+            _group_defaults(member)
+
+
 class PublicDocstrings(griffe.Extension):
     """Twin docstrings first, then the check that every public name has one."""
 
@@ -116,6 +157,7 @@ class PublicDocstrings(griffe.Extension):
                     _borrow(method, cls.members.get(method_name))
         for cls in classes.values():
             _properties_from_args(cls)
+        _group_defaults(pkg)
         targets = [(f"{PACKAGE}.{name}", _target(pkg[name])) for name in exported]
         for adapter in ADAPTERS:
             module = pkg[f"integrations.{adapter}"]

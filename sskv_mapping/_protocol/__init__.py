@@ -1,7 +1,7 @@
 """The pure protocol core of the state store (no sockets, no asyncio, no clock it was not handed).
 
 The emulator and the client share it. The exception tree is the leaf module
-:mod:`sskv_mapping.errors`. See ``docs`` in the README and protocol.md.
+:mod:`sskv_mapping.errors`. See ``docs`` in the README and docs/design/protocol.md.
 
 Must not import anything above ``_protocol``.
 """

@@ -50,7 +50,7 @@ class SetCondition(enum.Enum):
 
 
 class VDeleteResult(enum.Enum):
-    """The three outcomes of VDEL (protocol.md §2)."""
+    """The three outcomes of VDEL (docs/design/protocol.md §2)."""
 
     DELETED = 1
     NOT_FOUND = 0
@@ -200,7 +200,7 @@ def _scan_malformed(why: str, reply: object) -> ProtocolError:
 
 @dataclass(frozen=True, slots=True)
 class Scan(_Base[ScanPage]):
-    """``SCAN pattern [token]`` -> :class:`ScanPage` (protocol.md §8).
+    """``SCAN pattern [token]`` -> :class:`ScanPage` (docs/design/protocol.md §8).
 
     The first page carries no token; later pages echo the previous reply's token byte for byte with the same
     pattern. ``unknown command`` on a first page raises :class:`UnsupportedCommandError` (an older service); the

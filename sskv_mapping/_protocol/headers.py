@@ -59,7 +59,7 @@ def request_properties(
     fencing_token: HybridLogicalClock | None = None,
     persist: bool = False,
 ) -> UserProperties:
-    """The user properties the SDKs put on every request (protocol.md §1)."""
+    """The user properties the SDKs put on every request (docs/design/protocol.md §1)."""
     tail = _TAILS.get(client_id)
     if tail is None:
         if len(_TAILS) >= 1024:

@@ -4,7 +4,7 @@ The request path encodes its PUBLISH properties and decodes inbound PUBLISHes he
 ``Properties`` (whose name-table scans were the largest single cost of a round trip): :func:`publish_properties`
 produces the bytes paho's ``Properties.pack()`` would, and :func:`decode_publish` reads what paho's
 ``decode_publish`` + aiomqtt's ``Message`` accept into an :class:`InboundMessage` (both compared with paho in
-``tests/transport/test_mqtt_stock.py``). A packet that does not follow the rules raises
+``tests/transport/test_paho.py``). A packet that does not follow the rules raises
 :class:`MalformedPacketError`, never another exception (``tests/fuzz``).
 
 Standard library only: must not import aiomqtt/paho, asyncio, sockets nor anything above ``_protocol``.

@@ -281,7 +281,7 @@ def _publish_properties(
 
 def _packet_size(topic: str, payload: bytes, qos: int, properties: bytes) -> int:
     """The size of the PUBLISH packet paho will write (fixed header included), ``properties`` being their
-    encoding by ``_protocol/mqtt_publish.py`` (byte-identical to paho's, ``tests/transport/test_mqtt_stock.py``;
+    encoding by ``_protocol/mqtt_publish.py`` (byte-identical to paho's, ``tests/transport/test_paho.py``;
     paho's own ``pack()`` costs ~50 times more and would run twice)."""
     remaining = 2 + len(topic.encode("utf-8")) + (2 if qos else 0) + len(properties) + len(payload)
     return 1 + len(varint(remaining)) + remaining

@@ -567,7 +567,7 @@ class StateStoreCache(BlockingTwin, Generic[V]):
         ...     cache.add("hits", 0, ttl=None)                 # create the counter once
         ...     cache.incr("hits")
 
-    The async cache runs on the background event-loop thread (``_sync.get_loop_thread()``). With a local
+    The async cache runs on the background event-loop thread (``_blocking.get_loop_thread()``). With a local
     cache, a ``get`` that hits is answered in the calling thread without touching that loop. The callable of
     :meth:`get_or_set` runs in the calling thread (where a Django request's database connection lives), not
     on the loop. Takes the arguments of :class:`AsyncStateStoreCache`, with a :class:`StateStoreClient`.

@@ -15,7 +15,7 @@ The old generation's entries are not deleted by the switch. Entries with a TTL a
 generation from the list. A sweep cut short (the process exits) is resumed by the next process that opens the
 namespace or clears it.
 
-Where the service answers SCAN (protocol.md §8), an entry without a TTL is written without the ledger (one SET,
+Where the service has SCAN (docs/design/protocol.md §8), an entry without a TTL is written without the ledger (one SET,
 like one with a TTL), and the sweep also deletes what a SCAN of the retired generation's prefix finds. A write
 that raced the clear is caught by its writer: after its SET it checks the generation again (the watched copy, which
 the clear's notification reached before the SET's reply), and deletes its entry from a generation retired

@@ -1,4 +1,4 @@
-"""The ``sskv get|set|del|vdel|keys|watch|lock|leader`` commands (registered by ``cli.py``).
+"""The ``sskv get|set|del|vdel|keys|watch|lock|leader`` commands (registered by ``cli/_main.py``).
 
 Human output by default, one JSON object per line with ``--json``. Exit codes by error class:
 

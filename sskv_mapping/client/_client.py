@@ -2,13 +2,13 @@
 :class:`StateStoreClient`.
 
 The async client owns one broker connection (through the ``_transport`` layer; it never sees aiomqtt),
-many requests in flight on it, KEYNOTIFY watches shared per key, and reconnection: aiomqtt has none, so
+many requests in flight on it, KEYNOTIFY watches shared per key, and reconnection of its own, whatever the transport:
 the client reconnects with backoff, re-subscribes, re-registers every watched key and — because
 notifications sent while it was away are lost — re-reads each watched key and delivers a synthetic event
 when the key changed meanwhile.
 
 The blocking :class:`StateStoreClient` runs the async client on one background event-loop thread
-(``_sync.py``); every public async method has a sync twin with the same parameters (a test checks).
+(``_blocking.py``); every public async method has a sync twin with the same parameters (a test checks).
 
 Must not import aiomqtt/paho, nor the layers above (codecs, mapping, cache, emulator).
 """
@@ -266,7 +266,7 @@ class AsyncStateStoreClient:
         reconnect: reconnect automatically with exponential backoff after a drop.
         clock: wall clock in ms for the hybrid logical clock (injectable for tests).
         settings: a complete :class:`ConnectionSettings` instead of the individual arguments.
-        connection_factory: how to build a connection (default: MQTT via aiomqtt).
+        connection_factory: how to build a connection (default: our MQTT 5 ``StreamConnection``).
         max_payload: a limit of the client's own on the request payload (the encoded command: key + value +
             a few dozen bytes); a larger request raises :class:`ValueTooLargeError` before anything is sent.
             Default ``None``: only the broker's limit applies -- its Maximum Packet Size from CONNACK
@@ -602,7 +602,7 @@ class AsyncStateStoreClient:
         timeout: float | UnsetType | None = UNSET,
         page_timeout: float | UnsetType | None = UNSET,
     ) -> AsyncIterator[list[bytes]]:
-        """The keys matching the glob ``pattern`` (protocol.md §8), one list per service page (empty ones too);
+        """The keys matching the glob ``pattern`` (docs/design/protocol.md §8), a list per service page (empty too);
         ``timeout`` bounds the listing (default ``SCAN_TIMEOUT_FACTOR`` x the client's), ``page_timeout`` a page
         (a failed page is asked again with its token). Pattern checked now (empty: ConfigurationError)."""
         return self._scan_pages(scan_pattern(pattern), timeout, page_timeout)

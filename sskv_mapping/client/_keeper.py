@@ -1,7 +1,7 @@
 """The connection of one client and its life -- connect, the state listeners, the
 supervisor that notices a drop and reconnects with backoff, and waiting for a usable connection.
 
-aiomqtt has no reconnection, so the client keeps its connection alive here: on a drop, :class:`ConnectionKeeper`
+The client keeps its connection alive here, whatever the transport: on a drop, :class:`ConnectionKeeper`
 reports it (``on_drop``: fail what is in flight, mark the watches lost), reconnects with jittered exponential
 backoff, re-subscribes, and reports it back (``on_reconnect``: restore the watches). Each connection is a
 fresh :class:`~sskv_mapping._transport.base.Connection`; none is reused.

@@ -1,4 +1,4 @@
-"""Listing keys with SCAN (protocol.md §8) -- the pager behind
+"""Listing keys with SCAN (docs/design/protocol.md §8) -- the pager behind
 ``AsyncStateStoreClient.scan`` / ``scan_pages`` and what the client remembers about the service's support.
 
 The service picks the pages (empty ones included) and hands back an opaque continuation token; a listing ends

@@ -1,7 +1,7 @@
 """``python -m sskv_mapping.emulator --host H --port P``.
 
 Must not import aiomqtt/paho directly (the server goes through ``_transport``), nor the client layers.
-``sskv emulator`` (``sskv_mapping/cli.py``) reuses :func:`add_emulator_arguments` and :func:`run`.
+``sskv emulator`` (``sskv_mapping/cli/_main.py``) reuses :func:`add_emulator_arguments` and :func:`run`.
 
 The process prints one line containing ``serving state store on`` to stdout (flushed) once its request
 subscription is acknowledged; SIGTERM and SIGINT stop it cleanly with exit status 0. If the broker cannot

@@ -1,4 +1,4 @@
-"""The state store as a state machine, faithful to protocol.md §1-§6.
+"""The state store as a state machine, faithful to docs/design/protocol.md §1-§6.
 
 Must not import asyncio, sockets, aiomqtt/paho, the transport or the client: bytes and header values go
 in, response bytes, a version and notifications come out. The wall clock is injected (``now_ms``), so
@@ -18,7 +18,7 @@ What it models:
 * SCAN (§8) over a sorted key list kept incrementally (:mod:`sskv_mapping.emulator.scan` says how pages and
   tokens are made); ``scan=False`` answers it ``unknown command``, like an older service.
 
-Choices where protocol.md leaves a cell blank: a DEL/VDEL that deleted answers with ``__ts`` = the version
+Choices where docs/design/protocol.md leaves a cell blank: a DEL/VDEL that deleted answers with ``__ts`` = the version
 of the delete (the same ``__ts`` as its DELETE notification); DEL/VDEL that changed nothing, KEYNOTIFY and
 errors carry no ``__ts``. KEYNOTIFY from a request whose client id is unknown is refused with
 ``not authorized`` (its notifications could not be addressed).
@@ -96,7 +96,7 @@ class Notification:
 
     @property
     def topic(self) -> str:
-        """The notification topic (protocol.md §4)."""
+        """The notification topic (docs/design/protocol.md §4)."""
         return notification_topic(self.client_id, self.key)
 
 
@@ -123,7 +123,7 @@ class StoredEntry:
     expires_at_ms: int | None = None
     fencing_token: HybridLogicalClock | None = None
     persist: bool = False
-    #: written by ``SET NEX PX`` without a fencing token: how a leased lock is taken or renewed (protocol.md §6),
+    #: written by ``SET NEX PX`` without a fencing token: how a lease is taken or renewed (docs/design/protocol.md §6),
     #: so tooling (the inspector) can show it as a lock whatever its name
     lease: bool = False
 

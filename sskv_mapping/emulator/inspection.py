@@ -15,7 +15,7 @@ The layouts (written by the dict, the cache and the leased lock; namespaces hold
   of entries without a TTL ``ns#persist/<G>/<xx>`` and its locks ``ns#persist-lock/<G>/<xx>``, per-key locks
   ``ns#lock/<key>`` (``incr``, fenced writes) and ``ns#gos-lock/<key>`` (single flight): a cache;
 * a leased lock under any name: a key whose value is its holder, last written by ``SET NEX PX`` without a fencing
-  token (protocol.md §6); its fencing token is the key's version.
+  token (docs/design/protocol.md §6); its fencing token is the key's version.
 
 The recognisers read key bytes only, so they follow those layouts without importing the faces.
 

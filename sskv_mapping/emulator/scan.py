@@ -1,4 +1,4 @@
-"""SCAN (protocol.md §8) -- glob patterns, the sorted key space, pages and tokens.
+"""SCAN (docs/design/protocol.md §8) -- glob patterns, the sorted key space, pages and tokens.
 
 Must not import asyncio, sockets, aiomqtt/paho, the transport or the client.
 

@@ -3,7 +3,7 @@
 Must not import aiomqtt/paho (it talks MQTT only through a ``_transport`` ``Connection``), nor the client, mapping
 or cache layers.
 
-What it does, like the real service (protocol.md):
+What it does, like the real service (docs/design/protocol.md):
 
 * subscribes (QoS 1) to mosquitto's ``$SYS/broker/log/#`` and then to the request topic, and only then
   reports ready; a "Client X disconnected" log line drops X's KEYNOTIFY registrations; an "Outgoing messages are

@@ -1,6 +1,6 @@
 """The dict's key index -- what makes ``len``, iteration and ``clear`` possible -- in small shards.
 
-An older state store has no key listing (SCAN, protocol.md §8, is newer). A dict namespace in ``index`` mode
+An older state store has no key listing (SCAN, docs/design/protocol.md §8, is newer). A dict namespace in ``index`` mode
 therefore keeps an index of its keys *in the store itself*, split into ``S`` shards so that nothing grows with the
 namespace:
 

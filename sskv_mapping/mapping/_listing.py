@@ -1,7 +1,7 @@
 """How a dict namespace lists its keys -- by SCAN where the service answers it, else by its stored index.
 
 ``listing="scan"``: a new key is one SET; ``len``, iteration and ``clear`` are a SCAN of the namespace's data keys,
-``escape_glob(ns + "/") + "*"`` (protocol.md §8). The pattern cannot match an index key (``ns#index...``) nor another
+``escape_glob(ns + "/") + "*"`` (docs/design/protocol.md §8). It cannot match an index key (``ns#index...``) nor another
 namespace's key (namespaces hold no ``#`` or ``/``), so a namespace written in ``index`` mode lists correctly here.
 If the namespace already has a stored index (``ns#index-meta``), writes keep it current too, so processes that
 list it by the index still see every key: the two modes never disagree on one namespace.

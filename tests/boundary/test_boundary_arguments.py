@@ -145,7 +145,7 @@ async def test_bytes_like_values_are_accepted(client: AsyncStateStoreClient, obs
     assert (entry := await observer.get(key)) is not None and entry.value == b"ba"
     assert (await client.set(key, memoryview(b"xmvx")[1:3])).applied  # type: ignore[arg-type]
     assert (entry := await observer.get(key)) is not None and entry.value == b"mv"
-    assert (await client.set(key, b"")).applied  # empty values are legal (protocol.md §1)
+    assert (await client.set(key, b"")).applied  # empty values are legal (docs/design/protocol.md §1)
     assert (entry := await observer.get(key)) is not None and entry.value == b""
     await client.delete(key)
 

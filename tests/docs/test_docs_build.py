@@ -17,6 +17,11 @@ import sskv_mapping
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference"
 DIRECTIVE = re.compile(r"^::: ([\w.]+)\s*$", re.MULTILINE)
+FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+#: the width code blocks are written to; docs/stylesheets/extra.css makes this many columns fit beside both sidebars
+#: on a 1280-pixel window (measured in headless Chromium: 0 of the site's blocks scroll there, 40 without it)
+CODE_COLUMNS = 100
+HELP_MARKER = "checked against the command"
 
 if not os.environ.get("CI"):  # in CI (the test command, .[dev]) the docs tools must be there: no skip
     pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")
@@ -41,6 +46,76 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert (tmp_path / "site" / "reference" / "dict" / "index.html").is_file()
     page = (tmp_path / "site" / "integrations" / "django" / "index.html").read_text()
     assert "sskv_mapping.integrations.django.StateStoreCache" in page  # the snippet was included
+    reference = {p.parent.name: p.read_text() for p in (tmp_path / "site" / "reference").glob("*/index.html")}
+    assert _required_but_defaulted(reference) == []
+    changelog = (tmp_path / "site" / "changelog" / "index.html").read_text()
+    assert "Benchmark history" in changelog  # CHANGELOG.md was included
+
+
+def _required_but_defaulted(pages: dict[str, str]) -> list[str]:
+    """Rows of the reference's parameter tables that say *required* for parameters that have a default: a row
+    naming several parameters (``host, port``) or one passed on through ``**options`` (docs/_griffe/sskv_docs.py
+    gives those their defaults)."""
+    wrong = []
+    for name, html in pages.items():
+        for row in re.findall(r"<tr class=\"doc-section-item\">(.*?)</tr>", html, re.DOTALL):
+            if "<em>required</em>" not in row:
+                continue
+            first = re.sub(r"<[^>]+>", "", row.split("</td>", 1)[0]).strip()
+            if "," in first or first not in _without_default():
+                wrong.append(f"{name}: {first}")
+    return wrong
+
+
+def _without_default() -> set[str]:
+    """Names of the parameters of the public API's signatures that have no default."""
+    import importlib
+    import inspect
+
+    objects = [getattr(sskv_mapping, name) for name in sskv_mapping.__all__]
+    for adapter in ("django", "flask_caching", "litestar", "aiocache", "fastapi"):
+        module = importlib.import_module(f"sskv_mapping.integrations.{adapter}")
+        objects += [getattr(module, name) for name in module.__all__]
+    callables = []
+    for obj in objects:
+        if inspect.isclass(obj):
+            callables += [member for key, member in vars(obj).items() if callable(member) and not key.startswith("_")]
+            callables.append(obj.__init__)
+        elif callable(obj):
+            callables.append(obj)
+    names = set()
+    for function in callables:
+        try:
+            parameters = inspect.signature(function).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        names |= {p.name for p in parameters if p.default is p.empty and p.kind not in variadic}
+    return names - {"self", "cls"}
+
+
+def _code_blocks() -> list[tuple[str, str, str]]:
+    """(file, the text before the block, the block) for each fenced block of the docs and the README."""
+    files = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
+    found = []
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        for m in FENCE.finditer(text):
+            found.append((path.relative_to(ROOT).as_posix(), text[max(0, m.start() - 300) : m.start()], m.group(1)))
+    return found
+
+
+def test_code_blocks_fit_the_page() -> None:
+    """A code block wider than the page scrolls sideways; the commands' own --help output is exempt (it is checked
+    against the command at its width below)."""
+    wide = [
+        f"{name}: {len(line)} columns: {line[:60]}"
+        for name, before, block in _code_blocks()
+        if HELP_MARKER not in before
+        for line in block.splitlines()
+        if len(line) > CODE_COLUMNS
+    ]
+    assert wide == [], f"wrap these to {CODE_COLUMNS} columns:\n" + "\n".join(wide)
 
 
 def test_every_public_name_has_a_reference_directive() -> None:

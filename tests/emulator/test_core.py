@@ -1,4 +1,4 @@
-"""EmulatorCore in-process with an injected clock: protocol.md §2-§6 row by row, plus a stateful model test.
+"""EmulatorCore in-process with an injected clock: docs/design/protocol.md §2-§6 row by row, plus a stateful model test.
 
 Nothing here sleeps or touches a socket: time is a number the test moves.
 """

@@ -1,4 +1,4 @@
-"""The emulator's SCAN (protocol.md §8) in-process, with an injected clock: glob rules, pages and tokens, keys
+"""The emulator's SCAN (docs/design/protocol.md §8) in-process, injected clock: glob rules, pages and tokens, keys
 added and removed mid-listing, expiry, empty pages, invalid tokens and ``scan=False``.
 
 Nothing here sleeps or touches a socket.

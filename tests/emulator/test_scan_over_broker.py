@@ -1,4 +1,4 @@
-"""SCAN conformance over the real broker and the emulator process (protocol.md §8), through the real client:
+"""SCAN conformance over the real broker and the emulator process (docs/design/protocol.md §8), through the real client:
 every glob form, a namespace with glob characters listed exactly with ``escape_glob``, empty pages, keys added
 and removed mid-listing, an expired key, ``--no-scan`` (an older service), and the blocking twin.
 

@@ -5,7 +5,7 @@
   clocks) — SET, GET, DEL, VDEL, a watch, a leased lock, a dict write — and nothing else breaks: nothing is
   written, a watcher sees no phantom change, the service clock is not dragged ahead (a healthy client's next
   version is not in the future), the skewed client's connection stays up, and other clients keep working.
-* **2 minutes slow**: the service accepts timestamps from the past (protocol.md §5), but every response
+* **2 minutes slow**: the service accepts timestamps from the past (docs/design/protocol.md §5), but every response
   carries a version more than 60 s ahead of this client's clock. Merging that into the client's clock is a
   drift error; the client keeps its clock and returns the result — an applied write is never reported as
   failed — and counts the event (``clock_drift_warnings``). Locks and fencing tokens work.

@@ -8,14 +8,14 @@
   clocks); nothing is written, no KEYNOTIFY registration is left behind, the connection stays up, a watcher
   of the key sees only the healthy client's changes (bracketed by two of them: no phantom event in between),
   the service clock is not dragged ahead, and the emulator keeps serving.
-* **a fencing token 2 minutes ahead** (protocol.md §3/§6): SET/DEL/VDEL with it raise
+* **a fencing token 2 minutes ahead** (docs/design/protocol.md §3/§6): SET/DEL/VDEL with it raise
   :class:`FencingTokenSkewError`, and no token is stored with the key.
 * **the clock fixed afterwards**: the client's hybrid logical clock never goes back (§5), so it still stands
   ~120 s ahead; the next request fails *locally* with :class:`ClockDriftError` (same advice, nothing sent)
   until the wall clock is within 60 s of it — up to 60 s after the fix, on the same connection, no reconnect
   needed; a new client works at once. Over the broker the test shows the local refusal and the fresh client;
   on the in-process store (injected clock, no real waiting) it shows the same client working again.
-* **2 minutes slow, blocking API**: protocol.md §5 says timestamps in the past never fail, so the service
+* **2 minutes slow, blocking API**: docs/design/protocol.md §5 says timestamps in the past never fail, so the service
   accepts everything. Each response carries a version more than 60 s ahead of the slow clock, which §5
   calls a drift error on the *client* side; the library keeps its clock unchanged, as §5 requires, but returns
   the result (the service did carry the request out) and counts ``clock_drift_warnings`` (README

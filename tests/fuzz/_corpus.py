@@ -2,13 +2,13 @@
 
 * Seeds: valid encodings of requests, replies, HLC strings, notifications (topic, payload, ``__ts``) and MQTT
   PUBLISH packets (first byte, then the rest), the starting points of structure-aware mutation.
-* Reference parsers: small, spec-driven (protocol.md §1, §2, §4, §5) re-readings of each grammar, written
+* Reference parsers: small, spec-driven (docs/design/protocol.md §1, §2, §4, §5) re-readings of each grammar, written
   independently of ``sskv_mapping._protocol``, so a fuzz input is checked differentially: the library
   must accept exactly what the reference accepts, with the same value.
 * Oracles (``check_*``): run the library parser on one input; a :class:`ProtocolError` (or, for the service
   side, a :class:`ServiceError`) is a fine outcome; any other exception propagates (a crash), and a broken
   invariant is an ``AssertionError``. An accepted input must also re-encode consistently (round trip). (The
-  PUBLISH decoder's differential check against paho is ``tests/transport/test_mqtt_stock.py``.)
+  PUBLISH decoder's differential check against paho is ``tests/transport/test_paho.py``.)
 
 No hypothesis or atheris import here: atheris runs these in a bare subprocess.
 """
@@ -366,7 +366,7 @@ MUST_FAIL = object()  # marker: the decoder must raise ProtocolError
 
 
 def expected_decode(cmd: Command, reply: resp3.Reply) -> object:
-    """What ``cmd.decode`` must give for a parsed ``reply`` (protocol.md §2), independent of commands.py."""
+    """What ``cmd.decode`` must give for a parsed ``reply`` (docs/design/protocol.md §2), independent of commands.py."""
     ok = isinstance(reply, resp3.SimpleString) and reply.text == "OK"
     is_int = isinstance(reply, int)
     if isinstance(cmd, Get):
@@ -377,7 +377,7 @@ def expected_decode(cmd: Command, reply: resp3.Reply) -> object:
         return bool(reply) if is_int and reply in (0, 1) else MUST_FAIL
     if isinstance(cmd, VDelete):
         return VDeleteResult(reply) if isinstance(reply, int) and reply in (-1, 0, 1) else MUST_FAIL
-    if isinstance(cmd, Scan):  # protocol.md §8: [keys] or [keys, token]; keys and token non-null bulks
+    if isinstance(cmd, Scan):  # docs/design/protocol.md §8: [keys] or [keys, token]; keys and token non-null bulks
         if not isinstance(reply, list) or len(reply) not in (1, 2) or not isinstance(reply[0], list):
             return MUST_FAIL
         if not all(isinstance(k, bytes) for k in reply[0]) or (len(reply) == 2 and not isinstance(reply[1], bytes)):

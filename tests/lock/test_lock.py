@@ -1,4 +1,4 @@
-"""Leased locks and fencing tokens (protocol.md §6), on the loopback store and over a real broker + the emulator."""
+"""Leased locks and fencing tokens (docs/design/protocol.md §6), on the loopback store and over a broker + emulator."""
 
 from __future__ import annotations
 

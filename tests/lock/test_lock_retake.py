@@ -1,5 +1,5 @@
 """No waiting on one's own lock: a lock this process held when its connection dropped is re-taken at once after
-the reconnect (``SET NEX`` with its own holder value, protocol.md §6), not waited out -- over a real mosquitto that
+the reconnect (``SET NEX``, its holder value, docs/design/protocol.md §6), not waited out -- over a mosquitto that
 is restarted under the lock, with the emulator process (which keeps the store) on it.
 
 * the library's own locks (index shards, cache ledger shards, per-key locks: :class:`OwnedLock`): an operation cut

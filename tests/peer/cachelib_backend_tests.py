@@ -1,6 +1,6 @@
 """cachelib's own backend mixins (``CommonTests``, ``ClearTests``, ``HasTests`` from the cachelib sdist's
 ``tests/``) against the Flask-Caching backend, built as cachelib's suites build theirs: directly, in its default
-configuration. Not collected from here: ``run_cachelib_suite.py`` copies this module next to the extracted
+configuration. Not collected from here: ``run_pytest_suite.py`` copies this module next to the extracted
 cachelib tests and runs pytest there (``SSKV_PEER_URL`` names the broker it started).
 """
 

@@ -1,4 +1,4 @@
-"""Commands (protocol.md §1 to §3): exact request bytes, reply decoding, and the service-side parser."""
+"""Commands (docs/design/protocol.md §1 to §3): exact request bytes, reply decoding, and the service-side parser."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_encode_exact_bytes(command: Command, payload: bytes) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# decoding replies (client side), every row of protocol.md §2
+# decoding replies (client side), every row of docs/design/protocol.md §2
 
 
 def test_get_hit() -> None:
@@ -410,7 +410,7 @@ def test_parse_command_raises_only_service_errors(payload: bytes) -> None:
 
 
 def _expected(command: Command, reply: resp3.Reply) -> object:
-    """The outcome protocol.md §2 prescribes for ``reply``; a ProtocolError class for anything else."""
+    """The outcome docs/design/protocol.md §2 prescribes for ``reply``; a ProtocolError class for anything else."""
     if isinstance(reply, resp3.ErrorReply):
         return ERROR_TEXTS.get(reply.text, ServiceError)
     ok = reply == resp3.SimpleString("OK")

@@ -1,4 +1,4 @@
-"""The exception tree and the service error table (protocol.md §3, design.md rule 4)."""
+"""The exception tree and the service error table (docs/design/protocol.md §3, docs/contributing.md house rule 4)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from sskv_mapping.errors import (
 
 from ._strategies import FAST, line_text
 
-# Copied verbatim from protocol.md §3, not from the code under test.
+# Copied verbatim from docs/design/protocol.md §3, not from the code under test.
 PROTOCOL_MD_TEXTS: list[tuple[str, type[ServiceError]]] = [
     (
         "the request timestamp is too far in the future; ensure that the client and broker system clocks "

@@ -1,4 +1,4 @@
-"""MQTT 5 user properties and response header checks (protocol.md §1, §2, §3)."""
+"""MQTT 5 user properties and response header checks (docs/design/protocol.md §1, §2, §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hybrid logical clocks (protocol.md §5): text form, order, the SDK clock rules and the 60 s drift limit."""
+"""Hybrid logical clocks (docs/design/protocol.md §5): text form, order, the SDK clock rules, the 60 s drift limit."""
 
 from __future__ import annotations
 
@@ -336,7 +336,7 @@ def test_merge_counter_overflow_from_a_peer_is_a_clock_error_not_a_value_error()
 
 
 def _reference_merge(ours: HybridLogicalClock, other: HybridLogicalClock, now: int) -> HybridLogicalClock:
-    """protocol.md §5, transcribed."""
+    """docs/design/protocol.md §5, transcribed."""
     if other.node_id == ours.node_id:
         return ours
     if now > ours.wall_ms and now > other.wall_ms:

@@ -1,4 +1,4 @@
-"""KEYNOTIFY notifications (protocol.md §4): topic + payload + ``__ts`` -> ``(client_id, KeyEvent)``."""
+"""KEYNOTIFY notifications (docs/design/protocol.md §4): topic + payload + ``__ts`` -> ``(client_id, KeyEvent)``."""
 
 from __future__ import annotations
 

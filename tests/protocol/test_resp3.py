@@ -1,4 +1,4 @@
-"""RESP3 framing (protocol.md §1, §2): exact bytes, strict parsing, and never a crash or a wrong value."""
+"""RESP3 framing (docs/design/protocol.md §1, §2): exact bytes, strict parsing, and never a crash or a wrong value."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def test_parse_request_rejects(payload: bytes) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# replies: every row of protocol.md §2
+# replies: every row of docs/design/protocol.md §2
 
 
 @pytest.mark.parametrize(
@@ -301,7 +301,7 @@ def test_huge_declared_count_in_a_request_fails_fast() -> None:
 
 
 def test_sixty_five_thousand_byte_values_round_trip() -> None:
-    # protocol.md §1: the SDK tests store 6,500-byte keys and 65,000-byte values
+    # docs/design/protocol.md §1: the SDK tests store 6,500-byte keys and 65,000-byte values
     key, value = bytes(range(256)) * 25 + b"k" * 100, b"\r\n" * 32_500
     assert parse_request(encode_request(b"SET", key, value)) == [b"SET", key, value]
     assert parse_reply(encode_bulk(value)) == value

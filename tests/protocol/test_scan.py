@@ -1,4 +1,4 @@
-"""SCAN (protocol.md §8): the request bytes, the strict reply grammar, the service-side parse, ``escape_glob``."""
+"""SCAN (docs/design/protocol.md §8): request bytes, the strict reply grammar, the service parse, ``escape_glob``."""
 
 from __future__ import annotations
 

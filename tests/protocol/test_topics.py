@@ -1,4 +1,4 @@
-"""MQTT topics of the state store and their upper-case hex rules (protocol.md §1, §4)."""
+"""MQTT topics of the state store and their upper-case hex rules (docs/design/protocol.md §1, §4)."""
 
 from __future__ import annotations
 

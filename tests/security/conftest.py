@@ -41,7 +41,7 @@ PASSWORD = "pw-Zq8-" + secrets.token_hex(8)
 DENIED_USERNAME = "sskv-denied-user"
 DENIED_PASSWORD = "pw-denied-" + secrets.token_hex(8)
 
-# What a state store client needs (protocol.md §1, §4): publish requests; receive its responses (under
+# What a state store client needs (docs/design/protocol.md §1, §4): publish requests; receive its responses (under
 # clients/<its id>/..., the pattern) and its notifications (clients/statestore/v1/.../<HEX(id)>/..., which an
 # ACL pattern cannot express: %c is not hex-encoded, so the whole notification tree is readable). A
 # ``pattern`` line applies to every user of its ACL file, wherever it stands.

@@ -1,6 +1,6 @@
 """``ConnectionSettings.from_environment()`` and connection strings: the Azure IoT Operations SDKs' table
 (``doc/reference/connection-settings.md``), their defaults, and a ConfigurationError naming the variable for
-each bad value. Pure: no broker (the one real connection from the environment is in ``test_aio_connect.py``)."""
+each bad value. Pure: no broker (the real connection from the environment: ``client/test_from_environment.py``)."""
 
 from __future__ import annotations
 
