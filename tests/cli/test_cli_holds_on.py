@@ -314,6 +314,63 @@ def test_a_lease_really_lost_stops_the_command_before_the_next_holder_starts(
         os.kill(pids[0], 0)  # the first job is gone, not left running
 
 
+#: a shell whose child ignores SIGTERM: only the SIGKILL to the whole process group after --grace ends it
+STUBBORN = """\
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+with open(sys.argv[1], "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(120)
+"""
+
+
+def gone(pid: int) -> bool:
+    """The process has ended (a zombie waiting for init to reap it counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_lock_taken_over_stops_the_whole_process_group_of_the_command(
+    mosquitto: MosquittoBroker, emulator: EmulatorProcess, clis: list[Cli], tmp_path: Path
+) -> None:
+    store = StateStoreClient(mosquitto.host, mosquitto.port, timeout=10)
+    store.connect()
+    try:
+        name, pidfile = new_key("-lock"), tmp_path / "pid"
+        script = f"\"$0\" -c '{STUBBORN}' {pidfile} & wait"
+        options = ("--url", mosquitto.url, "--lease", "30", "--grace", "1")
+        first = Cli("lock", name, *options, "--", "sh", "-c", script, sys.executable)
+        clis.append(first)
+        first.wait_for("acquired ")
+        eventually_sync(lambda: pidfile.exists() and pidfile.read_text() != "", timeout=TIMEOUT)
+        child = int(pidfile.read_text())
+
+        store.delete(name)  # someone else frees the lock under the holder (and may take it)
+        assert first.finish() == EXIT_LEASE_LOST, first.err
+        assert first.said(f"lost {name}: the lock key was deleted")
+        eventually_sync(lambda: gone(child), timeout=TIMEOUT)  # SIGKILLed with its group, SIGTERM ignored
+    finally:
+        store.close()
+
+
+def test_sigterm_to_sskv_lock_reaches_the_command_and_the_lock_is_released(
+    mosquitto: MosquittoBroker, emulator: EmulatorProcess, clis: list[Cli], tmp_path: Path
+) -> None:
+    name, stamps = new_key("-lock"), tmp_path / "stamps"
+    holder = lock_cli(mosquitto.url, name, stamps, 120)
+    clis.append(holder)
+    eventually_sync(lambda: stamps.exists() and "start" in stamps.read_text(), timeout=TIMEOUT)
+    holder.proc.send_signal(signal.SIGTERM)
+    assert holder.finish() == 143, holder.err  # COMMAND's own status: it ended on the SIGTERM passed on
+    assert holder.said(f"released {name}")
+    ((_, end),) = windows(stamps).values()
+    assert end is not None  # the job ran its SIGTERM handler
+    assert sskv("lock", name, "--url", mosquitto.url).stdout == b"free\n"
+
+
 # -- docs -----------------------------------------------------------------------------------------------------------
 
 
