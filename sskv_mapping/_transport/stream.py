@@ -349,7 +349,10 @@ class StreamConnection(_WriteFlow):
                 # a peer that is not an MQTT broker (HTTP, TLS on a plain port...): say so now, instead of waiting
                 # the connect timeout for a packet whose "length" is the peer's text
                 peer = f"{self.settings.host}:{self.settings.port}"
-                self._protocol_error(f"its first bytes {data[:16]!r} are not a CONNACK", f"{peer} does not speak MQTT")
+                # (connect() raises it; no warning logged beside it)
+                self._lost_reason = f"{peer} does not speak MQTT: its first bytes {data[:16]!r} are not a CONNACK"
+                if self._transport is not None:
+                    self._transport.abort()
                 return
         try:
             received = session.feed(data)

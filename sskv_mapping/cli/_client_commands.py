@@ -28,6 +28,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 import math
 import os
 import sys
@@ -617,6 +618,18 @@ def _split_command(args: argparse.Namespace, verb: str, options_of: Callable[[ar
     parser.parse_args(options, namespace=args)  # only options are accepted here; an error exits 2
 
 
+def _log_warnings_as_status() -> None:
+    """The library's warnings (a connection lost, a watch not restored yet, a lock lost) are status lines on
+    stderr, prefixed like sskv's own; set up once per process, and only if the application configured nothing."""
+    logger = logging.getLogger("sskv_mapping")
+    if logger.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("sskv: %(message)s"))
+    handler.setLevel(logging.WARNING)
+    logger.addHandler(handler)
+
+
 def _runner(
     handler: Callable[[argparse.Namespace, AsyncStateStoreClient], Awaitable[int]],
 ) -> Callable[[argparse.Namespace], int]:
@@ -628,6 +641,7 @@ def _runner(
         prepare: Callable[[argparse.Namespace], None] | None = getattr(args, "prepare", None)
         if prepare is not None:
             prepare(args)
+        _log_warnings_as_status()
         try:
             _check_args(args)
             return asyncio.run(main())

@@ -27,7 +27,7 @@ from sskv_mapping.emulator.broker import MosquittoBroker
 from tests._support.procs import REPO_ROOT, EmulatorProcess
 from tests._support.waiting import eventually_sync
 
-from .test_cli import SSKV, TIMEOUT, clean_env, new_key, sskv
+from .test_cli import SSKV, TIMEOUT, clean_env, new_key, one_line_error, sskv
 
 pytestmark = pytest.mark.broker
 
@@ -215,7 +215,7 @@ def test_a_port_that_is_not_mqtt_fails_at_once_with_a_reason(answer: bytes | Non
     finally:
         server.close()
     assert done.returncode == EXIT_CONNECTION, done
-    (line,) = done.stderr.decode().strip().splitlines()[-1:]
+    line = one_line_error(done)  # the reason, once
     assert line.startswith(f"sskv: BrokerConnectError: could not connect to mqtt://127.0.0.1:{server.port}: ")
     assert reason in line, line
     print(f"{reason[:20]}: failed after {took:.2f} s (the process's start-up included)")
