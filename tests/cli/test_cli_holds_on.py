@@ -314,6 +314,29 @@ def test_a_lease_really_lost_stops_the_command_before_the_next_holder_starts(
         os.kill(pids[0], 0)  # the first job is gone, not left running
 
 
+def test_a_leader_keeps_its_term_across_a_broker_restart(
+    fresh_mosquitto: MosquittoBroker,
+    fresh_emulator: EmulatorProcess,
+    restartable: StateStoreClient,
+    clis: list[Cli],
+    tmp_path: Path,
+) -> None:
+    name, stamps = new_key("-leader"), tmp_path / "stamps"
+    job = (sys.executable, "-c", JOB, str(stamps), "6")
+    leader = Cli("leader", name, "--url", fresh_mosquitto.url, "--term", "4", "--", *job)
+    clis.append(leader)
+    leader.wait_for(f"leading {name}")
+    eventually_sync(lambda: stamps.exists() and "start" in stamps.read_text(), timeout=TIMEOUT)
+
+    restart(fresh_mosquitto, fresh_emulator)  # a blip within the 4 s term: renewed after it
+
+    assert leader.finish() == EXIT_OK, leader.err  # its command ran to its end: never stopped
+    assert leader.said("reconnected to ") and not leader.said(f"lost {name}")
+    assert leader.said(f"resigned {name}") and leader.out == []  # the job printed nothing; nor did sskv on stdout
+    ((_, end),) = windows(stamps).values()
+    assert end is not None
+
+
 #: a shell whose child ignores SIGTERM: only the SIGKILL to the whole process group after --grace ends it
 STUBBORN = """\
 import os, signal, sys, time
