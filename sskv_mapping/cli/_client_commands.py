@@ -1,4 +1,4 @@
-"""The ``sskv get|set|del|vdel|keys|watch|lock|leader`` commands (registered by ``cli.py``).
+"""The ``sskv get|set|del|vdel|keys|watch|lock|leader`` commands (registered by ``_main.py``).
 
 Human output by default, one JSON object per line with ``--json``. Data goes to stdout, status lines (a key not
 found, acquired/released, a reconnect) to stderr; under ``lock``/``leader`` with COMMAND, stdout is COMMAND's

@@ -6,7 +6,7 @@ parses and calls ``args.func(args)``. To add a command, write such a function an
 ``_REGISTRARS``.
 
 * ``sskv emulator`` — the local state store emulator (optionally with its own mosquitto);
-* ``sskv get|set|del|vdel|keys|watch|lock`` — client commands (``_cli_client.py``).
+* ``sskv get|set|del|vdel|keys|watch|lock|leader`` — client commands (``_client_commands.py``).
 
 Must not import aiomqtt/paho directly; heavy imports happen inside the command functions, so
 ``sskv --help`` stays fast.
