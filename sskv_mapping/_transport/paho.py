@@ -380,7 +380,8 @@ class PahoConnection:
             async with asyncio.timeout(s.connect_timeout):
                 await client.__aenter__()
         except (aiomqtt.MqttError, OSError, ssl.SSLError, TimeoutError) as exc:
-            raise BrokerConnectError(f"could not connect to {s.url}: {exc or type(exc).__name__}") from exc
+            why = str(exc) or f"no CONNACK within the connect timeout ({s.connect_timeout:g} s)"
+            raise BrokerConnectError(f"could not connect to {s.url}: {why}") from exc
         try:
             _reraise_lost_cancel()
         except asyncio.CancelledError:

@@ -76,6 +76,8 @@ log = logging.getLogger("sskv_mapping.transport")
 WRITE_HIGH_WATER = 1 << 20
 WRITE_LOW_WATER = 256 << 10
 WRITE_BOUND = 16 << 20
+#: what a broker's first packet may start with: CONNACK, or AUTH (enhanced authentication before the CONNACK)
+_FIRST_FROM_BROKER = (0x20, 0xF0)
 
 #: Linux's TCP_QUICKACK (absent elsewhere): see ``StreamConnection.connection_made``.
 _TCP_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
@@ -241,6 +243,7 @@ class StreamConnection(_WriteFlow):
         self._burst = False  # a write left at once this loop iteration: the others wait for the flush callback
         self._keepalive_handle: asyncio.TimerHandle | None = None
         self._lost_reason = ""
+        self._heard = False  # any byte from the peer yet (the first must start a CONNACK or an AUTH)
         self._sat = SatSession(settings, self.reauthenticate)  # K8S-SAT re-authentication (AUTH), see sat.py
         self._quickack: Callable[[], None] | None = None
         self._out_bytes = 0  # bytes in _out
@@ -300,8 +303,11 @@ class StreamConnection(_WriteFlow):
                 connack = await asyncio.shield(self._connack)
                 log.debug("%s: received CONNACK (%s)", s.client_id, packets.reason_name(connack.reason))
         except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
+            if isinstance(exc, TimeoutError) and not str(exc):
+                what = "no CONNACK" if self._transport is not None else "no TCP connection"
+                exc = TimeoutError(f"{what} within the connect timeout ({s.connect_timeout:g} s)")
             self._abort()
-            raise BrokerConnectError(f"could not connect to {s.url}: {exc or type(exc).__name__}") from exc
+            raise BrokerConnectError(f"could not connect to {s.url}: {exc}") from exc
         except BaseException:
             self._abort()
             raise
@@ -337,6 +343,17 @@ class StreamConnection(_WriteFlow):
             except OSError:  # the socket is going away: the read's packets still count
                 self._quickack = None
         session = self._session
+        if self._connack is not None and not self._connack.done() and not self._heard:
+            self._heard = True
+            if data[0] not in _FIRST_FROM_BROKER:
+                # a peer that is not an MQTT broker (HTTP, TLS on a plain port...): say so now, instead of waiting
+                # the connect timeout for a packet whose "length" is the peer's text
+                peer = f"{self.settings.host}:{self.settings.port}"
+                # (connect() raises it; no warning logged beside it)
+                self._lost_reason = f"{peer} does not speak MQTT: its first bytes {data[:16]!r} are not a CONNACK"
+                if self._transport is not None:
+                    self._transport.abort()
+                return
         try:
             received = session.feed(data)
         except MalformedPacketError as exc:
@@ -424,6 +441,8 @@ class StreamConnection(_WriteFlow):
         if self._connack is not None and not self._connack.done():
             if exc is not None and not isinstance(exc, ConnectionError):
                 self._connack.set_exception(exc)  # a TLS alert, ...: its own text
+            elif self._lost_reason:  # we dropped it: not MQTT, a malformed CONNACK
+                self._connack.set_exception(ConnectionResetError(self._lost_reason))
             else:
                 self._connack.set_exception(ConnectionResetError("the broker closed the connection before CONNACK"))
             self._connack.exception()  # retrieved here: connect() may already have given up

@@ -1,15 +1,17 @@
 """The ``sskv get|set|del|vdel|keys|watch|lock|leader`` commands (registered by ``cli/_main.py``).
 
-Human output by default, one JSON object per line with ``--json``. Exit codes by error class:
+Human output by default, one JSON object per line with ``--json``. Data goes to stdout, status lines (a key not
+found, acquired/released, a reconnect) to stderr; under ``lock``/``leader`` with COMMAND, stdout is COMMAND's
+alone. Every command reconnects after a drop, as the library does. Exit codes by error class:
 
 ====  ==========================================================
 0     success
 1     key not found / SET not applied / VDEL mismatch / lock busy
 2     usage error (bad arguments)
-3     connection problem (broker unreachable, lost, timed out)
+3     connection problem (broker unreachable, not MQTT, lost, timed out)
 4     the service answered an error (``-ERR ...``)
 5     protocol error (a reply that does not parse)
-6     lock error
+6     lock error; ``lock -- COMMAND``: the lease was lost and COMMAND stopped
 126   ``lock``: COMMAND could not be run (127: not found)
 130   interrupted (Ctrl-C)
 ====  ==========================================================
@@ -24,35 +26,44 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
+import logging
 import math
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from .._keys import scan_pattern, store_key
 from .._protocol.commands import SetCondition, VDeleteResult
 from .._protocol.hlc import HybridLogicalClock
-from .._protocol.notifications import KeyEvent
+from .._protocol.notifications import KeyEvent, KeyOperation
 from .._transport.settings import ConnectionSettings, TlsSettings
 from .._ttl import ttl_to_ms
-from ..client._client import UNSET, AsyncStateStoreClient
+from ..client._client import UNSET, AsyncStateStoreClient, ConnectionState, KeySubscription
 from ..errors import (
     ConfigurationError,
+    ConnectionLostError,
     LockError,
     ProtocolError,
     ServiceError,
     StateStoreError,
     TransportError,
 )
+from ._child import exit_status, forward_signals, start_in_group, stop_group
+
+if TYPE_CHECKING:
+    from ..lock import AsyncLeasedLock
 
 __all__ = ["EXIT_CODES", "add_client_parsers", "exit_code_for"]
 
 EXIT_OK, EXIT_MISS, EXIT_USAGE, EXIT_CONNECTION, EXIT_SERVICE, EXIT_PROTOCOL, EXIT_LOCK = range(7)
 EXIT_INTERRUPTED = 130
 EXIT_CANNOT_RUN, EXIT_NOT_FOUND = 126, 127  # `lock -- COMMAND` that cannot be started (as shells do)
+EXIT_LEASE_LOST = EXIT_LOCK  # `lock -- COMMAND`: the lease was lost while COMMAND ran, and COMMAND was stopped
 
 EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (ConfigurationError, EXIT_USAGE),
@@ -110,7 +121,7 @@ def _connection_args(p: argparse.ArgumentParser) -> None:
 
 def _client(args: argparse.Namespace) -> AsyncStateStoreClient:
     if args.from_env:
-        return AsyncStateStoreClient(settings=_env_settings(args), timeout=args.timeout, reconnect=False)
+        return AsyncStateStoreClient(settings=_env_settings(args), timeout=args.timeout)
     tls = None
     if args.ca_file or args.cert_file or args.insecure or args.url.startswith(("mqtts:", "ssl:")):
         tls = TlsSettings(
@@ -128,7 +139,9 @@ def _client(args: argparse.Namespace) -> AsyncStateStoreClient:
     if args.sat_token_file:
         overrides["sat_token_file"] = args.sat_token_file
     settings = ConnectionSettings.from_url(args.url, **overrides)
-    return AsyncStateStoreClient(settings=settings, timeout=args.timeout, reconnect=False)
+    # reconnects with backoff after a drop, as the library does: a watch is restored and goes on, a lease is
+    # renewed across a blip (a first connect that fails still fails at once)
+    return AsyncStateStoreClient(settings=settings, timeout=args.timeout)
 
 
 def _env_settings(args: argparse.Namespace) -> ConnectionSettings:
@@ -192,6 +205,9 @@ def _check_args(args: argparse.Namespace) -> None:
             ttl_to_ms(seconds)
         except ConfigurationError as exc:
             raise ConfigurationError(f"{option}: {exc}") from None
+    grace = getattr(args, "grace", None)
+    if grace is not None and not (math.isfinite(grace) and grace >= 0):
+        raise ConfigurationError(f"--grace must be 0 or a positive number of seconds, not {grace}")
     wait = getattr(args, "wait", None)
     if wait is not None and not (math.isfinite(wait) and wait >= 0):
         raise ConfigurationError(f"--wait must be 0 (try once) or a positive number of seconds, not {wait}")
@@ -229,6 +245,15 @@ def _emit(args: argparse.Namespace, record: dict[str, Any], human: str) -> None:
     print(json.dumps(record, ensure_ascii=False) if args.json else human, flush=True)
 
 
+def _answer_or_status(args: argparse.Namespace, record: dict[str, Any], human: str) -> None:
+    """A negative answer (not found, not applied): the JSON record is data (stdout); the human line is a status
+    (stderr), so that ``sskv get KEY > file`` writes only a value. The exit code says it too."""
+    if args.json:
+        _emit(args, record, human)
+    else:
+        print(human, file=sys.stderr, flush=True)
+
+
 def _human_value(value: bytes) -> str:
     try:
         return value.decode("utf-8")
@@ -239,7 +264,7 @@ def _human_value(value: bytes) -> str:
 async def _cmd_get(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
     entry = await client.get(_key(args.key))
     if entry is None:
-        _emit(args, {**_show_key(args.key), "found": False}, f"(not found) {args.key}")
+        _answer_or_status(args, {**_show_key(args.key), "found": False}, f"(not found) {args.key}")
         return EXIT_MISS
     record = {**_show_key(args.key), "found": True, **_show_value(entry.value), "version": str(entry.version)}
     _emit(args, record, _human_value(entry.value) + (f"\t(version {entry.version})" if args.verbose else ""))
@@ -262,15 +287,21 @@ async def _cmd_set(args: argparse.Namespace, client: AsyncStateStoreClient) -> i
         persist=args.persist,
     )
     record = {**_show_key(args.key), "applied": result.applied, "version": str(result.version)}
-    human = f"OK\t(version {result.version})" if result.applied else "(not applied: condition not met)"
-    _emit(args, record, human)
+    if result.applied:
+        _emit(args, record, f"OK\t(version {result.version})")
+    else:
+        _answer_or_status(args, record, "(not applied: condition not met)")
     return EXIT_OK if result.applied else EXIT_MISS
 
 
 async def _cmd_del(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
     token = _fencing_token(args.fencing_token)
     deleted = await client.delete(_key(args.key), fencing_token=token)
-    _emit(args, {**_show_key(args.key), "deleted": deleted}, "deleted" if deleted else f"(not found) {args.key}")
+    record = {**_show_key(args.key), "deleted": deleted}
+    if deleted:
+        _emit(args, record, "deleted")
+    else:
+        _answer_or_status(args, record, f"(not found) {args.key}")
     return EXIT_OK if deleted else EXIT_MISS
 
 
@@ -282,7 +313,8 @@ async def _cmd_vdel(args: argparse.Namespace, client: AsyncStateStoreClient) -> 
         VDeleteResult.NOT_FOUND: f"(not found) {args.key}",
         VDeleteResult.VALUE_MISMATCH: "(not deleted: the value differs)",
     }[result]
-    _emit(args, {**_show_key(args.key), "result": result.name.lower()}, human)
+    record = {**_show_key(args.key), "result": result.name.lower()}
+    (_emit if result is VDeleteResult.DELETED else _answer_or_status)(args, record, human)
     return EXIT_OK if result is VDeleteResult.DELETED else EXIT_MISS
 
 
@@ -301,11 +333,24 @@ async def _cmd_keys(args: argparse.Namespace, client: AsyncStateStoreClient) -> 
     return EXIT_OK
 
 
+def _say_connection_changes(client: AsyncStateStoreClient, what: str) -> Callable[[], None]:
+    """Status lines on stderr when the connection drops and comes back (the client reconnects by itself)."""
+
+    def on_state(state: ConnectionState) -> None:
+        if state is ConnectionState.RECONNECTING:
+            print(f"sskv: connection to {client.settings.url} lost; reconnecting", file=sys.stderr, flush=True)
+        elif state is ConnectionState.CONNECTED:
+            print(f"sskv: reconnected to {client.settings.url}; {what}", file=sys.stderr, flush=True)
+
+    return client.add_state_listener(on_state)
+
+
 async def _cmd_watch(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
     queue: asyncio.Queue[KeyEvent] = asyncio.Queue()
     subs = [await client.subscribe_key(_key(k), queue.put_nowait) for k in args.keys]
     # on stderr in both modes (stdout stays pure JSON): the watches are registered from this line on
     print(f"watching {', '.join(args.keys)} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    _say_connection_changes(client, "restoring the watches (a change missed meanwhile is printed as a resync)")
     seen = 0
     try:
         while args.count is None or seen < args.count:
@@ -316,67 +361,201 @@ async def _cmd_watch(args: argparse.Namespace, client: AsyncStateStoreClient) ->
                 **_show_key(event.key),
                 "op": event.op.value,
                 **_show_value(event.value),
-                "version": str(event.version),
+                "version": None if event.version is None else str(event.version),
+                "synthetic": event.synthetic,
             }
             value = "" if event.value is None else " " + _human_value(event.value)
-            _emit(args, record, f"{event.op.value} {key}{value}\t(version {event.version})")
+            # a synthetic event: the key changed while the connection was down (the client re-read it)
+            note = f"version {event.version}" if event.version is not None else "no version"
+            note += ", resync after a reconnect" if event.synthetic else ""
+            _emit(args, record, f"{event.op.value} {key}{value}\t({note})")
     finally:
         for sub in subs:
             await sub.close()
     return EXIT_OK
 
 
+def _status(args: argparse.Namespace, record: dict[str, Any], human: str) -> None:
+    """A status line (acquired, released, lost...): on stderr in both modes, so that stdout carries only data
+    (a command's own output, under ``lock``/``leader``)."""
+    print(json.dumps(record, ensure_ascii=False) if args.json else human, file=sys.stderr, flush=True)
+
+
+class _LeaseWatch:
+    """Tells when the lease of a held lock is lost, and why.
+
+    Lost means: another holder's value or a DELETE of the lock key was notified (a takeover, ``sskv del``, an
+    expiry seen by the service), or the lease ran out by our own clock without being renewed (the lock's
+    renewal retries across a reconnect until then). Our clock ends a lease no later than the service does (it
+    starts before the request that grants it), so the command is told to stop before the service can grant the
+    lock to anyone else. A notification is never trusted to arrive: the clock alone decides at the lease's end.
+    """
+
+    def __init__(self, lock: AsyncLeasedLock) -> None:
+        self._lock = lock
+        self._changed = asyncio.Event()
+        self._sub: KeySubscription | None = None
+        self.reason: str | None = None
+
+    def _on_event(self, event: KeyEvent) -> None:
+        if event.op is KeyOperation.DELETE:
+            self._lose("the lock key was deleted (by someone else, or it expired)")
+        elif event.value != self._lock.holder:
+            self._lose("another holder took the lock")
+
+    def _lose(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self._changed.set()
+
+    async def start(self) -> None:
+        """Watch the lock key (KEYNOTIFY), before COMMAND starts."""
+        self._sub = await self._lock.client.subscribe_key(self._lock.name, self._on_event)
+
+    async def lost(self) -> str:
+        """Wait until the lease is lost; returns why."""
+        while self.reason is None:
+            left = self._lock.lease_deadline - time.monotonic()
+            if left <= 0 or not self._lock.held:
+                self._lose("the lease ran out before it could be renewed")
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), left)
+        assert self.reason is not None
+        return self.reason
+
+    async def close(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            with contextlib.suppress(StateStoreError, TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await sub.close()
+
+
 async def _cmd_lock(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
     from ..lock import AsyncLeasedLock
 
-    lock = AsyncLeasedLock(client, _key(args.name), lease=args.lease, auto_renew=True)
+    lock = AsyncLeasedLock(client, _key(args.name), lease=args.lease, auto_renew=True, renew_fraction=1 / 3)
     command = args.command
+    lock_key = _show_key(args.name, "lock")
     if not command:
         holder = await lock.holder_of()
-        record = {**_show_key(args.name, "lock"), "held": holder is not None, **_show_value(holder)}
+        record = {**lock_key, "held": holder is not None, **_show_value(holder)}
         _emit(args, record, f"held by {_human_value(holder)}" if holder is not None else "free")
         return EXIT_OK
-    if args.wait == 0:
-        token = await lock.try_acquire()
-        if token is None:
-            _emit(args, {**_show_key(args.name, "lock"), "acquired": False}, f"lock {args.name} is busy")
-            return EXIT_MISS
-    else:
-        token = await lock.acquire(timeout=args.wait)
-    if not args.json:
-        print(f"acquired {args.name} (fencing token {token})", file=sys.stderr, flush=True)
+    token = await lock.try_acquire()
+    if token is None and args.wait == 0:
+        _status(args, {**lock_key, "acquired": False}, f"lock {args.name} is busy")
+        return EXIT_MISS
+    if token is None:
+        _status(args, {**lock_key, "waiting": True}, f"waiting for {args.name} (held by someone else)")
+        token = await _acquire_across_drops(lock, args.wait)
+    lease = _LeaseWatch(lock)
+    proc: asyncio.subprocess.Process | None = None
     try:
+        await lease.start()
+        _say_connection_changes(client, f"renewing the lease on {args.name}")
+        _status(
+            args,
+            {**lock_key, "acquired": True, "fencing_token": str(token)},
+            f"acquired {args.name} (fencing token {token})",
+        )
         env = {**os.environ, "SSKV_LOCK": args.name, "SSKV_FENCING_TOKEN": str(token)}
         try:
-            proc = await asyncio.create_subprocess_exec(*command, env=env)
+            proc = await start_in_group(command, env)
         except OSError as exc:
             print(f"sskv: cannot run {command[0]}: {exc.strerror or exc}", file=sys.stderr, flush=True)
-            rc = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_CANNOT_RUN
-        else:
-            rc = await proc.wait()
+            await _release_quietly(lock, args.name, args.timeout)
+            return EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_CANNOT_RUN
+        with forward_signals(proc):
+            exited = asyncio.ensure_future(proc.wait())
+            watcher = asyncio.ensure_future(lease.lost())
+            try:
+                await asyncio.wait({exited, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                watcher.cancel()
+            if not exited.done():
+                # the lease is lost: stop COMMAND (and its process group) before anyone else may hold the lock
+                _status(
+                    args,
+                    {**lock_key, "lost": lease.reason},
+                    f"lost {args.name}: {lease.reason}; stopping the command (SIGTERM, then SIGKILL after "
+                    f"{args.grace:g} s)",
+                )
+                rc = await stop_group(proc, args.grace)
+                _status(
+                    args,
+                    {**lock_key, "exit_code": EXIT_LEASE_LOST, "command_exit_code": rc},
+                    f"stopped the command (its exit status {rc}); sskv exits {EXIT_LEASE_LOST}",
+                )
+                # a courtesy: the lease is gone or about to be, and the connection may be too
+                await _release_quietly(lock, args.name, min(args.timeout, 1.0))
+                return EXIT_LEASE_LOST
+            rc = exit_status(exited.result())
+        if await _release_quietly(lock, args.name, args.timeout):
+            _status(args, {**lock_key, "fencing_token": str(token), "exit_code": rc}, f"released {args.name}")
+        return rc
+    except BaseException:
+        # interrupted or failed while COMMAND runs: it does not outlive sskv, nor keep running without the lock
+        if proc is not None and proc.returncode is None:
+            await asyncio.shield(stop_group(proc, args.grace))
+        await _release_quietly(lock, args.name, min(args.timeout, 1.0))
+        raise
     finally:
-        await lock.release()
-    record = {**_show_key(args.name, "lock"), "fencing_token": str(token), "exit_code": rc}
-    _emit(args, record, f"released {args.name}")
-    return rc
+        await lease.close()
+
+
+async def _acquire_across_drops(lock: AsyncLeasedLock, wait: float | None) -> HybridLogicalClock:
+    """``lock.acquire(wait)``, begun again when the connection drops under it (its first attempt or its watch's
+    registration can fail so): the same holder value re-takes a lock whose grant was lost with the reply."""
+    deadline = None if wait is None else time.monotonic() + wait
+    while True:
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        try:
+            return await lock.acquire(timeout=left)
+        except ConnectionLostError as exc:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise LockError(f"timed out after {wait} s waiting for lock {lock.name!r}") from exc
+            _say(f"connection lost while waiting for the lock ({exc}); waiting on")
+            with contextlib.suppress(ConnectionLostError):
+                await lock.client.wait_connected(left)
+
+
+def _say(text: str) -> None:
+    print(f"sskv: {text}", file=sys.stderr, flush=True)
+
+
+async def _release_quietly(lock: AsyncLeasedLock, name: str, timeout: float) -> bool:
+    """Release the lock (waiting up to ``timeout`` seconds); a failure (a connection that is gone) is said on
+    stderr, not raised: the command's outcome is the result, and the lease ends by itself. True if released."""
+    try:
+        async with asyncio.timeout(timeout):
+            await lock.release()
+        return True
+    except (StateStoreError, TimeoutError) as exc:
+        why = str(exc) or f"no answer within {timeout:g} s"
+        print(f"sskv: could not release {name} ({why}); it expires with its lease", file=sys.stderr, flush=True)
+        return False
 
 
 async def _cmd_leader(args: argparse.Namespace, client: AsyncStateStoreClient) -> int:
     from ..election import AsyncLeaderElection
 
     election = AsyncLeaderElection(client, _key(args.name), term=args.term, candidate=args.candidate)
+    position = _show_key(args.name, "position")
     if args.status or not args.command:
         leader = await election.leader()
-        record = {**_show_key(args.name, "position"), "leader": leader}
+        record = {**position, "leader": leader}
         _emit(args, record, f"led by {leader}" if leader is not None else "no leader")
         return EXIT_OK if leader is not None else EXIT_MISS
+    _say_connection_changes(client, "going on (a leader renews its term)")
     while True:
         token = await election.campaign()
-        # on stderr in both modes (stdout stays for --json records and COMMAND's own output)
-        print(f"leading {args.name} as {election.candidate} (fencing token {token})", file=sys.stderr, flush=True)
-        if args.json:
-            record = {**_show_key(args.name, "position"), "elected": election.candidate, "fencing_token": str(token)}
-            print(json.dumps(record), flush=True)
+        _status(
+            args,
+            {**position, "elected": election.candidate, "fencing_token": str(token)},
+            f"leading {args.name} as {election.candidate} (fencing token {token})",
+        )
         env = {**os.environ, "SSKV_LEADER": args.name, "SSKV_FENCING_TOKEN": str(token)}
         try:
             proc = await asyncio.create_subprocess_exec(*args.command, env=env)
@@ -392,18 +571,22 @@ async def _cmd_leader(args: argparse.Namespace, client: AsyncStateStoreClient) -
             lost.cancel()
         if exited.done():  # the command ended by itself: give the position up and end with its code
             await election.resign()
-            rc = exited.result()
-            _emit(args, {**_show_key(args.name, "position"), "exit_code": rc}, f"resigned {args.name}")
+            rc = exit_status(exited.result())
+            _status(args, {**position, "exit_code": rc}, f"resigned {args.name}")
             return rc
         # leadership lost: stop the command at once (SIGTERM, then SIGKILL after the grace period)
-        print(f"lost {args.name}: {election.lost_reason}; stopping the command", file=sys.stderr, flush=True)
+        _status(
+            args,
+            {**position, "lost": election.lost_reason},
+            f"lost {args.name}: {election.lost_reason}; stopping the command",
+        )
         proc.terminate()
         try:
             await asyncio.wait_for(asyncio.shield(exited), args.grace)
         except TimeoutError:
             proc.kill()
             await exited
-        _emit(args, {**_show_key(args.name, "position"), "lost": election.lost_reason}, "campaigning again")
+        _status(args, {**position, "campaigning": True}, "campaigning again")
 
 
 def _split_leader_command(args: argparse.Namespace) -> None:
@@ -435,6 +618,18 @@ def _split_command(args: argparse.Namespace, verb: str, options_of: Callable[[ar
     parser.parse_args(options, namespace=args)  # only options are accepted here; an error exits 2
 
 
+def _log_warnings_as_status() -> None:
+    """The library's warnings (a connection lost, a watch not restored yet, a lock lost) are status lines on
+    stderr, prefixed like sskv's own; set up once per process, and only if the application configured nothing."""
+    logger = logging.getLogger("sskv_mapping")
+    if logger.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("sskv: %(message)s"))
+    handler.setLevel(logging.WARNING)
+    logger.addHandler(handler)
+
+
 def _runner(
     handler: Callable[[argparse.Namespace, AsyncStateStoreClient], Awaitable[int]],
 ) -> Callable[[argparse.Namespace], int]:
@@ -446,6 +641,7 @@ def _runner(
         prepare: Callable[[argparse.Namespace], None] | None = getattr(args, "prepare", None)
         if prepare is not None:
             prepare(args)
+        _log_warnings_as_status()
         try:
             _check_args(args)
             return asyncio.run(main())
@@ -454,8 +650,10 @@ def _runner(
         except StateStoreError as exc:
             message = f"{type(exc).__name__}: {exc}"
             if args.json:
-                print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), flush=True)
-            print(f"sskv: {message}", file=sys.stderr)
+                # under lock/leader with COMMAND, stdout is COMMAND's alone
+                out = sys.stderr if getattr(args, "wraps_command", False) and args.command else sys.stdout
+                print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), file=out, flush=True)
+            print(f"sskv: {message}", file=sys.stderr, flush=True)
             return exit_code_for(exc)
 
     return run
@@ -526,14 +724,18 @@ def add_client_parsers(sub: Any) -> None:
         "lock",
         help="run a command while holding a leased lock",
         description="Without COMMAND: show who holds the lock. With COMMAND: wait for the lock, run COMMAND "
-        "with SSKV_FENCING_TOKEN set (the lease is renewed meanwhile), release it, exit with COMMAND's code "
-        "(127 if it is not found, 126 if it cannot be run).",
+        "in its own process group with SSKV_LOCK and SSKV_FENCING_TOKEN set (the lease is renewed meanwhile, "
+        "across reconnects), release it, exit with COMMAND's code (127 if it is not found, 126 if it cannot be "
+        "run). If the lease is lost (another holder took it, the key was deleted, or it ran out unrenewed by "
+        "sskv's clock, which ends it no later than the service does), COMMAND's process group gets SIGTERM, "
+        "then SIGKILL after --grace, and sskv exits 6. SIGINT, SIGTERM and SIGHUP are passed on to COMMAND. "
+        "stdout is COMMAND's alone; sskv's own lines go to stderr.",
     )
     p.add_argument("name")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     _lock_options(p)
     _connection_args(p)
-    p.set_defaults(func=_runner(_cmd_lock), prepare=_split_lock_command)
+    p.set_defaults(func=_runner(_cmd_lock), prepare=_split_lock_command, wraps_command=True)
 
     p = sub.add_parser(
         "leader",
@@ -541,13 +743,14 @@ def add_client_parsers(sub: Any) -> None:
         description="Campaign for the leadership position NAME; while leading, run COMMAND with SSKV_LEADER and "
         "SSKV_FENCING_TOKEN set (the term is renewed meanwhile). If the leadership is lost, COMMAND is stopped "
         "(SIGTERM, then SIGKILL after --grace) and the campaign starts again; when COMMAND ends by itself, the "
-        "position is resigned and its exit code returned. --status (or no COMMAND): print the current leader.",
+        "position is resigned and its exit code returned. --status (or no COMMAND): print the current leader. "
+        "stdout is COMMAND's alone; sskv's own lines go to stderr.",
     )
     p.add_argument("name")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     _leader_options(p)
     _connection_args(p)
-    p.set_defaults(func=_runner(_cmd_leader), prepare=_split_leader_command)
+    p.set_defaults(func=_runner(_cmd_leader), prepare=_split_leader_command, wraps_command=True)
 
 
 def _leader_options(p: argparse.ArgumentParser) -> None:
@@ -562,3 +765,10 @@ def _leader_options(p: argparse.ArgumentParser) -> None:
 def _lock_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lease", type=float, default=10.0, help="lease length in seconds (default 10)")
     p.add_argument("--wait", type=float, default=None, help="give up after this many seconds (0: try once)")
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="if the lease is lost, seconds between SIGTERM and SIGKILL to COMMAND's process group (default 10)",
+    )

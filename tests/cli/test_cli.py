@@ -168,7 +168,11 @@ def test_set_get_vdel_del_round_trip(url: str, store: StateStoreClient) -> None:
     assert sskv("get", "--url", url, k).stdout == "grüße ✓\n".encode()
 
     mismatch = sskv("vdel", "--url", url, k, "hello")
-    assert (mismatch.returncode, mismatch.stdout) == (EXIT_MISS, b"(not deleted: the value differs)\n")
+    assert (mismatch.returncode, mismatch.stdout, mismatch.stderr) == (
+        EXIT_MISS,
+        b"",
+        b"(not deleted: the value differs)\n",  # a status: stdout carries only data
+    )
     assert json.loads(sskv("vdel", "--url", url, "--json", k, "hello").stdout) == {
         "key": k,
         "result": "value_mismatch",
@@ -187,7 +191,7 @@ def test_set_get_vdel_del_round_trip(url: str, store: StateStoreClient) -> None:
     )
     assert (deleted.returncode, deleted.stdout) == (EXIT_OK, b"deleted\n")
     assert store.get(k) is None
-    assert gone.returncode == EXIT_MISS and gone.stdout.startswith(b"(not found) ")
+    assert (gone.returncode, gone.stdout) == (EXIT_MISS, b"") and gone.stderr.startswith(b"(not found) ")
     assert (gone_json.returncode, json.loads(gone_json.stdout)) == (EXIT_MISS, {"key": f"{k}-never", "deleted": False})
     assert (vdel_gone.returncode, json.loads(vdel_gone.stdout)) == (
         EXIT_MISS,
@@ -198,7 +202,7 @@ def test_set_get_vdel_del_round_trip(url: str, store: StateStoreClient) -> None:
 def test_a_missing_key_exits_1_and_says_so(url: str) -> None:
     k = new_key()
     human, as_json = run_all(["get", "--url", url, k], ["get", "--url", url, "--json", k])
-    assert (human.returncode, human.stdout, human.stderr) == (EXIT_MISS, f"(not found) {k}\n".encode(), b"")
+    assert (human.returncode, human.stdout, human.stderr) == (EXIT_MISS, b"", f"(not found) {k}\n".encode())
     assert (as_json.returncode, json.loads(as_json.stdout), as_json.stderr) == (
         EXIT_MISS,
         {"key": k, "found": False},
@@ -233,7 +237,7 @@ def test_nx_and_nex_not_applied_exit_1_and_leave_the_value(url: str, store: Stat
         ["set", "--url", url, "--nx", fresh, "new"],
         ["set", "--url", url, "--nx", "--nex", k, "v"],
     )
-    assert (nx.returncode, nx.stdout) == (EXIT_MISS, b"(not applied: condition not met)\n")
+    assert (nx.returncode, nx.stdout, nx.stderr) == (EXIT_MISS, b"", b"(not applied: condition not met)\n")
     record = json.loads(nx_json.stdout)
     assert nx_json.returncode == EXIT_MISS and record["key"] == k and record["applied"] is False
     assert nex_other.returncode == EXIT_MISS
@@ -370,7 +374,7 @@ def test_an_unreachable_broker_is_a_connection_error_never_key_absent(url: str) 
 
 def test_a_missing_key_and_an_unreachable_broker_are_different_outcomes(url: str) -> None:
     missing = sskv("get", "--url", url, new_key())
-    assert missing.returncode == 1 and missing.stdout.startswith(b"(not found)")
+    assert missing.returncode == 1 and missing.stderr.startswith(b"(not found)") and missing.stdout == b""
     down = sskv("get", "--url", f"mqtt://127.0.0.1:{free_port()}", new_key())
     assert down.returncode == 3 and b"BrokerConnectError" in down.stderr
     assert down.stdout == b"" and b"Traceback" not in down.stderr
@@ -542,7 +546,8 @@ def test_lock_runs_the_command_with_a_fencing_token_and_releases(url: str, store
 
     done = sskv("lock", "--url", url, name, "--", "sh", "-c", script, sys.executable)
     assert done.returncode == EXIT_OK, done
-    assert done.stdout.startswith(b"OK\t(version ") and done.stdout.endswith(f"released {name}\n".encode())
+    assert done.stdout.startswith(b"OK\t(version ") and done.stdout.count(b"\n") == 1  # COMMAND's output alone
+    assert done.stderr.decode().splitlines()[-1] == f"released {name}"
     acquired = done.stderr.decode().splitlines()[0]
     assert acquired.startswith(f"acquired {name} (fencing token ")
     token = HybridLogicalClock.parse(acquired.removesuffix(")").rsplit(" ", 1)[1])
@@ -556,9 +561,10 @@ def test_lock_runs_the_command_with_a_fencing_token_and_releases(url: str, store
     show_argv = "import sys; print(sys.argv[1:]); sys.exit(7)"
     done = sskv("lock", "--url", url, name, "--json", "--wait", "0", "--", sys.executable, "-c", show_argv, "--", "a")
     assert done.returncode == 7, done
-    printed, record = done.stdout.decode().splitlines()
-    assert printed == "['--', 'a']"
-    assert json.loads(record)["exit_code"] == 7 and json.loads(record)["lock"] == name
+    assert done.stdout.decode().splitlines() == ["['--', 'a']"]  # COMMAND's stdout alone
+    acquired, record = (json.loads(line) for line in done.stderr.decode().splitlines())  # sskv's own, on stderr
+    assert acquired["acquired"] is True and HybridLogicalClock.parse(acquired["fencing_token"])
+    assert record["exit_code"] == 7 and record["lock"] == name
     assert store.get(name) is None
     store.delete(protected, fencing_token=token)
 
@@ -574,10 +580,12 @@ def test_lock_busy_timeout_and_a_command_that_cannot_run(url: str, store: StateS
             ["lock", "--url", url, name],
             ["lock", "--url", url, "--wait", "0.2", name, "--", "sh", "-c", "echo RAN"],
         )
-        assert (busy.returncode, busy.stdout) == (EXIT_MISS, f"lock {name} is busy\n".encode())
-        assert json.loads(busy_json.stdout) == {"lock": name, "acquired": False}
+        assert (busy.returncode, busy.stdout, busy.stderr) == (EXIT_MISS, b"", f"lock {name} is busy\n".encode())
+        assert json.loads(busy_json.stderr) == {"lock": name, "acquired": False}
         assert (shown.returncode, shown.stdout) == (EXIT_OK, b"held by " + holder.holder + b"\n")
-        assert timed_out.returncode == 6 and "LockError" in one_line_error(timed_out)
+        waiting, error = timed_out.stderr.decode().splitlines()  # a status line, then the error
+        assert waiting == f"waiting for {name} (held by someone else)"
+        assert timed_out.returncode == 6 and error.startswith("sskv: LockError: timed out")
         for done in (busy, busy_json, timed_out):
             assert b"RAN" not in done.stdout  # the command never ran
         entry = store.get(name)
@@ -611,8 +619,9 @@ def test_lock_waits_for_the_holder_to_release(url: str, store: StateStoreClient)
             if waiter.poll() is None:
                 waiter.kill()
     assert waiter.returncode == EXIT_OK, err
-    token = HybridLogicalClock.parse(err.decode().splitlines()[0].removesuffix(")").rsplit(" ", 1)[1])
-    assert token > first and out == f"released {name}\n".encode()
+    (acquired,) = [line for line in err.decode().splitlines() if line.startswith("acquired ")]
+    token = HybridLogicalClock.parse(acquired.removesuffix(")").rsplit(" ", 1)[1])
+    assert token > first and out == b"" and err.decode().splitlines()[-1] == f"released {name}"
 
 
 # -- passwords ------------------------------------------------------------------------------------------------
@@ -684,7 +693,8 @@ def test_password_is_read_from_the_environment_and_never_printed(password_url: t
     stored, *authorised, wrong_human, wrong_json, missing = results
     assert stored.returncode == EXIT_OK, stored
     for done in authorised:
-        assert done.returncode == EXIT_MISS and b"found" in done.stdout, done  # connected, key absent
+        # connected, key absent (a JSON record on stdout, a human line on stderr)
+        assert done.returncode == EXIT_MISS and b"found" in done.stdout + done.stderr, done
     for done in (wrong_human, wrong_json, missing):
         assert done.returncode == EXIT_CONNECTION, done
     assert "BrokerConnectError" in one_line_error(wrong_human)
