@@ -18,7 +18,7 @@ from ..emulator.broker import EMULATOR_QUEUE_SETTINGS, MosquittoBroker, Mosquitt
 from ..errors import ConfigurationError
 from ._faces import StoreFaces
 
-__all__ = ["LiveStore", "StateStoreServer", "StateStoreStartError"]
+__all__ = ["LiveStore", "StateStoreServer", "StateStoreStartError", "live_servers"]
 
 #: what the emulator process prints once its request subscription is acknowledged
 _READY = "serving state store on"
@@ -31,6 +31,11 @@ def _stop_all() -> None:  # a crashed test run must not leave a broker or an emu
     for server in list(_LIVE):
         with contextlib.suppress(Exception):
             server.stop()
+
+
+def live_servers() -> list[StateStoreServer]:
+    """The :class:`StateStoreServer` objects started in this process and not stopped yet."""
+    return list(_LIVE)
 
 
 class StateStoreStartError(RuntimeError):
