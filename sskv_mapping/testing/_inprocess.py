@@ -7,6 +7,8 @@ Must not import aiomqtt/paho, nor any framework.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any, Self
 
 from .._blocking import get_loop_thread
@@ -90,6 +92,22 @@ class InProcessStore(StoreFaces):
 
     def _async_client_kwargs(self) -> dict[str, Any]:
         return self._client_kwargs()
+
+    def fastapi_lifespan(self, **options: Any) -> Any:
+        """A lifespan for ``FastAPI(lifespan=...)`` / ``Starlette(lifespan=...)`` whose app state store is this one:
+        an async client opened on the app's loop (a ``TestClient``'s), in the test's namespace unless
+        ``namespace=`` is given; ``options`` as for ``statestore_lifespan`` (needs the ``fastapi`` extra)."""
+        from ..integrations.fastapi import statestore_lifespan
+
+        options.setdefault("namespace", self.namespace)
+
+        @contextlib.asynccontextmanager
+        async def lifespan(app: Any) -> AsyncIterator[Any]:
+            client = self.async_client()
+            async with client, statestore_lifespan(client=client, **options)(app) as state:
+                yield state
+
+        return lifespan
 
     def advance(self, seconds: float) -> None:
         """Move the store's, the clients' and the faces' clocks forward by ``seconds``, at once.
