@@ -5,7 +5,6 @@ Must not import aiomqtt/paho, nor any framework.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from ..cache._cache import StateStoreCache
@@ -88,6 +87,11 @@ class StoreFaces:
         """Close every face and client made here (the test's teardown calls it; closing earlier is fine)."""
         owned, self._owned = self._owned, []
         self._client = None
+        failures: list[Exception] = []
         for thing in reversed(owned):
-            with contextlib.suppress(Exception):  # one that failed to close must not keep the rest open
+            try:
                 thing.close()
+            except Exception as exc:  # one that failed to close must not keep the rest open; reported below
+                failures.append(exc)
+        if failures:
+            raise failures[0]

@@ -67,11 +67,13 @@ class InProcessStore(StoreFaces):
         return self
 
     def close(self) -> None:
-        """Close every client and face made here, then stop the store."""
-        super().close()
-        if self._loop is not None:
-            self._loop = None
-            self._portal.run(self.store.stop())
+        """Close every client and face made here, then stop the store (stopped even if a close failed)."""
+        try:
+            super().close()
+        finally:
+            if self._loop is not None:
+                self._loop = None
+                self._portal.run(self.store.stop())
 
     def __enter__(self) -> Self:
         return self

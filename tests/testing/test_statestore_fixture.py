@@ -4,10 +4,12 @@ the faces in the test's own namespace."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 import pytest
 
+from sskv_mapping import KeyOperation
 from sskv_mapping.errors import LockError
 from sskv_mapping.testing import FakeClock
 
@@ -103,3 +105,13 @@ def test_the_clock_only_moves_forward() -> None:
     with pytest.raises(ValueError, match="forward"):
         clock.advance(-1)
     assert (clock.wall_ms(), clock.monotonic()) == (1_250, 5.25)
+
+
+async def test_a_watch_on_the_tests_loop_hears_a_blocking_write_and_the_expiry(statestore: InProcessStore) -> None:
+    async with statestore.async_client() as client, client.watch("job") as watch:
+        statestore.client.set("job", b"queued", ttl=3.0)
+        written = await asyncio.wait_for(anext(watch), 5)
+        assert written.op == KeyOperation.SET and written.value == b"queued"
+        statestore.advance(3.0)
+        expired = await asyncio.wait_for(anext(watch), 5)  # the store's expiry timer, woken by the jump
+        assert expired.op == KeyOperation.DELETE
