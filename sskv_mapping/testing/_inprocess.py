@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Self
 
 from .._blocking import get_loop_thread
+from .._transport.base import ConnectionFactory
 from ..emulator.inprocess import InProcessStateStore
 from ._bridge import bridged_factory
 from ._clock import FakeClock
@@ -82,7 +83,7 @@ class InProcessStore(StoreFaces):
         self.close()
 
     @property
-    def connection_factory(self) -> Any:
+    def connection_factory(self) -> ConnectionFactory:
         """The ``connection_factory=`` that puts a client of your own (of either kind, on any loop) on this
         store; give it ``clock=statestore.clock.wall_ms`` too."""
         if self._loop is None:
