@@ -40,6 +40,7 @@ from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker, MosquittoStartError, live_brokers
 from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.errors import ConfigurationError
+from sskv_mapping.testing._server import live_servers
 from tests._support.procs import (
     EmulatorProcess,
     EmulatorStartError,
@@ -57,7 +58,15 @@ settings.register_profile("sskv", deadline=None)
 settings.load_profile("sskv")
 
 BROKER_FIXTURES = frozenset(
-    {"mosquitto", "fresh_mosquitto", "emulator", "fresh_emulator", "stock_mosquitto", "stock_emulator"}
+    {
+        "mosquitto",
+        "fresh_mosquitto",
+        "emulator",
+        "fresh_emulator",
+        "stock_mosquitto",
+        "stock_emulator",
+        "statestore_server",  # the pytest plugin's (pytest_sskv_mapping): statestore_url and statestore_live too
+    }
 )
 
 
@@ -171,6 +180,10 @@ def _no_leaked_child_processes() -> Iterator[None]:
     Autouse and session-scoped, so it is set up before and torn down after every other session fixture.
     """
     yield
+    # The pytest plugin's session server (statestore_server) is torn down by pytest in reverse setup order: when a
+    # test outside tests/ (the example apps) set it up before this fixture, it is still running now. Not a leak.
+    for server in live_servers():
+        server.stop()
     leaks: list[str] = []
     for broker in live_brokers():
         leaks.append(repr(broker))

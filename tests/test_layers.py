@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("emulator", ["emulator"]),
     ("entry points", ["cli", "demo", "__init__"]),
     ("integrations", ["integrations"]),
+    ("testing", ["testing"]),
 ]
 _PREFIX_RANK = {prefix: rank for rank, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes}
 

@@ -1,6 +1,7 @@
-"""Fixtures of the example project's end-to-end tests: a private mosquitto with the emulator process serving it
-(this folder is outside ``tests/``, whose fixtures do not reach here), and the demo site run as real server
-processes on loopback."""
+"""Fixtures of the example project's end-to-end tests: the demo site run as real server processes on loopback.
+
+The state store comes from sskv-mapping's pytest plugin (docs/testing.md): ``statestore_url`` is a private
+mosquitto with the emulator process serving it, started once per test session."""
 
 from __future__ import annotations
 
@@ -16,16 +17,6 @@ from pathlib import Path
 import pytest
 
 APP_DIR = Path(__file__).resolve().parent
-
-from sskv_mapping.emulator.broker import MosquittoBroker  # noqa: E402
-from tests._support.procs import start_emulator  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def broker_url() -> Iterator[str]:
-    """``mqtt://127.0.0.1:PORT`` of a private mosquitto with the emulator process serving it."""
-    with MosquittoBroker() as broker, start_emulator(broker.host, broker.port):
-        yield broker.url
 
 
 class DemoServer:
@@ -89,9 +80,9 @@ class DemoServer:
 
 
 @pytest.fixture(scope="module")
-def servers(broker_url: str) -> Iterator[tuple[DemoServer, DemoServer]]:
+def servers(statestore_url: str) -> Iterator[tuple[DemoServer, DemoServer]]:
     """Two instances of the site (two processes) on the same broker and namespace, as behind a load balancer."""
-    env = {**os.environ, "SSKV_URL": broker_url, "SSKV_NAMESPACE": f"demo{uuid.uuid4().hex[:10]}"}
+    env = {**os.environ, "SSKV_URL": statestore_url, "SSKV_NAMESPACE": f"demo{uuid.uuid4().hex[:10]}"}
     a = DemoServer("a", env)
     b = DemoServer("b", env)
     try:

@@ -4,7 +4,6 @@ process, with two instances of the app sharing the state store as two deployment
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -22,13 +21,16 @@ Clients = tuple[TestClient, TestClient]
 
 
 @pytest.fixture
-def name() -> str:
-    return f"ex{uuid.uuid4().hex[:10]}"
+def name(statestore_namespace: str) -> str:
+    return statestore_namespace
 
 
 @pytest.fixture
-def clients(broker_url: str, name: str) -> Iterator[Clients]:
-    app_a, app_b = create_app(broker_url, name=name, instance="A"), create_app(broker_url, name=name, instance="B")
+def clients(statestore_url: str, name: str) -> Iterator[Clients]:
+    # statestore_url, statestore_namespace: sskv-mapping's pytest plugin (a private mosquitto and the emulator
+    # process for the session, a namespace of the test's own); docs/testing.md
+    app_a = create_app(statestore_url, name=name, instance="A")
+    app_b = create_app(statestore_url, name=name, instance="B")
     with TestClient(app_a) as a, TestClient(app_b) as b:
         yield a, b
 

@@ -3,7 +3,6 @@ with two instances of the app sharing the state store as two deployments of it w
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -19,13 +18,15 @@ from sskv_mapping.integrations._common import close_shared_clients
 
 
 @pytest.fixture
-def name() -> str:
-    return f"ex{uuid.uuid4().hex[:10]}"
+def name(statestore_namespace: str) -> str:
+    return statestore_namespace
 
 
 @pytest.fixture
-def apps(broker_url: str, name: str) -> Iterator[tuple[Flask, Flask]]:
-    pair = create_app(broker_url, name=name, instance="A"), create_app(broker_url, name=name, instance="B")
+def apps(statestore_url: str, name: str) -> Iterator[tuple[Flask, Flask]]:
+    # statestore_url, statestore_namespace: sskv-mapping's pytest plugin (a private mosquitto and the emulator
+    # process for the session, a namespace of the test's own); docs/testing.md
+    pair = create_app(statestore_url, name=name, instance="A"), create_app(statestore_url, name=name, instance="B")
     yield pair
     for app in pair:  # each test has namespaces of its own: nothing to clear, only watches to stop
         app.extensions["sskv_settings"].close()

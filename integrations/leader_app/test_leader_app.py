@@ -41,10 +41,11 @@ class Worker:
         self.proc.wait(10)
 
 
-def test_the_standby_takes_over_and_continues(broker_url: str) -> None:
-    a = Worker(broker_url, "a")
+def test_the_standby_takes_over_and_continues(statestore_url: str) -> None:
+    # statestore_url: sskv-mapping's pytest plugin, a private mosquitto with the emulator process (docs/testing.md)
+    a = Worker(statestore_url, "a")
     a.wait_for(lambda r: r.get("state") == "active")
-    b = Worker(broker_url, "b")
+    b = Worker(statestore_url, "b")
     try:
         b.wait_for(lambda r: r.get("state") == "standby")
         last_a = a.wait_for(lambda r: r.get("cursor", 0) >= 5)["cursor"]

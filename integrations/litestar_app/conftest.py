@@ -1,25 +1,14 @@
-"""Fixtures for the example app's end-to-end tests: a private mosquitto and the emulator process.
-
-Module-scoped, and stopped before the test session ends, so that the suite's own leak check (tests/conftest.py)
-never finds them running whichever order the paths are given in.
+"""The example app's tests take their state store from sskv-mapping's pytest plugin (docs/testing.md):
+``statestore_url`` (a private mosquitto and the emulator process, once per test session) and
+``statestore_namespace`` (a namespace of the test's own). Nothing to define here but an old name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from sskv_mapping.emulator.broker import MosquittoBroker
-from tests._support.procs import start_emulator
 
-
-@pytest.fixture(scope="module")
-def broker_url() -> Iterator[str]:
-    """``mqtt://host:port`` of a private mosquitto with the emulator process serving it."""
-    broker = MosquittoBroker().start()
-    try:
-        with start_emulator(broker.host, broker.port):
-            yield f"mqtt://{broker.host}:{broker.port}"
-    finally:
-        broker.stop()
+@pytest.fixture
+def broker_url(statestore_url: str) -> str:
+    """The former name of ``statestore_url`` in these examples, kept for tests written against it."""
+    return statestore_url

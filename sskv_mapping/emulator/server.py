@@ -455,6 +455,14 @@ class EmulatorServer:
 
     # -- expiry and persistence -------------------------------------------------------------------------
 
+    def clock_jumped(self) -> None:
+        """Look at the expiry timer again now: the injected clock moved (a test's fake clock was advanced).
+
+        Call it on the server's event loop. Keys whose expiry time has come are deleted, and their watchers
+        notified, as soon as the loop runs; without it the timer would sleep out the real-time delay it computed.
+        """
+        self._timer_wake.set()
+
     def _after_change(self) -> None:
         nxt = self.core.next_expiry()
         if nxt is not None and (self._timer_deadline is None or nxt < self._timer_deadline):

@@ -45,11 +45,11 @@ def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
         time.sleep(0.01)  # a polling interval between tries, not a wait standing in for the change
 
 
-def test_project_passes_djangos_checks(broker_url: str) -> None:
+def test_project_passes_djangos_checks(statestore_url: str) -> None:
     proc = subprocess.run(
         [sys.executable, "manage.py", "check"],
         cwd=APP_DIR,
-        env={**os.environ, "SSKV_URL": broker_url},
+        env={**os.environ, "SSKV_URL": statestore_url},
         capture_output=True,
         text=True,
         timeout=60,

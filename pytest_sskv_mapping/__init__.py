@@ -1,0 +1,86 @@
+"""The pytest plugin of sskv-mapping: state store fixtures for your app's tests (docs/testing.md).
+
+Registered by the ``pytest11`` entry point of the ``sskv-mapping`` distribution, so every pytest run in an
+environment where it is installed has these fixtures; ``-p no:sskv_mapping`` turns it off.
+
+A top-level module, not ``sskv_mapping.<something>``: importing anything under ``sskv_mapping`` runs the
+package's ``__init__``, which imports the whole library. This module imports only pytest; each fixture imports
+``sskv_mapping.testing`` when a test first asks for it, so a suite that does not use them pays nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from sskv_mapping.testing import InProcessStore, LiveStore, StateStoreServer
+
+__all__ = ["statestore", "statestore_live", "statestore_namespace", "statestore_server", "statestore_url"]
+
+_NOT_NAMESPACE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@pytest.fixture
+def statestore_namespace(request: pytest.FixtureRequest) -> str:
+    """A namespace no other test uses: the test's name (shortened) and a random suffix."""
+    name = _NOT_NAMESPACE.sub("-", request.node.name).strip("-")[:40] or "test"
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def statestore(statestore_namespace: str) -> Iterator[InProcessStore]:
+    """A fresh in-process state store (the real emulator over the loopback broker) and its fake clock.
+
+    ``statestore.client`` is a connected blocking client, ``statestore.async_client()`` an async one to open with
+    ``async with``, ``statestore.dict()`` / ``.cache()`` / ``.lock(name)`` ready faces in the test's namespace;
+    ``statestore.advance(seconds)`` moves the clock of the store, the clients and the faces forward.
+    """
+    from sskv_mapping.testing import InProcessStore
+
+    store = InProcessStore(namespace=statestore_namespace).start()
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="session")
+def statestore_server() -> Iterator[StateStoreServer]:
+    """A private mosquitto and the emulator process on loopback, once per session (per pytest-xdist worker)."""
+    from sskv_mapping.testing import StateStoreServer, StateStoreStartError
+
+    server = StateStoreServer()
+    try:
+        server.start()
+    except StateStoreStartError as exc:
+        message = str(exc)
+    else:
+        try:
+            yield server
+        finally:
+            server.stop()
+        return
+    pytest.fail(message, pytrace=False)  # the whole story is the message (and pytest caches it for the session)
+
+
+@pytest.fixture(scope="session")
+def statestore_url(statestore_server: StateStoreServer) -> str:
+    """``mqtt://127.0.0.1:PORT`` of ``statestore_server``: give it to your app's settings (with a namespace)."""
+    return statestore_server.url
+
+
+@pytest.fixture
+def statestore_live(statestore_server: StateStoreServer, statestore_namespace: str) -> Iterator[LiveStore]:
+    """The test's own namespace on ``statestore_server``: clients, faces and the framework adapters' settings."""
+    from sskv_mapping.testing import LiveStore
+
+    live = LiveStore(statestore_server, statestore_namespace)
+    try:
+        yield live
+    finally:
+        live.close()

@@ -1,0 +1,171 @@
+"""A connection to the loopback broker from another event loop.
+
+The loopback broker (``_transport/loopback.py``) serves the one event loop its connections were opened on. The
+test fixture runs the in-process store on the library's background loop thread, where every blocking client
+lives, so that all of a test's clients share one store; an async client on the test's own loop (or on a
+framework test client's loop) reaches it through :class:`LoopBridgeConnection`, which runs each call on the
+store's loop and hands each message back to the client's loop. Deliveries keep their order: both hops are FIFO.
+
+Must not import aiomqtt/paho, nor the mapping or cache layers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from .._transport.base import Connection, ConnectionFactory, InboundMessage, MessageHandler
+from .._transport.settings import ConnectionSettings
+from ..errors import ConnectionLostError
+
+__all__ = ["LoopBridgeConnection", "bridged_factory"]
+
+T = TypeVar("T")
+
+
+def bridged_factory(factory: ConnectionFactory, loop: asyncio.AbstractEventLoop) -> ConnectionFactory:
+    """A connection factory whose connections reach ``factory``'s (served on ``loop``) from any event loop."""
+
+    def connection(settings: ConnectionSettings, on_message: MessageHandler) -> Connection:
+        return LoopBridgeConnection(factory, loop, settings, on_message)
+
+    return connection
+
+
+class LoopBridgeConnection:
+    """A :class:`~sskv_mapping.Connection` opened on one loop that talks to a connection living on another.
+
+    On the store's own loop it calls straight through. The loopback broker never refuses a publish, so the
+    ``refusal`` future of :meth:`publish_nowait` is never failed, as on the loopback itself.
+    """
+
+    def __init__(
+        self,
+        factory: ConnectionFactory,
+        loop: asyncio.AbstractEventLoop,
+        settings: ConnectionSettings,
+        on_message: MessageHandler,
+    ) -> None:
+        self.settings = settings
+        self._store_loop = loop
+        self._on_message = on_message
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._inner = factory(settings, self._deliver)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the connection on the store's loop is up."""
+        return self._inner.connected
+
+    @property
+    def max_packet_size(self) -> int | None:
+        """The loopback broker's maximum packet size (``None``: no limit)."""
+        return self._inner.max_packet_size
+
+    def _direct(self) -> bool:
+        return self._client_loop is self._store_loop
+
+    def _deliver(self, message: InboundMessage) -> None:
+        # on the store's loop: hand the message to the client's loop (in order: call_soon_threadsafe is FIFO)
+        loop = self._client_loop
+        if loop is None or loop is self._store_loop:
+            self._on_message(message)
+            return
+        with contextlib.suppress(RuntimeError):  # the client's loop is closed: nobody is listening any more
+            loop.call_soon_threadsafe(self._on_message, message)
+
+    async def _there(self, call: Callable[[], Awaitable[T]]) -> T:
+        if self._direct():
+            return await call()
+
+        async def run() -> T:
+            return await call()
+
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), self._store_loop))
+
+    async def connect(self) -> None:
+        """Open the loopback connection on the store's loop; messages come back to the calling loop."""
+        self._client_loop = asyncio.get_running_loop()
+        await self._there(self._inner.connect)
+
+    async def subscribe(self, filters: Iterable[str], qos: int = 1, timeout: float = 10.0) -> None:
+        """Subscribe on the store's loop."""
+        listed = list(filters)
+        await self._there(lambda: self._inner.subscribe(listed, qos, timeout))
+
+    async def unsubscribe(self, filters: Iterable[str], timeout: float = 10.0) -> None:
+        """Unsubscribe on the store's loop."""
+        listed = list(filters)
+        await self._there(lambda: self._inner.unsubscribe(listed, timeout))
+
+    async def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        qos: int = 1,
+        correlation_data: bytes | None = None,
+        response_topic: str | None = None,
+        user_properties: Sequence[tuple[str, str]] = (),
+        content_type: str | None = None,
+        message_expiry: int | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        """Publish on the store's loop."""
+        properties = tuple(user_properties)
+        await self._there(
+            lambda: self._inner.publish(
+                topic,
+                payload,
+                qos=qos,
+                correlation_data=correlation_data,
+                response_topic=response_topic,
+                user_properties=properties,
+                content_type=content_type,
+                message_expiry=message_expiry,
+                timeout=timeout,
+            )
+        )
+
+    def publish_nowait(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        qos: int = 1,
+        correlation_data: bytes | None = None,
+        response_topic: str | None = None,
+        user_properties: Sequence[tuple[str, str]] = (),
+        content_type: str | None = None,
+        message_expiry: int | None = None,
+        refusal: asyncio.Future[Any] | None = None,
+    ) -> None:
+        """Queue the publish on the store's loop (in call order) and return at once."""
+        if not self._inner.connected:
+            raise ConnectionLostError("not connected to the loopback broker")
+        options: dict[str, Any] = {
+            "qos": qos,
+            "correlation_data": correlation_data,
+            "response_topic": response_topic,
+            "user_properties": tuple(user_properties),
+            "content_type": content_type,
+            "message_expiry": message_expiry,
+        }
+        if self._direct():
+            self._inner.publish_nowait(topic, payload, **options)
+            return
+        self._store_loop.call_soon_threadsafe(self._publish_there, topic, payload, options)
+
+    def _publish_there(self, topic: str, payload: bytes, options: dict[str, Any]) -> None:
+        with contextlib.suppress(ConnectionLostError):  # dropped meanwhile: the client sees the loss itself
+            self._inner.publish_nowait(topic, payload, **options)
+
+    async def wait_closed(self) -> None:
+        """Return once the loopback connection has closed or dropped."""
+        await self._there(self._inner.wait_closed)
+
+    async def close(self) -> None:
+        """Close the loopback connection on the store's loop."""
+        await self._there(self._inner.close)

@@ -1,0 +1,235 @@
+"""The ``statestore_server`` fixture's store: a private mosquitto and the emulator as a process, on loopback; and
+``statestore_live``: a test's namespace on it, with clients, faces and the framework adapters' settings.
+
+Must not import aiomqtt/paho, nor any framework (the Litestar and FastAPI helpers import our adapters when
+called).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import subprocess
+import sys
+import threading
+from typing import Any, Self
+
+from ..emulator.broker import EMULATOR_QUEUE_SETTINGS, MosquittoBroker, MosquittoStartError
+from ..errors import ConfigurationError
+from ._faces import StoreFaces
+
+__all__ = ["LiveStore", "StateStoreServer", "StateStoreStartError", "live_servers"]
+
+#: what the emulator process prints once its request subscription is acknowledged
+_READY = "serving state store on"
+
+_LIVE: set[StateStoreServer] = set()
+
+
+@atexit.register
+def _stop_all() -> None:  # a crashed test run must not leave a broker or an emulator behind
+    for server in list(_LIVE):
+        with contextlib.suppress(Exception):
+            server.stop()
+
+
+def live_servers() -> list[StateStoreServer]:
+    """The :class:`StateStoreServer` objects started in this process and not stopped yet."""
+    return list(_LIVE)
+
+
+class StateStoreStartError(RuntimeError):
+    """The broker or the emulator process did not start; the message says why (and how to install mosquitto)."""
+
+
+class StateStoreServer:
+    """A private mosquitto on a free loopback port with the emulator process serving on it.
+
+    What the ``statestore_server`` fixture starts once per test session (once per pytest-xdist worker). The
+    emulator is ``python -m sskv_mapping.emulator``: the same program as ``sskv emulator``.
+
+    Args:
+        host: the loopback address to serve on.
+        emulator_args: more arguments of the emulator (``"--max-keys", "100"``...).
+        timeout: seconds to wait for each to be ready.
+
+    Example:
+        >>> with StateStoreServer() as server:  # doctest: +SKIP
+        ...     print(server.url)  # mqtt://127.0.0.1:40123
+    """
+
+    def __init__(self, *, host: str = "127.0.0.1", emulator_args: tuple[str, ...] = (), timeout: float = 30.0) -> None:
+        self.host = host
+        self.emulator_args = tuple(emulator_args)
+        self.timeout = timeout
+        self.broker: MosquittoBroker | None = None
+        self._process: subprocess.Popen[str] | None = None
+        self._output: list[str] = []
+        self._ready = threading.Event()
+
+    @property
+    def port(self) -> int:
+        """The broker's port."""
+        if self.broker is None:
+            raise RuntimeError("the state store server is not started")
+        return self.broker.port
+
+    @property
+    def url(self) -> str:
+        """``mqtt://HOST:PORT``: where every client, face and framework adapter connects."""
+        return f"mqtt://{self.host}:{self.port}"
+
+    @property
+    def output(self) -> str:
+        """What the emulator process printed so far."""
+        return "".join(self._output)
+
+    def __repr__(self) -> str:
+        where = self.url if self.broker is not None else "not started"
+        return f"<StateStoreServer {where}>"
+
+    def start(self) -> Self:
+        """Start mosquitto, then the emulator, and return once the emulator serves.
+
+        Raises:
+            StateStoreStartError: mosquitto is not installed (the message has the command that installs it), or
+                either process failed to start (with its output).
+        """
+        try:
+            self.broker = MosquittoBroker(host=self.host, extra_config=EMULATOR_QUEUE_SETTINGS).start()
+        except ConfigurationError as exc:  # no mosquitto executable: MOSQUITTO_NOT_FOUND, with the install line
+            raise StateStoreStartError(f"the statestore_server fixture needs mosquitto: {exc}") from None
+        except MosquittoStartError as exc:
+            raise StateStoreStartError(f"could not start a private mosquitto: {exc}") from None
+        _LIVE.add(self)
+        argv = [sys.executable, "-m", "sskv_mapping.emulator", "--host", self.host, "--port", str(self.port)]
+        argv += self.emulator_args
+        self._process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=None,
+        )
+        threading.Thread(target=self._read, name="sskv-emulator-output", daemon=True).start()
+        self._ready.wait(self.timeout)  # set by the ready line, or by the end of the output
+        if self._process.poll() is not None or _READY not in self.output:
+            self.stop()
+            raise StateStoreStartError(
+                f"the emulator process did not start within {self.timeout} s.\n"
+                f"command: {' '.join(argv)}\noutput:\n{self.output}"
+            )
+        return self
+
+    def _read(self) -> None:
+        process = self._process
+        assert process is not None and process.stdout is not None
+        try:
+            for line in process.stdout:  # drained all along: a full pipe would block the emulator
+                self._output.append(line)
+                if _READY in line:
+                    self._ready.set()
+        finally:
+            self._ready.set()
+
+    def stop(self) -> None:
+        """Stop the emulator (SIGTERM, then SIGKILL after 5 s) and the broker. Idempotent."""
+        process, self._process = self._process, None
+        if process is not None:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(5)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(5)
+            if process.stdout is not None:
+                with contextlib.suppress(OSError):
+                    process.stdout.close()
+        if self.broker is not None:
+            self.broker.stop()
+        _LIVE.discard(self)
+
+    def __enter__(self) -> Self:
+        return self.start() if self.broker is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class LiveStore(StoreFaces):
+    """One test's namespace on a :class:`StateStoreServer`: what the ``statestore_live`` fixture gives.
+
+    Clients and faces made here connect over the network to the real broker, on real time (no fake clock).
+    The ``*_config`` / ``*_caches`` / ``*_store`` / ``*_lifespan`` helpers give each framework adapter its
+    settings for this store and namespace.
+    """
+
+    def __init__(self, server: StateStoreServer, namespace: str) -> None:
+        super().__init__(namespace)
+        self.server = server
+
+    def __repr__(self) -> str:
+        return f"<LiveStore {self.url} namespace={self.namespace!r}>"
+
+    @property
+    def url(self) -> str:
+        """The server's ``mqtt://HOST:PORT``."""
+        return self.server.url
+
+    def _client_kwargs(self) -> dict[str, Any]:
+        return {"host": self.server.host, "port": self.server.port}
+
+    def _async_client_kwargs(self) -> dict[str, Any]:
+        return self._client_kwargs()
+
+    def django_caches(self, alias: str = "default", **options: Any) -> dict[str, Any]:
+        """Django's ``CACHES`` for the state store backend here, in the test's namespace; ``options`` go to
+        ``OPTIONS`` (``max_staleness``, ``local_cache_size``...). Use it with ``override_settings(CACHES=...)``
+        or the pytest-django ``settings`` fixture."""
+        return {
+            alias: {
+                "BACKEND": "sskv_mapping.integrations.django.StateStoreCache",
+                "LOCATION": self.url,
+                "OPTIONS": {"namespace": self.namespace, **options},
+            }
+        }
+
+    def flask_config(self, **options: Any) -> dict[str, Any]:
+        """Flask-Caching's config keys for the state store backend here (``app.config.update(...)``), the test's
+        namespace as ``CACHE_KEY_PREFIX``; ``options`` go to ``CACHE_OPTIONS``."""
+        config: dict[str, Any] = {
+            "CACHE_TYPE": "sskv_mapping.integrations.flask_caching.StateStoreCache",
+            "CACHE_SSKV_URL": self.url,
+            "CACHE_KEY_PREFIX": self.namespace,
+        }
+        if options:
+            config["CACHE_OPTIONS"] = options
+        return config
+
+    def aiocache_config(self, alias: str = "default", **options: Any) -> dict[str, Any]:
+        """``aiocache.caches.set_config(...)``'s argument for the state store backend here, in the test's
+        namespace (``sskv_namespace``); ``options`` are the backend's (``ttl``, ``serializer``...)."""
+        return {
+            alias: {
+                "cache": "sskv_mapping.integrations.aiocache.StateStoreCache",
+                "url": self.url,
+                "sskv_namespace": self.namespace,
+                **options,
+            }
+        }
+
+    def litestar_store(self, **options: Any) -> Any:
+        """A Litestar ``StateStoreStore`` on this store, in the test's namespace (needs the ``litestar`` extra);
+        give the app its ``lifespan`` as the docs say."""
+        from ..integrations.litestar import StateStoreStore
+
+        return StateStoreStore(self.url, namespace=self.namespace, **options)
+
+    def fastapi_lifespan(self, **options: Any) -> Any:
+        """``statestore_lifespan(...)`` for ``FastAPI(lifespan=...)`` on this store, in the test's namespace
+        (needs the ``fastapi`` extra); ``options`` as for it (``dict_options``, ``timeout``...)."""
+        from ..integrations.fastapi import statestore_lifespan
+
+        return statestore_lifespan(self.url, namespace=self.namespace, **options)
