@@ -306,9 +306,12 @@ class _EvictingLRU(LRUCache[bytes, Any]):
     def __init__(self, maxsize: int, evicted: Callable[[bytes, None], object]) -> None:
         super().__init__(maxsize)
         self._evicted = evicted
+        #: entries dropped to make room
+        self.evictions = 0
 
     def popitem(self) -> tuple[bytes, Any]:
         key, value = super().popitem()
+        self.evictions += 1
         self._evicted(key, None)
         return key, value
 
@@ -779,6 +782,11 @@ class LocalCache(Generic[V]):
         """How many read tickets are open."""
         with self._lock:
             return self._reads.tickets
+
+    @property
+    def evictions(self) -> int:
+        """Entries dropped to make room for others (0 with a local ``ttl``: cachetools ages those itself)."""
+        return getattr(self._entries.data, "evictions", 0)
 
     def stats(self) -> CacheStats:
         """A consistent snapshot of the counters."""

@@ -24,7 +24,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sskv_mapping"
 LAYERS: list[tuple[str, list[str]]] = [
     ("leaves", ["errors", "_unset", "_keys", "_ttl"]),
     ("protocol", ["_protocol"]),
-    ("transport", ["_transport", "_blocking"]),
+    ("transport", ["_transport", "_blocking", "_telemetry"]),
     ("client", ["client"]),
     ("primitives", ["codecs", "local_cache", "lock"]),
     ("namespace", ["_namespace"]),

@@ -32,6 +32,8 @@ from .._protocol.commands import Delete, Get, Set, SetCondition, VDelete, VDelet
 from .._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
 from .._protocol.mqtt_publish import mqtt_str, publish_properties, varint
 from .._protocol.notifications import KeyEvent, parse_notification
+from .._telemetry import ClientTelemetry, propagation_enabled
+from .._telemetry import attach as attach_telemetry
 from .._transport.backoff import Backoff
 from .._transport.base import Connection, ConnectionFactory, InboundMessage
 from .._transport.factory import new_connection
@@ -278,6 +280,9 @@ class AsyncStateStoreClient:
             so much per session and drops the rest silently (mosquitto: 20 in flight + 1,000 queued). Default 256.
     """
 
+    #: OpenTelemetry for this client's requests, or ``None`` (then a request costs one test); set at connect
+    _telemetry: ClientTelemetry | None = None
+
     def __init__(
         self,
         host: str = "127.0.0.1",
@@ -411,6 +416,9 @@ class AsyncStateStoreClient:
 
     async def connect(self) -> None:
         """Connect; raises :class:`BrokerConnectError` if the broker cannot be reached or refuses us."""
+        self._telemetry = self._sender.telemetry = attach_telemetry(
+            self, propagation_enabled(self.settings.trace_context)
+        )
         await self._keeper.connect()
 
     async def close(self) -> None:
@@ -458,6 +466,19 @@ class AsyncStateStoreClient:
         return _check_timeout(timeout)
 
     async def _request(
+        self,
+        cmd: _Base[Any],
+        *,
+        timeout: float | None,
+        fencing_token: HybridLogicalClock | None = None,
+        persist: bool = False,
+    ) -> tuple[bytes, HybridLogicalClock | None]:
+        """:meth:`_send_request`, in a client span when OpenTelemetry is on (sskv_mapping/_telemetry.py)."""
+        if self._telemetry is not None:
+            return await self._telemetry.request(self._send_request, cmd, timeout, fencing_token, persist)
+        return await self._send_request(cmd, timeout=timeout, fencing_token=fencing_token, persist=persist)
+
+    async def _send_request(
         self,
         cmd: _Base[Any],
         *,
