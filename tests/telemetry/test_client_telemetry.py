@@ -16,10 +16,9 @@ from sskv_mapping._telemetry import DB_SYSTEM, PROPAGATION_ENV, ClientTelemetry
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.cache import AsyncStateStoreCache
 from sskv_mapping.client import AsyncStateStoreClient
+from tests._support.otel import Otel
 from tests._support.procs import start_emulator
 from tests._support.waiting import eventually
-
-from .conftest import Otel
 
 pytestmark = pytest.mark.broker
 

@@ -11,8 +11,7 @@ from sskv_mapping._telemetry import PROPAGATION_ENV
 from sskv_mapping.emulator.core import CoreResult
 from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.emulator.inspection import describe_request, trace_id_of
-
-from .conftest import Otel
+from tests._support.otel import Otel
 
 
 def test_trace_id_of_reads_a_traceparent_and_refuses_what_is_not_one() -> None:
