@@ -15,7 +15,7 @@ from sskv_mapping import FencingTokenRequiredError
 from sskv_mapping._telemetry import DB_SYSTEM, PROPAGATION_ENV, ClientTelemetry
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.cache import AsyncStateStoreCache
-from sskv_mapping.client import AsyncStateStoreClient
+from sskv_mapping.client import AsyncStateStoreClient, StateStoreClient
 from tests._support.otel import Otel
 from tests._support.procs import start_emulator
 from tests._support.waiting import eventually
@@ -215,3 +215,13 @@ async def test_cache_counters_match_the_caches_own_stats(otel: Otel, broker_url:
             assert otel.value("sskv.local_cache.revalidations", **ns) == 0
             in_flight = otel.value("sskv.client.requests.in_flight", **{"sskv.client.id": client.client_id})
             assert in_flight == client.in_flight.in_flight == 0
+
+
+def test_a_blocking_clients_spans_are_children_of_the_callers_span(otel: Otel, broker_url: tuple[str, int]) -> None:
+    """A Flask or Django view calls the blocking twin: its request runs on the library's loop thread, in the
+    caller's context (the span of the framework's request is the parent)."""
+    with StateStoreClient(*broker_url) as client, otel.tracer.start_as_current_span("GET /view") as view:
+        client.set(_key(), b"v")
+    (ours,) = [s for s in otel.finished() if s.kind is SpanKind.CLIENT]
+    assert ours.attributes["db.operation.name"] == "SET"
+    assert ours.parent is not None and ours.parent.span_id == view.get_span_context().span_id
