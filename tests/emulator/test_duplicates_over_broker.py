@@ -16,7 +16,7 @@ import pytest
 from sskv_mapping._protocol.resp3 import encode_request
 from sskv_mapping.emulator.broker import MosquittoBroker
 from tests._support.miniclient import MiniClient, Response
-from tests._support.procs import EmulatorProcess
+from tests._support.procs import EmulatorProcess, start_emulator
 from tests._support.waiting import eventually
 
 pytestmark = pytest.mark.broker
@@ -153,3 +153,21 @@ async def test_the_same_correlation_data_from_another_client_is_not_a_copy(conne
     theirs = await request.send(via=b)  # same payload and correlation data, another client: served on its own
     assert theirs.payload == b":-1\r\n"
     assert await get(a, k) == b"$1\r\na\r\n"
+
+
+async def test_no_dedup_applies_a_copy_again(fresh_mosquitto: MosquittoBroker) -> None:
+    """``--no-dedup``: the emulator as a service that does not de-duplicate, to test an application both ways."""
+    proc = start_emulator(fresh_mosquitto.host, fresh_mosquitto.port, "--no-dedup")
+    try:
+        async with MiniClient(fresh_mosquitto.host, fresh_mosquitto.port) as c:
+            k = key()
+            request = Twice(c, b"SET", k, b"v", b"NX")
+            first = await request.send()
+            assert first.payload == OK
+            second = await request.send()
+            assert second.payload == b":-1\r\n"  # applied again: "not set", for the SET NX that set the key
+            assert (await c.request(b"DEL", k)).payload == b":1\r\n"
+            assert (await request.send()).payload == OK  # and a late copy sets it again
+            assert await get(c, k) == b"$1\r\nv\r\n"
+    finally:
+        proc.stop()
