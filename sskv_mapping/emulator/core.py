@@ -18,7 +18,7 @@ What it models:
 * SCAN (§8) over a sorted key list kept incrementally (:mod:`sskv_mapping.emulator.scan` says how pages and
   tokens are made); ``scan=False`` answers it ``unknown command``, like an older service;
 * a request sent twice is applied once: handed its correlation data, the core answers a copy of a recent
-  SET/DEL/VDEL/KEYNOTIFY from the same client with the first answer and changes nothing
+  SET/DEL/VDEL from the same client with the first answer and changes nothing
   (:mod:`sskv_mapping.emulator.duplicates` says which copies and for how long). Whether the real service does
   is not documented (protocol.md §9); the client is safe either way (docs/reliability.md).
 
@@ -89,9 +89,11 @@ _DELETE_PAYLOAD = encode_notification(KeyOperation.DELETE)
 
 _PERSIST_FORMAT = 1
 
-# The requests whose answers are remembered for their copies: those that change something. A copy of a GET or a
-# SCAN is answered afresh (nothing is applied twice), and their answers, values and key pages, may be large.
-_REMEMBERED = frozenset({Set, Delete, VDelete, KeyNotify})
+# The requests whose answers are remembered for their copies: those that change the store. A copy of a GET or a
+# SCAN is answered afresh (nothing is applied twice, and their answers, values and key pages, may be large), and so
+# is a KEYNOTIFY: registering twice changes nothing, and a copy re-sent after a reconnect must register again, since
+# the disconnect dropped the registration its first copy made.
+_REMEMBERED = frozenset({Set, Delete, VDelete})
 
 
 @dataclass(frozen=True, slots=True)

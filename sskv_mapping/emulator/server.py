@@ -12,7 +12,7 @@ What it does, like the real service (protocol.md):
   ``clients/{id}/...`` response topic), checks ``__protVer`` (major other than 1 → ``__stat=505`` with
   ``__supProtMajVer=1``), runs the core, and publishes the response (QoS 1, same correlation data,
   ``application/octet-stream``, ``__stat=200``, ``__protVer=1.0``, ``__ts``) and then the notifications
-  (QoS 1, ``__ts`` = the change's version); a copy of a recent SET/DEL/VDEL/KEYNOTIFY (same correlation data
+  (QoS 1, ``__ts`` = the change's version); a copy of a recent SET/DEL/VDEL (same correlation data
   from the same client: a request re-sent after a reconnect) gets the first copy's answer again and changes
   nothing (:mod:`sskv_mapping.emulator.duplicates`);
 * expires keys on a timer (sleeping until ``core.next_expiry()``), so watchers get DELETE even when nobody

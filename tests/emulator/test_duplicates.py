@@ -141,11 +141,13 @@ def test_an_error_answer_is_repeated_too(s: Store) -> None:
     assert_first_answer(s.resend(sent), sent)
 
 
-def test_keynotify_stop_sent_twice_answers_ok_twice(s: Store) -> None:
-    s.send(b"KEYNOTIFY", b"k")
-    sent = s.send(b"KEYNOTIFY", b"k", b"STOP")
-    assert sent.first.payload == OK
-    assert_first_answer(s.resend(sent), sent)  # applied anew it would answer :0 ("was not registered")
+def test_keynotify_sent_again_after_a_disconnect_registers_again(s: Store) -> None:
+    sent = s.send(b"KEYNOTIFY", b"k")
+    assert s.core.drop_client("client-a") == 1  # the client went away: the service forgot its registration
+    copy = s.resend(sent)  # re-sent after the reconnect: must register again, not answer from memory
+    assert not copy.duplicate and copy.payload == OK
+    assert s.core.watchers(b"k") == ["client-a"]
+    assert len(s.core.answers) == 0
 
 
 def test_another_client_with_the_same_correlation_data_is_served(s: Store) -> None:
