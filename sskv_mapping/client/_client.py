@@ -631,7 +631,10 @@ class AsyncStateStoreClient:
     # -- watches (the registrations live in _watches.Watches) ----------------------------------------------
 
     def watch(self, key: KeyLike) -> AsyncKeyWatch:
-        """Watch one key: ``async with client.watch("k") as w: async for ev in w: ...``."""
+        """Watch one key: ``async with client.watch("k") as w: async for ev in w: ...``.
+
+        Events come in version order, each change at most once, and after every reconnect the key's latest value
+        is delivered (:class:`AsyncKeyWatch` says how)."""
         return AsyncKeyWatch(self.subscribe_key, store_key(key))
 
     async def subscribe_key(
@@ -640,7 +643,8 @@ class AsyncStateStoreClient:
         """Call ``callback(event)`` on the loop thread for every change of ``key`` until closed.
 
         Many subscribers of one key share one KEYNOTIFY registration; the last to leave sends STOP.
-        Returns once the service has confirmed the registration.
+        Returns once the service has confirmed the registration. Events come as :meth:`watch` promises: in version
+        order, each change at most once, the latest value after every reconnect.
         """
         return await self._watches.add(store_key(key), callback, self._timeout(timeout))
 

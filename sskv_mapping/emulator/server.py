@@ -12,7 +12,9 @@ What it does, like the real service (docs/design/protocol.md):
   ``clients/{id}/...`` response topic), checks ``__protVer`` (major other than 1 → ``__stat=505`` with
   ``__supProtMajVer=1``), runs the core, and publishes the response (QoS 1, same correlation data,
   ``application/octet-stream``, ``__stat=200``, ``__protVer=1.0``, ``__ts``) and then the notifications
-  (QoS 1, ``__ts`` = the change's version);
+  (QoS 1, ``__ts`` = the change's version); a copy of a recent SET/DEL/VDEL (same correlation data
+  from the same client: a request re-sent after a reconnect) gets the first copy's answer again and changes
+  nothing (:mod:`sskv_mapping.emulator.duplicates`);
 * expires keys on a timer (sleeping until ``core.next_expiry()``), so watchers get DELETE even when nobody
   touches the key;
 * reconnects (with backoff) when the broker goes away, keeping the store;
@@ -159,6 +161,7 @@ class EmulatorServer:
             "notifications": 0,
             "publish_failures": 0,
             "too_large": 0,
+            "duplicates": 0,
             "dropped_clients": 0,
             "connections": 0,
             "broker_drops_reported": 0,
@@ -359,7 +362,7 @@ class EmulatorServer:
             return
         client_id = props.get(headers.SOURCE_ID) or client_id_from_response_topic(response_topic)
         try:
-            result = self.core.handle(client_id, message.payload, props)
+            result = self.core.handle(client_id, message.payload, props, correlation)
         except Exception as exc:  # a bug in the core: answer 500 rather than leave the caller waiting
             self.stats["errors"] += 1
             log.exception("the core failed on a request")
@@ -378,6 +381,9 @@ class EmulatorServer:
             headers.response_properties(result.version),
             _RESPONSE_CONTENT_TYPE,
         )
+        if result.duplicate:  # answered again; nothing changed, nothing to notify or show
+            self.stats["duplicates"] += 1
+            return
         if result.notifications:
             self._publish_notifications(result.notifications)
         self._after_change()
