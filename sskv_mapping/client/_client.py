@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from .._blocking import BlockingTwin
+from .._fork import in_child_after_fork
 from .._keys import escape_glob, scan_pattern, store_key
 from .._protocol import headers, topics
 from .._protocol.commands import Delete, Get, Set, SetCondition, VDelete, VDeleteResult, _Base
@@ -349,6 +350,8 @@ class AsyncStateStoreClient:
         self.clock_drift_warnings = 0
         self.bad_notifications = 0
         self._scan = ScanSupport(self._keeper)
+        self._closed = asyncio.Event()
+        in_child_after_fork(self._forget_parent_connection)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -402,6 +405,16 @@ class AsyncStateStoreClient:
         first and clears on the second (notifications were lost meanwhile)."""
         return self._keeper.add_listener(listener)
 
+    @property
+    def closed(self) -> asyncio.Event:
+        """Set when :meth:`close` begins, never cleared: what every wait of the layers above races against
+        (:func:`sskv_mapping.client.unless_closed`), so a closed client ends them at once. Only read it."""
+        return self._closed
+
+    def _forget_parent_connection(self) -> None:
+        # in a forked child the connection (its socket) is the parent's: never write to it (sskv_mapping._fork)
+        self._keeper.abandon()
+
     def _new_connection(self) -> Connection:
         factory = self._factory if self._factory is not None else new_connection
         return factory(self.settings, self._on_message)
@@ -417,6 +430,8 @@ class AsyncStateStoreClient:
         """Stop watches, disconnect, and fail whatever is still in flight. Safe to call twice."""
         if self._keeper.state is ConnectionState.CLOSED:
             return
+
+        self._closed.set()
 
         def fail_in_flight() -> None:
             self._sender.pending.fail_all(ClientStateError("the client was closed"))

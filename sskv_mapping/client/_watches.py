@@ -21,6 +21,7 @@ from .._protocol.hlc import HybridLogicalClock
 from .._protocol.notifications import KeyEvent, KeyOperation
 from .._transport.backoff import Backoff
 from ..errors import StateStoreError
+from ._closing import closed_error
 
 __all__ = ["AsyncKeyWatch", "EventSink", "KeySubscription", "Watches"]
 
@@ -31,6 +32,7 @@ Request = Callable[..., Awaitable[tuple[bytes, HybridLogicalClock | None]]]
 
 _UNKNOWN = object()
 _CLOSED = object()
+_CLIENT_CLOSED = object()  # the client closed under the watch: its iteration ends with ClientStateError
 
 
 class _Registration:
@@ -253,7 +255,7 @@ class _QueueSink:
         self.queue.put_nowait(event)
 
     def close(self) -> None:
-        self.queue.put_nowait(_CLOSED)
+        self.queue.put_nowait(_CLIENT_CLOSED)
 
 
 Subscribe = Callable[[bytes, EventSink], Awaitable[KeySubscription]]
@@ -298,6 +300,10 @@ class AsyncKeyWatch:
         if item is _CLOSED:
             self._done = True
             raise StopAsyncIteration
+        if item is _CLIENT_CLOSED:
+            self._done = True
+            self._queue.put_nowait(_CLIENT_CLOSED)  # every later call says so too
+            raise closed_error(f"watching {self.key!r}")
         assert isinstance(item, KeyEvent)
         return item
 
