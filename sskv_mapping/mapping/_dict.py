@@ -16,7 +16,7 @@ Must not import aiomqtt/paho or the emulator.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Callable, ItemsView, Iterator, Mapping, MutableMapping, ValuesView
 from functools import partial
 from typing import Any, Generic, TypeVar, cast, overload
 
@@ -53,6 +53,29 @@ _MAX_FAN_OUT = 64
 
 
 _NO_DEFAULT: Any = object()
+
+
+class _LiveItems(ItemsView[str, V]):
+    """``d.items()``: iterating reads one listing of the pairs that exist (a key deleted by anyone between the
+    listing and its read is skipped, as ``copy()`` does); the ``MutableMapping`` view would read each listed key
+    with ``d[key]`` and raise ``KeyError`` for one gone meanwhile."""
+
+    _mapping: StateStoreDict[V]
+
+    def __iter__(self) -> Iterator[tuple[str, V]]:
+        return iter(self._mapping.copy().items())  # one listing, then the values
+
+
+class _LiveValues(ValuesView[V]):
+    """``d.values()``: like :class:`_LiveItems`, the values of the pairs that exist."""
+
+    _mapping: StateStoreDict[V]
+
+    def __iter__(self) -> Iterator[V]:
+        return iter(self._mapping.copy().values())
+
+    def __contains__(self, value: object) -> bool:
+        return any(v is value or v == value for v in self)
 
 
 def _no_cache(key: object) -> None:
@@ -535,6 +558,14 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
     def __iter__(self) -> Iterator[str]:
         # a snapshot: unlike a dict, other processes may change the namespace while we iterate
         return iter(self._run(self._async.keys()))
+
+    def items(self) -> ItemsView[str, V]:
+        """A view of the pairs; each iteration reads the namespace afresh and skips keys deleted meanwhile."""
+        return _LiveItems(self)
+
+    def values(self) -> ValuesView[V]:
+        """A view of the values; each iteration reads the namespace afresh and skips keys deleted meanwhile."""
+        return _LiveValues(self)
 
     def __len__(self) -> int:
         return self._run(self._async.len())
