@@ -241,7 +241,7 @@ class AsyncLeaderElection:
                 last = None if first is None else first.value
                 yield LeadershipChange(_name(last), None if first is None else first.version)
                 while True:
-                    event = await unless_closed(self.client.closed, events.get(), f"observing {self.name!r}")
+                    event = await unless_closed(self.client, events.get(), f"observing {self.name!r}")
                     now = event.value if event.op is KeyOperation.SET else None
                     if now != last:  # a renewal rewrites the same holder: not a change
                         last = now

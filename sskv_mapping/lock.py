@@ -190,7 +190,7 @@ class AsyncLeasedLock:
                     if token is not None:
                         return token
                     # only a notification sets `changed`: a closed client ends the wait at once instead
-                    await unless_closed(self.client.closed, changed.wait(), f"waiting for lock {self.name!r}")
+                    await unless_closed(self.client, changed.wait(), f"waiting for lock {self.name!r}")
         except RequestTimeoutError:
             # a request that got no answer (lost by a broker, say) is that, not a lock held too long by another
             raise

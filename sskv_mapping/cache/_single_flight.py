@@ -115,7 +115,7 @@ class SingleFlight:
                 first = False
             try:
                 waited = asyncio.shield(flight)
-                return Found(await unless_closed(self._locks.client.closed, waited, f"waiting for {key!r}'s value"))
+                return Found(await unless_closed(self._locks.client, waited, f"waiting for {key!r}'s value"))
             except asyncio.CancelledError:
                 if flight.cancelled() and not _being_cancelled():
                     continue  # the leader was cancelled, not us: try again (maybe as the leader)

@@ -408,7 +408,7 @@ class AsyncStateStoreClient:
     @property
     def closed(self) -> asyncio.Event:
         """Set when :meth:`close` begins, never cleared: what every wait of the layers above races against
-        (:func:`sskv_mapping.client.unless_closed`), so a closed client ends them at once. Only read it."""
+        (``unless_closed`` in ``client/_closing.py``), so a closed client ends them at once. Only read it."""
         return self._closed
 
     def _forget_parent_connection(self) -> None:

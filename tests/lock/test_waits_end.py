@@ -20,11 +20,14 @@ from sskv_mapping import (
     AsyncStateStoreCache,
     AsyncStateStoreClient,
     ClientStateError,
+    ConnectionLostError,
+    ConnectionState,
     LeaderElection,
     LeasedLock,
     StateStoreClient,
 )
 from sskv_mapping.lock import AsyncLeasedLock
+from tests._support.miniclient import MiniClient
 from tests._support.waiting import eventually, eventually_sync
 
 #: how long a waiter may take to notice its client closed: generous (a loaded machine), not a measurement
@@ -127,6 +130,28 @@ async def test_async_acquire_and_campaign_end_when_the_client_closes(broker_url:
         with pytest.raises(ClientStateError):
             async with asyncio.timeout(DEADLINE):
                 await AsyncLeasedLock(waiter_client, lock_name, lease=30).acquire()
+
+
+async def test_acquire_ends_when_the_connection_is_lost_for_good(broker_url: tuple[str, int]) -> None:
+    """With ``reconnect=False`` a dropped connection is final: no notification will come, so the wait ends with
+    ConnectionLostError. The drop is real: another connection takes our client id at the broker."""
+    host, port = broker_url
+    name = unique("lock")
+    async with AsyncStateStoreClient(host, port) as holder_client:
+        await AsyncLeasedLock(holder_client, name, lease=30).acquire(timeout=DEADLINE)
+        client = AsyncStateStoreClient(host, port, reconnect=False)
+        await client.connect()
+        try:
+            sent = client.requests_sent
+            acquiring = asyncio.ensure_future(AsyncLeasedLock(client, name, lease=30).acquire())
+            await eventually(parked(client, sent), DEADLINE)
+            async with MiniClient(host, port, client_id=client.client_id):  # the broker drops our connection
+                async with asyncio.timeout(DEADLINE):
+                    with pytest.raises(ConnectionLostError, match="for good"):
+                        await acquiring
+            assert client.state is ConnectionState.DISCONNECTED
+        finally:
+            await client.close()
 
 
 async def test_a_watch_iteration_ends_with_client_state_error_when_the_client_closes(
