@@ -56,26 +56,27 @@ _NO_DEFAULT: Any = object()
 
 
 class _LiveItems(ItemsView[str, V]):
-    """``d.items()``: iterating reads one listing of the pairs that exist (a key deleted by anyone between the
-    listing and its read is skipped, as ``copy()`` does); the ``MutableMapping`` view would read each listed key
-    with ``d[key]`` and raise ``KeyError`` for one gone meanwhile."""
+    """``d.items()``: each iteration lists the namespace once and yields the pairs that still exist (a key deleted by
+    anyone between the listing and its read is skipped, as ``copy()`` does). The ``MutableMapping`` view read each
+    listed key with ``d[key]`` and raised ``KeyError`` for one gone meanwhile."""
 
-    _mapping: StateStoreDict[V]
+    def __init__(self, mapping: StateStoreDict[V], pairs: Callable[[], list[tuple[str, V]]]) -> None:
+        super().__init__(mapping)
+        self._pairs = pairs
 
     def __iter__(self) -> Iterator[tuple[str, V]]:
-        return iter(self._mapping.copy().items())  # one listing, then the values
+        return iter(self._pairs())
 
 
 class _LiveValues(ValuesView[V]):
-    """``d.values()``: like :class:`_LiveItems`, the values of the pairs that exist."""
+    """``d.values()``: like :class:`_LiveItems`, the values of the pairs that still exist."""
 
-    _mapping: StateStoreDict[V]
+    def __init__(self, mapping: StateStoreDict[V], pairs: Callable[[], list[tuple[str, V]]]) -> None:
+        super().__init__(mapping)
+        self._pairs = pairs
 
     def __iter__(self) -> Iterator[V]:
-        return iter(self._mapping.copy().values())
-
-    def __contains__(self, value: object) -> bool:
-        return any(v is value or v == value for v in self)
+        return iter([v for _, v in self._pairs()])
 
 
 def _no_cache(key: object) -> None:
@@ -561,11 +562,35 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
 
     def items(self) -> ItemsView[str, V]:
         """A view of the pairs; each iteration reads the namespace afresh and skips keys deleted meanwhile."""
-        return _LiveItems(self)
+        return _LiveItems(self, self._live_pairs)
 
     def values(self) -> ValuesView[V]:
         """A view of the values; each iteration reads the namespace afresh and skips keys deleted meanwhile."""
-        return _LiveValues(self)
+        return _LiveValues(self, self._live_pairs)
+
+    def _live_pairs(self) -> list[tuple[str, V]]:
+        # One listing; local-cache hits in this thread (as d[key]: a hit costs no trip to the loop), the misses
+        # read together on the loop (bounded); a key absent by then -- deleted meanwhile -- is skipped.
+        keys = self._run(self._async.keys())
+        peek = self._peek
+        pairs: list[tuple[str, Any]] = []
+        missed: list[str] = []
+        for key in keys:
+            hit = peek(key)
+            if hit is None:
+                missed.append(key)
+                pairs.append((key, _NO_DEFAULT))  # its place in the listing's order
+            elif hit.value is not ABSENT:
+                pairs.append((key, hit.value))
+        if not missed:
+            return pairs
+        read = self._run(gather_bounded((self._async.get(k, _NO_DEFAULT) for k in missed), _MAX_FAN_OUT))
+        values = dict(zip(missed, read, strict=True))
+        return [
+            (k, values[k] if v is _NO_DEFAULT else v)
+            for k, v in pairs
+            if v is not _NO_DEFAULT or values[k] is not _NO_DEFAULT
+        ]
 
     def __len__(self) -> int:
         return self._run(self._async.len())

@@ -2,8 +2,8 @@
 async twin skip keys another process deletes meanwhile -- in both listing modes -- instead of raising ``KeyError``
 (the ``MutableMapping`` views listed the keys, then read each with ``d[key]``).
 
-Sixteen threads (or tasks) iterate while another process deletes every other key; then every view shows exactly
-the survivors. Over a real mosquitto and the emulator process.
+Sixteen threads (or tasks) iterate while another process deletes every other key, in batches between which every
+reader goes on iterating; then every view shows exactly the survivors. Over a real mosquitto and the emulator process.
 """
 
 from __future__ import annotations
@@ -12,28 +12,36 @@ import asyncio
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from typing import Any
 
 import pytest
 
 from sskv_mapping import AsyncStateStoreClient, AsyncStateStoreDict, StateStoreClient, StateStoreDict
+from tests._support.waiting import eventually, eventually_sync
 
 N = 200
 READERS = 16
 DEADLINE = 120.0
 
-#: the other process: connects, says "ready", waits for a line, deletes every even key, says "done"
+BATCHES = 5
+
+#: the other process: connects, says "ready"; then for each line read deletes the next batch of even keys and says
+#: "deleted"
 DELETER = """
 import sys
 from sskv_mapping import StateStoreDict
-host, port, namespace, listing, n = sys.argv[1:6]
+host, port, namespace, listing, n, batches = sys.argv[1:7]
+evens = [f"k{i}" for i in range(0, int(n), 2)]
+size = -(-len(evens) // int(batches))
 with StateStoreDict.connect(f"mqtt://{host}:{port}", namespace=namespace, listing=listing) as d:
     print("ready", flush=True)
-    sys.stdin.readline()
-    for i in range(0, int(n), 2):
-        del d[f"k{i}"]
-    print("done", flush=True)
+    for b in range(int(batches)):
+        sys.stdin.readline()
+        for key in evens[b * size:(b + 1) * size]:
+            del d[key]
+        print("deleted", flush=True)
 """
 
 
@@ -45,7 +53,7 @@ class Deleter:
     """The other process, driven over its stdin/stdout."""
 
     def __init__(self, host: str, port: int, namespace: str, listing: str) -> None:
-        argv = [sys.executable, "-c", DELETER, host, str(port), namespace, listing, str(N)]
+        argv = [sys.executable, "-c", DELETER, host, str(port), namespace, listing, str(N), str(BATCHES)]
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None and self.proc.stdin is not None
         self._out, self._in = self.proc.stdout, self.proc.stdin
@@ -59,12 +67,15 @@ class Deleter:
         assert line, f"the deleter said nothing in {DEADLINE} s"
         return line[0]
 
-    def go(self) -> None:
+    def delete_batch(self) -> tuple[float, float]:
+        """One batch deleted by the other process: its time window on this process's monotonic clock."""
+        began = time.monotonic()
         self._in.write("go\n")
         self._in.flush()
+        assert self._line() == "deleted"
+        return began, time.monotonic()
 
     def wait_done(self) -> None:
-        assert self._line() == "done"
         assert self.proc.wait(DEADLINE) == 0
 
     def kill(self) -> None:
@@ -84,13 +95,14 @@ def test_sixteen_threads_iterate_while_another_process_deletes_half(broker_url: 
         deleter = Deleter(host, port, namespace, listing)
         try:
             errors: list[BaseException] = []
-            rounds = [0] * READERS
+            rounds: list[tuple[float, float]] = []  # each iteration's time window
             stop = threading.Event()
             started = threading.Barrier(READERS + 1)
 
-            def iterate(me: int) -> None:
+            def iterate() -> None:
                 started.wait(DEADLINE)
                 while not stop.is_set():
+                    began = time.monotonic()
                     try:
                         for key, value in d.items():
                             assert value == expected(key), (key, value)
@@ -99,22 +111,26 @@ def test_sixteen_threads_iterate_while_another_process_deletes_half(broker_url: 
                     except BaseException as exc:
                         errors.append(exc)
                         return
-                    rounds[me] += 1
+                    rounds.append((began, time.monotonic()))
 
-            readers = [threading.Thread(target=iterate, args=(i,), daemon=True) for i in range(READERS)]
+            readers = [threading.Thread(target=iterate, daemon=True) for _ in range(READERS)]
             for reader in readers:
                 reader.start()
             started.wait(DEADLINE)
-            before = sum(rounds)
-            deleter.go()
+            windows = []
+            for _ in range(BATCHES):
+                done = len(rounds)
+                # the readers go on iterating between batches (one that failed stops the wait: reported below)
+                eventually_sync(lambda done=done: len(rounds) >= done + READERS or bool(errors), timeout=DEADLINE)
+                windows.append(deleter.delete_batch())
             deleter.wait_done()
-            during = sum(rounds) - before
             stop.set()
             for reader in readers:
                 reader.join(DEADLINE)
             assert not [r for r in readers if r.is_alive()]
             assert errors == [], errors[:3]
-            assert during > 0  # iterations did overlap the deletions (else this test would prove nothing)
+            # iterations were in progress while the other process deleted (else this test would prove nothing)
+            assert any(b0 < r1 and r0 < b1 for b0, b1 in windows for r0, r1 in rounds)
         finally:
             deleter.kill()
         # once the deletions are done, every view shows exactly the survivors
@@ -141,25 +157,28 @@ async def test_sixteen_tasks_iterate_the_async_dict_while_another_process_delete
         deleter = await asyncio.to_thread(Deleter, host, port, namespace, listing)
         try:
             stop = asyncio.Event()
-            rounds = [0]
+            rounds: list[tuple[float, float]] = []
 
             async def iterate() -> None:
                 while not stop.is_set():
+                    began = time.monotonic()
                     for key, value in await d.items():
                         assert value == expected(key), (key, value)
                     assert set(await d.values()) <= set(range(N))
                     assert {key async for key in d} <= {f"k{i}" for i in range(N)}
-                    rounds[0] += 1
+                    rounds.append((began, time.monotonic()))
 
             readers = [asyncio.ensure_future(iterate()) for _ in range(READERS)]
-            before = rounds[0]
-            deleter.go()
+            windows = []
+            for _ in range(BATCHES):
+                done = len(rounds)
+                await eventually(lambda done=done: len(rounds) >= done + READERS, timeout=DEADLINE)
+                windows.append(await asyncio.to_thread(deleter.delete_batch))
             await asyncio.to_thread(deleter.wait_done)
-            during = rounds[0] - before
             stop.set()
             async with asyncio.timeout(DEADLINE):
                 await asyncio.gather(*readers)  # an iteration that raised fails here
-            assert during > 0
+            assert any(b0 < r1 and r0 < b1 for b0, b1 in windows for r0, r1 in rounds)
         finally:
             deleter.kill()
         assert dict(await d.items()) == survivors
