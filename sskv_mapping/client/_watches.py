@@ -266,7 +266,9 @@ class AsyncKeyWatch:
 
     Registration happens on ``async with`` (or the first iteration); events of changes made after that are
     delivered, including this client's own writes. After a reconnect, a synthetic event (``synthetic=True``)
-    reports a change that happened while disconnected.
+    reports a change that happened while disconnected. :meth:`aclose` ends the iteration quietly; the client
+    closing ends it with :class:`~sskv_mapping.errors.ClientStateError` (nothing more will come, and a loop
+    waiting on it must not take that for a quiet key).
     """
 
     def __init__(self, subscribe: Subscribe, key: bytes) -> None:
