@@ -78,6 +78,10 @@ class _LiveValues(ValuesView[V]):
     def __iter__(self) -> Iterator[V]:
         return iter([v for _, v in self._pairs()])
 
+    def __contains__(self, value: object) -> bool:
+        # the ValuesView's own reads d[key] for each listed key: a key deleted meanwhile would raise KeyError
+        return any(v is value or v == value for v in self)
+
 
 def _no_cache(key: object) -> None:
     return None
