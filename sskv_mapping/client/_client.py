@@ -324,6 +324,7 @@ class AsyncStateStoreClient:
         self.timeout = timeout
         self.max_payload = max_payload
         self._backoff = (backoff_initial, backoff_max)
+        self._reconnect = reconnect
         self._factory = connection_factory
         self.hlc = HlcClock(settings.client_id, clock)
         self._notify_filter = topics.notification_filter(settings.client_id)
@@ -459,6 +460,8 @@ class AsyncStateStoreClient:
         self._scan.forget()  # the next connection may reach another service version
         self._sender.pending.fail_all(ConnectionLostError(f"connection to {self.settings.url} lost"))
         self._watches.dropped()  # the service dropped our registrations
+        if not self._reconnect:
+            self._watches.lost_for_good()  # no reconnect will restore them: the watches' iterations end
 
     def _reconnected(self) -> None:
         task = asyncio.get_running_loop().create_task(self._watches.restore(), name=f"sskv-restore-{self.client_id}")

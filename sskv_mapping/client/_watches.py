@@ -20,7 +20,7 @@ from .._protocol.commands import Get, KeyNotify
 from .._protocol.hlc import HybridLogicalClock
 from .._protocol.notifications import KeyEvent, KeyOperation
 from .._transport.backoff import Backoff
-from ..errors import StateStoreError
+from ..errors import ConnectionLostError, StateStoreError
 from ._closing import closed_error
 
 __all__ = ["AsyncKeyWatch", "EventSink", "KeySubscription", "Watches"]
@@ -33,6 +33,7 @@ Request = Callable[..., Awaitable[tuple[bytes, HybridLogicalClock | None]]]
 _UNKNOWN = object()
 _CLOSED = object()
 _CLIENT_CLOSED = object()  # the client closed under the watch: its iteration ends with ClientStateError
+_LOST_FOR_GOOD = object()  # the connection dropped and reconnect is off: its iteration ends with ConnectionLostError
 
 
 class _Registration:
@@ -140,6 +141,14 @@ class Watches:
                 if isinstance(sink, _QueueSink):
                     sink.close()
         self._registrations.clear()
+
+    def lost_for_good(self) -> None:
+        """End every :class:`AsyncKeyWatch` with :class:`ConnectionLostError`: the connection dropped and will not
+        come back (reconnect is off), so no change will ever be delivered."""
+        for reg in self._registrations.values():
+            for sink in list(reg.sinks):
+                if isinstance(sink, _QueueSink):
+                    sink.queue.put_nowait(_LOST_FOR_GOOD)
 
     async def restore(self) -> None:
         """Re-register every watched key, then re-read it and report changes missed while away.
@@ -267,8 +276,9 @@ class AsyncKeyWatch:
     Registration happens on ``async with`` (or the first iteration); events of changes made after that are
     delivered, including this client's own writes. After a reconnect, a synthetic event (``synthetic=True``)
     reports a change that happened while disconnected. :meth:`aclose` ends the iteration quietly; the client
-    closing ends it with :class:`~sskv_mapping.errors.ClientStateError` (nothing more will come, and a loop
-    waiting on it must not take that for a quiet key).
+    closing ends it with :class:`~sskv_mapping.errors.ClientStateError`, and a connection lost for good (reconnect
+    off) with :class:`~sskv_mapping.errors.ConnectionLostError` (nothing more will come, and a loop waiting on it
+    must not take that for a quiet key).
     """
 
     def __init__(self, subscribe: Subscribe, key: bytes) -> None:
@@ -302,9 +312,13 @@ class AsyncKeyWatch:
         if item is _CLOSED:
             self._done = True
             raise StopAsyncIteration
-        if item is _CLIENT_CLOSED:
+        if item is _CLIENT_CLOSED or item is _LOST_FOR_GOOD:
             self._done = True
-            self._queue.put_nowait(_CLIENT_CLOSED)  # every later call says so too
+            self._queue.put_nowait(item)  # every later call says so too
+            if item is _LOST_FOR_GOOD:
+                raise ConnectionLostError(
+                    f"the connection was lost for good (reconnect is off) while watching {self.key!r}"
+                )
             raise closed_error(f"watching {self.key!r}")
         assert isinstance(item, KeyEvent)
         return item

@@ -175,6 +175,25 @@ async def test_a_watch_iteration_ends_with_client_state_error_when_the_client_cl
             await watch.__anext__()
 
 
+async def test_a_watch_iteration_ends_when_the_connection_is_lost_for_good(broker_url: tuple[str, int]) -> None:
+    host, port = broker_url
+    key = unique("watched")
+    client = AsyncStateStoreClient(host, port, reconnect=False)
+    await client.connect()
+    try:
+        watch = await client.watch(key).start()
+        waiting = asyncio.ensure_future(watch.__anext__())
+        async with MiniClient(host, port, client_id=client.client_id):  # the broker drops our connection
+            async with asyncio.timeout(DEADLINE):
+                with pytest.raises(ConnectionLostError, match="for good"):
+                    await waiting
+        with pytest.raises(ConnectionLostError):  # and every later call says so, it does not wait
+            async with asyncio.timeout(DEADLINE):
+                await watch.__anext__()
+    finally:
+        await client.close()
+
+
 async def test_observe_ends_with_client_state_error_when_the_client_closes(broker_url: tuple[str, int]) -> None:
     client = AsyncStateStoreClient(*broker_url)
     await client.connect()
