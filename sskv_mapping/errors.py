@@ -10,7 +10,8 @@ Must not import anything outside the standard library (nor any other module of s
     StateStoreError
     ├── ConfigurationError (ValueError)      bad arguments, bad settings; raised before anything is sent
     │   └── ValueTooLargeError               a request larger than the broker (or max_payload) allows
-    ├── ClientStateError (RuntimeError)      closed client, call from the wrong thread, ...
+    ├── ClientStateError (RuntimeError)      closed client (also ends every wait), call from the wrong thread
+    │   └── ReentrantCallError               get_or_set of a key from inside that key's own builder
     ├── TransportError
     │   ├── BrokerConnectError               could not connect (refused, TLS, auth)
     │   ├── ConnectionLostError              the connection dropped while the call was in flight
@@ -75,6 +76,7 @@ __all__ = [
     "PublishRefusedError",
     "QuotaExceededError",
     "ReauthenticationError",
+    "ReentrantCallError",
     "RequestSyntaxError",
     "RequestTimeoutError",
     "ResponseTooLargeError",
@@ -122,6 +124,12 @@ def _rebuild_too_large(message: str, size: int, limit: int) -> ValueTooLargeErro
 
 class ClientStateError(StateStoreError, RuntimeError):
     """The client cannot do this now (closed, wrong thread, not connected yet...)."""
+
+
+class ReentrantCallError(ClientStateError):
+    """A call that would wait for itself forever: ``get_or_set(key)`` from inside the builder computing ``key``
+    (in the same task, or the same thread for the blocking cache). Nothing was stored; the outer call fails too
+    unless the builder catches this."""
 
 
 class TransportError(StateStoreError):

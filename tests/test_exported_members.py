@@ -74,6 +74,7 @@ EXPECTED = {
     "StateStoreError",
     "ConfigurationError",
     "ClientStateError",
+    "ReentrantCallError",
     "TransportError",
     "BrokerConnectError",
     "ConnectionLostError",

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
@@ -779,7 +780,7 @@ class StateStoreCache(BlockingTwin, Generic[V]):
             if hit is not None and hit.value is not ABSENT:
                 self._async.counters.count(hits=1)
                 return hit.value
-            outcome = self._run(flight.begin(key))
+            outcome = self._run(flight.begin(key, caller=threading.current_thread()))
             if isinstance(outcome, Found):
                 return outcome.value
             try:

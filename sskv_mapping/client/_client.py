@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from .._blocking import BlockingTwin
+from .._fork import in_child_after_fork
 from .._keys import escape_glob, scan_pattern, store_key
 from .._protocol import headers, topics
 from .._protocol.commands import Delete, Get, Set, SetCondition, VDelete, VDeleteResult, _Base
@@ -323,6 +324,7 @@ class AsyncStateStoreClient:
         self.timeout = timeout
         self.max_payload = max_payload
         self._backoff = (backoff_initial, backoff_max)
+        self._reconnect = reconnect
         self._factory = connection_factory
         self.hlc = HlcClock(settings.client_id, clock)
         self._notify_filter = topics.notification_filter(settings.client_id)
@@ -349,6 +351,8 @@ class AsyncStateStoreClient:
         self.clock_drift_warnings = 0
         self.bad_notifications = 0
         self._scan = ScanSupport(self._keeper)
+        self._closed = asyncio.Event()
+        in_child_after_fork(self._forget_parent_connection)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -402,6 +406,16 @@ class AsyncStateStoreClient:
         first and clears on the second (notifications were lost meanwhile)."""
         return self._keeper.add_listener(listener)
 
+    @property
+    def closed(self) -> asyncio.Event:
+        """Set when :meth:`close` begins, never cleared: what every wait of the layers above races against
+        (``unless_closed`` in ``client/_closing.py``), so a closed client ends them at once. Only read it."""
+        return self._closed
+
+    def _forget_parent_connection(self) -> None:
+        # in a forked child the connection (its socket) is the parent's: never write to it (sskv_mapping._fork)
+        self._keeper.abandon()
+
     def _new_connection(self) -> Connection:
         factory = self._factory if self._factory is not None else new_connection
         return factory(self.settings, self._on_message)
@@ -417,6 +431,8 @@ class AsyncStateStoreClient:
         """Stop watches, disconnect, and fail whatever is still in flight. Safe to call twice."""
         if self._keeper.state is ConnectionState.CLOSED:
             return
+
+        self._closed.set()
 
         def fail_in_flight() -> None:
             self._sender.pending.fail_all(ClientStateError("the client was closed"))
@@ -444,6 +460,8 @@ class AsyncStateStoreClient:
         self._scan.forget()  # the next connection may reach another service version
         self._sender.pending.fail_all(ConnectionLostError(f"connection to {self.settings.url} lost"))
         self._watches.dropped()  # the service dropped our registrations
+        if not self._reconnect:
+            self._watches.lost_for_good()  # no reconnect will restore them: the watches' iterations end
 
     def _reconnected(self) -> None:
         task = asyncio.get_running_loop().create_task(self._watches.restore(), name=f"sskv-restore-{self.client_id}")

@@ -25,7 +25,8 @@ from .._protocol.commands import Get, KeyNotify
 from .._protocol.hlc import HybridLogicalClock
 from .._protocol.notifications import KeyEvent, KeyOperation
 from .._transport.backoff import Backoff
-from ..errors import StateStoreError
+from ..errors import ConnectionLostError, StateStoreError
+from ._closing import closed_error
 
 __all__ = ["AsyncKeyWatch", "EventSink", "KeySubscription", "Watches"]
 
@@ -36,6 +37,8 @@ Request = Callable[..., Awaitable[tuple[bytes, HybridLogicalClock | None]]]
 
 _UNKNOWN = object()
 _CLOSED = object()
+_CLIENT_CLOSED = object()  # the client closed under the watch: its iteration ends with ClientStateError
+_LOST_FOR_GOOD = object()  # the connection dropped and reconnect is off: its iteration ends with ConnectionLostError
 
 
 class _Registration:
@@ -145,6 +148,14 @@ class Watches:
                 if isinstance(sink, _QueueSink):
                     sink.close()
         self._registrations.clear()
+
+    def lost_for_good(self) -> None:
+        """End every :class:`AsyncKeyWatch` with :class:`ConnectionLostError`: the connection dropped and will not
+        come back (reconnect is off), so no change will ever be delivered."""
+        for reg in self._registrations.values():
+            for sink in list(reg.sinks):
+                if isinstance(sink, _QueueSink):
+                    sink.queue.put_nowait(_LOST_FOR_GOOD)
 
     async def restore(self) -> None:
         """Re-register every watched key, then re-read it and report changes missed while away.
@@ -270,7 +281,7 @@ class _QueueSink:
         self.queue.put_nowait(event)
 
     def close(self) -> None:
-        self.queue.put_nowait(_CLOSED)
+        self.queue.put_nowait(_CLIENT_CLOSED)
 
 
 Subscribe = Callable[[bytes, EventSink], Awaitable[KeySubscription]]
@@ -288,6 +299,11 @@ class AsyncKeyWatch:
     value is delivered: by the re-read, or by a notification newer than the re-read's answer, which is then
     dropped. Changes made while disconnected are not each reported, only where they led. Notifications are not
     trusted to arrive: one lost while connected is repaired by the next change or the next reconnect.
+
+    :meth:`aclose` ends the iteration quietly; the client closing ends it with
+    :class:`~sskv_mapping.errors.ClientStateError`, and a connection lost for good (reconnect off) with
+    :class:`~sskv_mapping.errors.ConnectionLostError` (nothing more will come, and a loop waiting on it must not
+    take that for a quiet key).
     """
 
     def __init__(self, subscribe: Subscribe, key: bytes) -> None:
@@ -321,6 +337,14 @@ class AsyncKeyWatch:
         if item is _CLOSED:
             self._done = True
             raise StopAsyncIteration
+        if item is _CLIENT_CLOSED or item is _LOST_FOR_GOOD:
+            self._done = True
+            self._queue.put_nowait(item)  # every later call says so too
+            if item is _LOST_FOR_GOOD:
+                raise ConnectionLostError(
+                    f"the connection was lost for good (reconnect is off) while watching {self.key!r}"
+                )
+            raise closed_error(f"watching {self.key!r}")
         assert isinstance(item, KeyEvent)
         return item
 
