@@ -100,6 +100,8 @@ EXPECTED = {
     "MalformedTimestampError",
     "KeyLengthZeroError",
     "ResponseTooLargeError",
+    "RequestTooLargeError",
+    "OverloadedError",
     "RpcStatusError",
     "ClockDriftError",
     "LockError",
