@@ -31,6 +31,7 @@ __all__ = [
     "key_too_long",
     "max_value_bytes",
     "value_too_large",
+    "watch_too_long",
 ]
 
 #: MQTT's longest topic name (a two-byte length prefix)
@@ -59,6 +60,20 @@ def max_value_bytes(key_length: int, max_packet_size: int | None) -> int:
     Size ``max_packet_size`` (``None``: it stated none)."""
     bound = WRITE_BOUND if max_packet_size is None else min(WRITE_BOUND, max_packet_size)
     return bound - NOTIFY_OVERHEAD - 2 * key_length
+
+
+def watch_too_long(client_id: str, key: bytes) -> str | None:
+    """Why ``client_id`` cannot be notified of ``key`` (the topic would pass MQTT's limit: a client id over
+    :data:`MAX_WATCHER_ID_BYTES` and a long key), or ``None`` if it can."""
+    length = len(NOTIFY_PREFIX) + 2 * len(client_id.encode("utf-8")) + len(_NOTIFY_MIDDLE) + 2 * len(key)
+    if length <= MAX_TOPIC_BYTES:
+        return None
+    return (
+        f"changes of this {len(key):,}-byte key cannot be notified to client id {client_id[:40]!r}... "
+        f"({len(client_id.encode('utf-8')):,} bytes): the notification topic would be {length:,} bytes, over "
+        f"MQTT's {MAX_TOPIC_BYTES:,} (keys up to {MAX_KEY_BYTES:,} bytes are notified to client ids up to "
+        f"{MAX_WATCHER_ID_BYTES} bytes)"
+    )
 
 
 def key_too_long(key: bytes) -> str | None:

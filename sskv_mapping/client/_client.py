@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from .._blocking import BlockingTwin
 from .._keys import escape_glob, scan_pattern, store_key
 from .._protocol import headers, limits, topics
-from .._protocol.commands import Delete, Get, Set, SetCondition, VDelete, VDeleteResult, _Base
+from .._protocol.commands import Delete, Get, KeyNotify, Set, SetCondition, VDelete, VDeleteResult, _Base
 from .._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
 from .._protocol.mqtt_publish import mqtt_str, publish_properties, varint
 from .._protocol.notifications import KeyEvent, parse_notification
@@ -490,6 +490,8 @@ class AsyncStateStoreClient:
         if type(cmd) is Set:  # the key and value limits: a SET that could never be read back or notified
             conn = self._keeper.conn
             _check_limits(cmd.key, cmd.value, conn.max_packet_size if conn is not None else None)
+        elif type(cmd) is KeyNotify and not cmd.stop and (reason := limits.watch_too_long(self.client_id, cmd.key)):
+            raise ValueTooLargeError(reason, size=len(cmd.key), limit=limits.MAX_KEY_BYTES)  # never notified: refused
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         gate = self.in_flight

@@ -310,3 +310,21 @@ async def test_the_inspector_shows_a_60_mb_value_cut_and_the_emulator_keeps_answ
 
         _, served = await asyncio.gather(pages(), reads())
         assert served == 20
+
+
+async def test_a_watch_whose_notifications_could_never_be_sent_is_refused(
+    mosquitto: MosquittoBroker, emulator: EmulatorProcess, observer: AsyncStateStoreClient
+) -> None:
+    """A client id over 256 bytes (MQTT allows it) and a key near the key limit: the topic would pass 65,535 bytes,
+    so the watch is refused before sending instead of never hearing of a change (a dict then does not cache it)."""
+    long_id = "long-" + "i" * 1000 + uuid.uuid4().hex[:8]
+    key = b"k" * 32_000
+    async with AsyncStateStoreClient(mosquitto.host, mosquitto.port, client_id=long_id, timeout=5) as c:
+        sent = c.requests_sent
+        with pytest.raises(ValueTooLargeError, match="cannot be notified"):
+            await c.watch(key).start()
+        assert c.requests_sent == sent
+        short = await c.watch(b"k" * 100).start()  # a shorter key is notified to it
+        await short.aclose()
+    watch = await observer.watch(b"k" * limits.MAX_KEY_BYTES).start()  # and the longest key to a usual id
+    await watch.aclose()
