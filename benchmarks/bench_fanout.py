@@ -6,9 +6,9 @@ One private mosquitto and one emulator process. N watchers of one key are regist
 (benchmarks/_rawmqtt.py) with N distinct ``__srcId`` (the emulator trusts it, docs/emulator.md), so the
 notifications go to topics nobody subscribes to: mosquitto drops each at once and what is measured is the
 emulator's own work per write (building and queueing N notifications) and the broker's taking them. A library
-client then writes the key ``--writes`` times, one after the other (each SET is answered before its notifications
-go out); the time ends when a library watcher registered after the others (so notified last of each change) hears
-of the last write. Meanwhile another client reads another key in a loop: its worst GET latency is how long a fan-out
+client then writes the key ``--writes`` times, each write once the previous one's fan-out is done: when a library
+watcher registered after the others (so notified last of each change) hears of it (a SET is answered before its
+notifications go out). Meanwhile another client reads another key in a loop: its worst GET latency is how long a fan-out
 holds everyone else up. Reported per write: the wall time (median over rounds of each
 round's mean) and the emulator's CPU time (from /proc), and the ratio to the 1-watcher figure of the same run.
 ``--tree DIR`` runs the emulator from another checkout (e.g. ``git worktree add /tmp/main main``), for before/after.
@@ -119,9 +119,9 @@ async def one_round(
         task = asyncio.create_task(read_meanwhile())
         for i in range(writes):
             await client.set(key, b"value-%d" % i)
-        # the last write's fan-out is done when the last watcher (registered after the others) hears of it
-        while (await watch.next(120)).value != b"value-%d" % (writes - 1):
-            pass
+            # this write's fan-out is done when the last watcher (registered after the others) hears of it
+            while (await watch.next(120)).value != b"value-%d" % i:
+                pass
         wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
         bcpu = cpu_seconds(broker_pid) - bcpu0
         writing = False

@@ -14,8 +14,10 @@ layers.
   Maximum queue holds about one chunk and a reply to anyone else waits behind one chunk, not the whole fan-out.
   The payload is encoded once per change (the core shares it), the ``__ts`` property once per change, the key's
   hex once per change and each watcher's client id's hex once (kept); only the topic is built per watcher.
-  Notifications keep their order (what waits is drained first). At most :data:`_WAITING_NOTES_MAX` wait: past it
-  they are dropped and logged (a notification is never trusted to arrive: clients bound their staleness).
+  Notifications keep their order (what waits is drained first). Past :data:`_BACKPRESSURE_NOTES` waiting, replies
+  wait behind them too: a writer cannot run ahead of the fan-outs it causes (backpressure, as the read pause gives
+  while the socket is full). At most :data:`_WAITING_NOTES_MAX` wait: past it they are dropped and logged (many
+  writers at once; a notification is never trusted to arrive: clients bound their staleness).
 * cost: a change with N watchers costs the emulator about N x 11 us of CPU (2 shared cores, the transport's
   per-publish encoding most of it) and the broker about as much again: benchmarks/bench_fanout.py.
 """
@@ -47,6 +49,9 @@ _OVERLOADED_REPLY = encode_error(OverloadedError.TEXT)
 
 #: notifications published per loop iteration: a write with more watchers has the rest drained in later iterations
 _FANOUT_CHUNK = 1000
+#: past this many notifications waiting, replies wait behind them: a writer (a SET's reply comes before its
+#: notifications) cannot run ahead of its fan-outs, and what waits stays near this bound instead of growing
+_BACKPRESSURE_NOTES = 20_000
 #: replies waiting for room in the write backlog, in bytes, at most: past it a reply is answered "overloaded"
 _WAITING_BYTES_MAX = 64 << 20
 #: notifications waiting for room, at most (references to the payload each change shares): past it, dropped (logged)
@@ -169,6 +174,9 @@ class Outbox:
             self.stats["too_large"] += 1
             self._too_large(topic, payload, correlation, content_type, len(payload), limits.WRITE_BOUND)
             return True
+        if correlation is not None and self._waiting_notes > _BACKPRESSURE_NOTES:
+            # saturated by fan-outs: replies wait behind them, so writers slow down to what the broker takes
+            return self._defer_reply(conn, (topic, payload, correlation, user_properties, content_type))
         # Queued right here (PahoConnection: by paho), in call order; no task is made and no PUBACK awaited.
         try:
             conn.publish_nowait(
