@@ -45,7 +45,7 @@ _KNOWN: tuple[type[ServiceError], ...] = (
 #: service text -> exception class, matched exactly.
 ERROR_TEXTS: dict[str, type[ServiceError]] = {cls.TEXT: cls for cls in _KNOWN}
 
-#: the emulator's own texts, beyond the service's documented ones (protocol.md §3): a response it cannot send
+#: the emulator's own texts, beyond the service's documented (docs/design/protocol.md §3): a response it cannot send
 #: (over its broker's Maximum Packet Size or its write bound), a SET over the size limits, a reply it cannot queue.
 EMULATOR_TEXTS: dict[str, type[ServiceError]] = {
     cls.TEXT: cls for cls in (ResponseTooLargeError, RequestTooLargeError, OverloadedError)
