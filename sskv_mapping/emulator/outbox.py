@@ -18,8 +18,8 @@ layers.
   wait behind them too: a writer cannot run ahead of the fan-outs it causes (backpressure, as the read pause gives
   while the socket is full). At most :data:`_WAITING_NOTES_MAX` wait: past it they are dropped and logged (many
   writers at once; a notification is never trusted to arrive: clients bound their staleness).
-* cost: a change with N watchers costs the emulator about N x 11 us of CPU (2 shared cores, the transport's
-  per-publish encoding most of it) and the broker about as much again: benchmarks/bench_fanout.py.
+* cost: a change with N watchers costs the emulator about N x 10 us of CPU (2 shared cores, the transport's
+  per-publish encoding and PUBACKs most of it) and the broker about N x 8.5 us: benchmarks/bench_fanout.py.
 """
 
 from __future__ import annotations
