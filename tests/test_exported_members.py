@@ -101,6 +101,8 @@ EXPECTED = {
     "MalformedTimestampError",
     "KeyLengthZeroError",
     "ResponseTooLargeError",
+    "RequestTooLargeError",
+    "OverloadedError",
     "RpcStatusError",
     "ClockDriftError",
     "LockError",

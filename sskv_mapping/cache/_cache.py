@@ -416,14 +416,17 @@ class AsyncStateStoreCache(Generic[V]):
         """Store every pair concurrently; returns the keys that could not be stored (the service refused
         them, e.g. the key quota is full, or the connection failed before they were acknowledged).
 
-        Every key and value is checked (and encoded) before anything is sent.
+        Every key and value is checked (and encoded) before anything is sent: a key or value over its size limit
+        raises :class:`~sskv_mapping.errors.ValueTooLargeError` and nothing is written.
         """
         if not isinstance(mapping, Mapping):
             raise ConfigurationError(f"set_many takes a mapping of key -> value, not {type(mapping).__name__}")
         pairs = [(text_key(k, "cache key"), v) for k, v in mapping.items()]
         seconds = self.resolve_ttl(ttl)
-        for k, v in pairs:
-            self._store.encode(k, v)
+        for k, v in pairs:  # one item over a size limit: ValueTooLargeError, nothing written
+            self._store.check_size(
+                k, self._store.encode(k, v), None if seconds is None or expire_now(seconds) else seconds
+            )
         await self._ready()
         with self._stats.timed("set_many"):
             if expire_now(seconds):

@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 from .._blocking import BlockingTwin
 from .._fork import in_child_after_fork
 from .._keys import escape_glob, scan_pattern, store_key
-from .._protocol import headers, topics
-from .._protocol.commands import Delete, Get, Set, SetCondition, VDelete, VDeleteResult, _Base
+from .._protocol import headers, limits, topics
+from .._protocol.commands import Delete, Get, KeyNotify, Set, SetCondition, VDelete, VDeleteResult, _Base
 from .._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
 from .._protocol.mqtt_publish import mqtt_str, publish_properties, varint
 from .._protocol.notifications import KeyEvent, parse_notification
@@ -185,6 +185,18 @@ def _check_max_payload(verb: bytes, payload: bytes, max_payload: int | None) -> 
             size=len(payload),
             limit=max_payload,
         )
+
+
+def _check_limits(key: bytes, value: bytes, max_packet_size: int | None) -> None:
+    """Raise :class:`ValueTooLargeError` if ``key`` or ``value`` is over its documented limit
+    (:mod:`~sskv_mapping._protocol.limits`): a SET that could never be answered or notified is not sent."""
+    reason = limits.key_too_long(key)
+    if reason is not None:
+        raise ValueTooLargeError(reason, size=len(key), limit=limits.MAX_KEY_BYTES)
+    reason = limits.value_too_large(key, len(value), max_packet_size)
+    if reason is not None:  # counted as the notification's packet, from above, against the bound it must fit
+        bound = limits.WRITE_BOUND if max_packet_size is None else min(limits.WRITE_BOUND, max_packet_size)
+        raise ValueTooLargeError(reason, size=len(value) + limits.NOTIFY_OVERHEAD + 2 * len(key), limit=bound)
 
 
 def _check_packet_estimate(response_topic: str, props: headers.UserProperties, payload: bytes, limit: int) -> None:
@@ -493,6 +505,11 @@ class AsyncStateStoreClient:
             raise ConfigurationError(f"fencing_token must be a HybridLogicalClock, not {type(fencing_token).__name__}")
         payload = cmd.encode()
         _check_max_payload(cmd.VERB, payload, self.max_payload)
+        if type(cmd) is Set:  # the key and value limits: a SET that could never be read back or notified
+            conn = self._keeper.conn
+            _check_limits(cmd.key, cmd.value, conn.max_packet_size if conn is not None else None)
+        elif type(cmd) is KeyNotify and not cmd.stop and (reason := limits.watch_too_long(self.client_id, cmd.key)):
+            raise ValueTooLargeError(reason, size=len(cmd.key), limit=limits.MAX_KEY_BYTES)  # never notified: refused
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         gate = self.in_flight
@@ -567,7 +584,8 @@ class AsyncStateStoreClient:
         persist: bool = False,
     ) -> None:
         """Raise :class:`ValueTooLargeError` if :meth:`set` with these arguments would be refused for its size,
-        without sending anything: over ``max_payload``, or a PUBLISH over the broker's Maximum Packet Size
+        without sending anything: over ``max_payload``, a key or value over its limit (docs/reliability.md,
+        "Limits"), or a PUBLISH over the broker's Maximum Packet Size
         (estimated from above, within a few bytes). For callers that write something else first (the dict's
         index entry of a new key): a value that cannot be stored must not leave that behind. Not connected:
         only ``max_payload`` is checked (the broker's limit is known after CONNACK)."""
@@ -579,9 +597,11 @@ class AsyncStateStoreClient:
             not isinstance(limit, int)
             or len(skey) + len(svalue) + 4 * len(self.client_id.encode()) + _ROUGH_OVERHEAD < limit
         ):
+            _check_limits(skey, svalue, limit)
             return  # the usual case, without encoding anything: far under the limit, or no limit
         payload = Set(skey, svalue, condition, ttl_to_ms(ttl)).encode()
         _check_max_payload(b"SET", payload, self.max_payload)
+        _check_limits(skey, svalue, limit)
         if isinstance(limit, int):
             props = headers.request_properties(self.client_id, self.hlc.current, fencing_token, persist)
             _check_packet_estimate(self._sender.response_topic, props, payload, limit)

@@ -13,6 +13,8 @@ What it models:
   key's previous version and than the request's ``__ts``;
 * ``NX`` / ``NEX`` / ``PX``; fencing tokens (§6); KEYNOTIFY registrations per client id (§4) and the
   ``NOTIFY`` payloads; an optional key quota;
+* the size limits (:mod:`sskv_mapping._protocol.limits`): a SET whose key or value is over them is refused with
+  ``RequestTooLargeError``'s text (its reply or notifications could never be sent), nothing stored;
 * persistence: entries written with ``aio-persistence: true`` can be dumped (:meth:`dump_persistent`) and
   loaded back (:meth:`load_persistent`); the file itself is the server's business;
 * SCAN (§8) over a sorted key list kept incrementally (:mod:`sskv_mapping.emulator.scan` says how pages and
@@ -37,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._protocol import resp3
+from .._protocol import limits, resp3
 from .._protocol.commands import (
     Command,
     Delete,
@@ -63,6 +65,7 @@ from ..errors import (
     NotAuthorizedError,
     ProtocolError,
     QuotaExceededError,
+    RequestTooLargeError,
     ServiceError,
     TimestampSkewError,
     UnknownCommandError,
@@ -200,6 +203,9 @@ class EmulatorCore:
         #: Bumped whenever an entry written with ``aio-persistence`` changes (set, deleted, expired);
         #: a server compares it to decide when to rewrite its persistence file.
         self.persistence_generation = 0
+        #: the broker's Maximum Packet Size (``None``: none), set by the server from its CONNACK: a SET whose value or
+        #: key is over the limits of :mod:`~sskv_mapping._protocol.limits` for it is refused (``RequestTooLargeError``)
+        self.max_packet_size: int | None = None
         #: the sorted keys SCAN pages through (``None``: SCAN is answered ``unknown command``)
         self.keyspace = KeySpace(page_size=scan_page_size, empty_pages=scan_empty_pages) if scan else None
         #: the answers a copy of a recent request gets (protocol.md §9: a re-sent request may arrive twice)
@@ -313,6 +319,9 @@ class EmulatorCore:
 
     def _set(self, cmd: Set, props: Mapping[str, str], now: int, notes: list[Notification]) -> CoreResult:
         key = cmd.key
+        if len(key) > limits.MAX_KEY_BYTES or limits.value_too_large(key, len(cmd.value), self.max_packet_size):
+            # its GET reply or its notifications could never be sent: refused rather than stored unreadable
+            raise RequestTooLargeError()
         entry = self._store.get(key)
         token = self._fencing_token(props, now)
         self._check_fence(entry, token)

@@ -372,11 +372,14 @@ class AsyncStateStoreDict(Generic[V]):
             tried.append(key)
 
     async def update(self, other: Any = (), /, **kwargs: V) -> None:
-        """``d.update(mapping | iterable of pairs, **kwargs)``; the writes run concurrently."""
+        """``d.update(mapping | iterable of pairs, **kwargs)``; the writes run concurrently.
+
+        Every key and value is encoded and checked against the size limits first: one over its limit raises
+        :class:`~sskv_mapping.errors.ValueTooLargeError` and nothing is written."""
         pairs = self.pairs(other, kwargs)
-        for k, v in pairs:  # check everything before sending anything
+        for k, v in pairs:  # check everything before sending anything: all of it is written or none
             text_key(k)
-            self._store.encode(k, v)
+            self._store.check_size(k, self._store.encode(k, v))
         if self._store.index is not None:
             await self._store.index.add((k, None) for k, _ in pairs)
         await gather_bounded((self.set(k, v) for k, v in pairs), _MAX_FAN_OUT)
