@@ -22,7 +22,7 @@ What it models:
 * a request sent twice is applied once: handed its correlation data, the core answers a copy of a recent
   SET/DEL/VDEL from the same client with the first answer and changes nothing
   (:mod:`sskv_mapping.emulator.duplicates` says which copies and for how long). Whether the real service does
-  is not documented (protocol.md §9); the client is safe either way (docs/reliability.md).
+  is not documented (docs/design/protocol.md §9); the client is safe either way (docs/reliability.md).
 
 Choices where docs/design/protocol.md leaves a cell blank: a DEL/VDEL that deleted answers with ``__ts`` = the version
 of the delete (the same ``__ts`` as its DELETE notification); DEL/VDEL that changed nothing, KEYNOTIFY and
@@ -208,7 +208,7 @@ class EmulatorCore:
         self.max_packet_size: int | None = None
         #: the sorted keys SCAN pages through (``None``: SCAN is answered ``unknown command``)
         self.keyspace = KeySpace(page_size=scan_page_size, empty_pages=scan_empty_pages) if scan else None
-        #: the answers a copy of a recent request gets (protocol.md §9: a re-sent request may arrive twice)
+        #: the answers a copy of a recent request gets (docs/design/protocol.md §9: a re-sent request may arrive twice)
         self.answers = RecentAnswers(max_entries=duplicate_window, max_age_ms=duplicate_window_ms)
 
     # -- inspection ---------------------------------------------------------------------------------
