@@ -1,7 +1,7 @@
 """Request path benchmark: raw MQTT floor vs the client + emulator, latency and throughput.
 
 Run:  python benchmarks/bench_rpc.py [--rounds 5] [--requests 2000] [--ops 20000]
-      python benchmarks/bench_rpc.py --inspector [--baseline DIR]   # only (f), inspector off / idle / page open
+      python benchmarks/bench_rpc.py --inspector [--baseline DIR] [--set]   # only (f), inspector off / idle / page open
 
 Everything runs on this machine, on loopback, against one private mosquitto started here:
 
@@ -23,6 +23,8 @@ turn within each round: without ``--inspect`` (off), with ``--inspect`` and no p
 ``--baseline DIR`` adds an emulator run from another checkout (e.g. ``git worktree add /tmp/main main``), to compare
 "off" with the code before the inspector. Besides latency and throughput it reports each emulator's CPU time per
 request served (from /proc): on a shared machine the wall-clock figures move with the neighbours, the CPU cost less.
+``--set`` makes (f)'s requests ``SET bench <16 bytes>`` instead of ``GET bench``: the cost of a write, which the
+emulator also remembers for a copy of the request (its de-duplication window).
 
 Each figure is the median over ``--rounds`` rounds (each round's own median for latencies); ratios are
 against (a) measured in the same run. This is a script, not a test: the machines are shared and noisy.
@@ -94,8 +96,9 @@ async def raw_floor(host: str, port: int, n: int) -> float:
 REQUEST_TOPIC = b"statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke"
 
 
-async def raw_requester(host: str, port: int, n: int, ops: int) -> tuple[float, float]:
-    """(f): GET requests written by hand, sent to the emulator: (median latency, throughput with 64 in flight)."""
+async def raw_requester(host: str, port: int, n: int, ops: int, *, write: bool = False) -> tuple[float, float]:
+    """(f): GET requests written by hand, sent to the emulator: (median latency, throughput with 64 in flight).
+    ``write``: SET requests instead (each with its own correlation data, so none is a copy of another)."""
     client_id = "bench-raw-requester"
     response_topic = f"clients/{client_id}/services/statestore/_any_/command/invoke/response".encode()
     req = RawMqtt(host, port, client_id)
@@ -106,13 +109,16 @@ async def raw_requester(host: str, port: int, n: int, ops: int) -> tuple[float, 
     wall = time.time_ns() // 1_000_000
     user = user_properties([("__ts", f"{wall:015d}:00000:{client_id}"), ("__srcId", client_id), ("__protVer", "1.0")])
     payload = b"*2\r\n$3\r\nGET\r\n$5\r\nbench\r\n"
+    if write:
+        payload = b"*3\r\n$3\r\nSET\r\n$5\r\nbench\r\n$16\r\n" + b"x" * 16 + b"\r\n"
     loop = asyncio.get_running_loop()
     counter = 0
+    prefix = os.urandom(8)  # correlation data unique across rounds: a request is never a copy of an earlier one
 
     async def one() -> bytes:
         nonlocal counter
         counter += 1
-        corr = counter.to_bytes(16, "big")
+        corr = prefix + counter.to_bytes(8, "big")
         fut = loop.create_future()
         waiting[corr] = fut
         req.publish(REQUEST_TOPIC, payload, response_topic, corr, user)
@@ -123,7 +129,7 @@ async def raw_requester(host: str, port: int, n: int, ops: int) -> tuple[float, 
         t0 = time.perf_counter()
         reply = await one()
         lat.append(time.perf_counter() - t0)
-    assert reply.startswith(b"$16\r\n"), reply
+    assert reply.startswith(b"+OK\r\n" if write else b"$16\r\n"), reply
     per_worker = ops // IN_FLIGHT
 
     async def worker() -> None:
@@ -291,7 +297,9 @@ async def inspector_main(args: argparse.Namespace) -> None:
             order = order[r % len(order) :] + order[: r % len(order)]  # each mode takes each turn
             for i in order:
                 before = cpu_seconds(procs[i].pid)
-                e_lat, e_tput = await raw_requester(brokers[i].host, brokers[i].port, args.requests, args.ops)
+                e_lat, e_tput = await raw_requester(
+                    brokers[i].host, brokers[i].port, args.requests, args.ops, write=args.set
+                )
                 cpu[i].append((cpu_seconds(procs[i].pid) - before) / served)
                 lat[i].append(e_lat)
                 tput[i].append(e_tput)
@@ -314,7 +322,8 @@ async def inspector_main(args: argparse.Namespace) -> None:
     ml, mt, mc = statistics.median(lat[off]), statistics.median(tput[off]), statistics.median(cpu[off])
     print()
     print(
-        f"| (f) emulator, raw requester, median of {args.rounds} rounds | GET round trip | vs off | {IN_FLIGHT} in flight "
+        f"| (f) emulator, raw requester, median of {args.rounds} rounds | {'SET' if args.set else 'GET'} round trip "
+        f"| vs off | {IN_FLIGHT} in flight "
         "| vs off | emulator CPU per request | vs off |"
     )
     print("|---|---|---|---|---|---|---|")
@@ -339,6 +348,7 @@ async def main() -> None:
     ap.add_argument("--ops", type=int, default=20000, help="requests per throughput round")
     ap.add_argument("--inspector", action="store_true", help="only (f): inspector off, idle, and with a page open")
     ap.add_argument("--baseline", type=Path, help="with --inspector: also an emulator run from this source tree")
+    ap.add_argument("--set", action="store_true", help="with --inspector: (f) sends SET requests instead of GET")
     args = ap.parse_args()
     print(f"machine: {machine()}", flush=True)
     if args.inspector:

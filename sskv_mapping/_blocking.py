@@ -17,11 +17,18 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from ._fork import in_child_after_fork
 from .errors import ClientStateError
 
 __all__ = ["BlockingTwin", "LoopThread", "get_loop_thread"]
 
 T = TypeVar("T")
+
+#: What a call on a face made before ``os.fork()`` says in the child: its connection and loop stay the parent's.
+FORKED = (
+    "this object was made before os.fork(), in the parent process: its connection and event-loop thread stay "
+    "there (its local cache was emptied in this child); connect a new client, dict or cache in the child"
+)
 
 
 class LoopThread:
@@ -29,6 +36,8 @@ class LoopThread:
 
     def __init__(self, name: str = "sskv-loop") -> None:
         self._ready = threading.Event()
+        self._stopping = False
+        self._pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
@@ -37,7 +46,14 @@ class LoopThread:
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.call_soon(self._ready.set)
-        self.loop.run_forever()
+        while not self._stopping:
+            try:
+                self.loop.run_forever()
+            except BaseException:
+                # A KeyboardInterrupt or SystemExit raised in a task (a codec's loads, a callback) leaves
+                # run_forever after the task has recorded it: going on delivers it to that task's caller (its
+                # done callbacks are still queued), and every other user of the process-wide loop keeps it.
+                continue
 
     @property
     def thread(self) -> threading.Thread:
@@ -56,6 +72,8 @@ class LoopThread:
             )
         if not self._thread.is_alive():
             coro.close()
+            if os.getpid() != self._pid:
+                raise ClientStateError(FORKED)
             raise ClientStateError("the sskv_mapping event-loop thread has stopped")
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
@@ -83,6 +101,7 @@ class LoopThread:
 
     def stop(self) -> None:
         if self._thread.is_alive():
+            self._stopping = True
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(5)
 
@@ -110,8 +129,7 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+in_child_after_fork(_after_fork_in_child)
 
 
 class BlockingTwin:

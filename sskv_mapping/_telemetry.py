@@ -30,7 +30,7 @@ import os
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._protocol.errors import service_error
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 Client = Any
 Store = Any
 Face = Any
+_C = TypeVar("_C")
 
 __all__ = [
     "DB_SYSTEM",
@@ -85,9 +86,10 @@ def watch_store(store: Store) -> None:
         _stores.add(store)
 
 
-def watch_cache(cache: Face) -> None:
-    """Report this cache face's hits and misses while it lives."""
+def watch_cache(cache: Face, counters: _C) -> _C:
+    """Report this cache face's hits and misses while it lives; returns ``counters`` (its own, unchanged)."""
     _caches.add(cache)
+    return counters
 
 
 def propagation_enabled(setting: bool, environ: dict[str, str] | os._Environ[str] | None = None) -> bool:
@@ -175,12 +177,7 @@ class _Instruments:
                 cache = store.cache
                 if cache is None:
                     return []
-                if counter == "revalidations":
-                    value = store.revalidations
-                elif counter == "evictions":
-                    value = cache.evictions
-                else:
-                    value = getattr(cache.stats(), counter)
+                value = store.revalidations if counter == "revalidations" else getattr(cache.stats(), counter)
                 return [(value, store_attrs(store))]
 
             return read
@@ -234,13 +231,15 @@ def _instruments() -> _Instruments | None:
     return cur
 
 
-def attach(client: Client, propagate: bool) -> ClientTelemetry | None:
-    """What a client uses when it connects: its instrumentation, or ``None`` (then its requests cost one test)."""
+def attach(client: Client) -> ClientTelemetry | None:
+    """What a client uses when it connects: its instrumentation, or ``None`` (then its requests cost one test).
+    Trace context goes on the wire unless ``client.settings.trace_context`` or ``SSKV_OTEL_PROPAGATION`` say no."""
     watch_client(client)
     inst = _instruments()
     if inst is None:
         return None
-    return ClientTelemetry(inst, client.settings.host, client.settings.port, propagate)
+    settings = client.settings
+    return ClientTelemetry(inst, settings.host, settings.port, propagation_enabled(settings.trace_context))
 
 
 _VERBS: dict[bytes, str] = {}
@@ -263,11 +262,9 @@ class ClientTelemetry:
         self,
         call: Callable[..., Awaitable[tuple[bytes, HybridLogicalClock | None]]],
         cmd: _Base[Any],
-        timeout: float | None,
-        fencing_token: HybridLogicalClock | None,
-        persist: bool,
+        kw: dict[str, Any],
     ) -> tuple[bytes, HybridLogicalClock | None]:
-        """``call(cmd, ...)`` (the client's untraced request) in a client span, its duration recorded."""
+        """``call(cmd, **kw)`` (the client's untraced request) in a client span, its duration recorded."""
         verb = _VERBS.get(cmd.VERB)
         if verb is None:
             verb = _VERBS[cmd.VERB] = cmd.VERB.decode("ascii", "replace")
@@ -285,10 +282,10 @@ class ClientTelemetry:
         message: str | None = None
         try:
             if span is None:
-                result = await call(cmd, timeout=timeout, fencing_token=fencing_token, persist=persist)
+                result = await call(cmd, **kw)
             else:
                 with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
-                    result = await call(cmd, timeout=timeout, fencing_token=fencing_token, persist=persist)
+                    result = await call(cmd, **kw)
             payload = result[0]
             if payload[:1] == b"-":  # a RESP error reply: -ERR <text> (docs/design/protocol.md §3)
                 message = payload[5:].rstrip(b"\r\n").decode("utf-8", "replace")

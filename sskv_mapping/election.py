@@ -34,6 +34,7 @@ from ._keys import store_key
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
 from .client._client import AsyncStateStoreClient, KeyLike, StateStoreClient
+from .client._closing import unless_closed
 from .errors import LockError, StateStoreError
 from .lock import AsyncLeasedLock
 
@@ -137,7 +138,8 @@ class AsyncLeaderElection:
     async def campaign(self, timeout: float | None = None) -> HybridLogicalClock:
         """Wait until elected (KEYNOTIFY on the position, never polling); returns the fencing token.
 
-        :class:`LockError` when ``timeout`` seconds pass first.
+        :class:`LockError` when ``timeout`` seconds pass first; :class:`ClientStateError` at once when the client
+        is closed, or closes while we wait (with or without a timeout).
         """
         token = await self._lock.acquire(timeout=timeout)
         self._elected()
@@ -239,7 +241,7 @@ class AsyncLeaderElection:
                 last = None if first is None else first.value
                 yield LeadershipChange(_name(last), None if first is None else first.version)
                 while True:
-                    event = await events.get()
+                    event = await unless_closed(self.client, events.get(), f"observing {self.name!r}")
                     now = event.value if event.op is KeyOperation.SET else None
                     if now != last:  # a renewal rewrites the same holder: not a change
                         last = now
@@ -355,32 +357,40 @@ class LeaderElection(BlockingTwin):
     @contextlib.contextmanager
     def observe(self) -> Iterator[Iterator[LeadershipChange]]:
         """``with election.observe() as changes: for change in changes``: the blocking form of the async one."""
-        out: queue.Queue[LeadershipChange] = queue.Queue()
+        out: queue.Queue[LeadershipChange | BaseException] = queue.Queue()
         started = threading.Event()
         stop: asyncio.Event | None = None
 
         async def pump() -> None:
             nonlocal stop
             stop = asyncio.Event()
-            async with self._async.observe() as changes:
+            try:
+                async with self._async.observe() as changes:
+                    started.set()
+                    iterator = changes.__aiter__()
+                    while True:
+                        nxt = asyncio.ensure_future(iterator.__anext__())
+                        halt = asyncio.ensure_future(stop.wait())
+                        done, _ = await asyncio.wait({nxt, halt}, return_when=asyncio.FIRST_COMPLETED)
+                        if halt in done:
+                            nxt.cancel()
+                            return
+                        halt.cancel()
+                        out.put(nxt.result())
+            except BaseException as exc:
+                out.put(exc)  # the reader ends with it (a closed client: ClientStateError), never waits forever
                 started.set()
-                iterator = changes.__aiter__()
-                while True:
-                    nxt = asyncio.ensure_future(iterator.__anext__())
-                    halt = asyncio.ensure_future(stop.wait())
-                    done, _ = await asyncio.wait({nxt, halt}, return_when=asyncio.FIRST_COMPLETED)
-                    if halt in done:
-                        nxt.cancel()
-                        return
-                    halt.cancel()
-                    out.put(nxt.result())
+                raise
 
         future = asyncio.run_coroutine_threadsafe(pump(), self._portal.loop)
         started.wait(30)
 
         def changes() -> Iterator[LeadershipChange]:
             while True:
-                yield out.get()
+                item = out.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
 
         try:
             yield changes()

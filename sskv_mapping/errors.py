@@ -10,7 +10,8 @@ Must not import anything outside the standard library (nor any other module of s
     StateStoreError
     ├── ConfigurationError (ValueError)      bad arguments, bad settings; raised before anything is sent
     │   └── ValueTooLargeError               a request larger than the broker (or max_payload) allows
-    ├── ClientStateError (RuntimeError)      closed client, call from the wrong thread, ...
+    ├── ClientStateError (RuntimeError)      closed client (also ends every wait), call from the wrong thread
+    │   └── ReentrantCallError               get_or_set of a key from inside that key's own builder
     ├── TransportError
     │   ├── BrokerConnectError               could not connect (refused, TLS, auth)
     │   ├── ConnectionLostError              the connection dropped while the call was in flight
@@ -36,6 +37,8 @@ Must not import anything outside the standard library (nor any other module of s
     │   ├── MalformedTimestampError
     │   ├── KeyLengthZeroError
     │   ├── ResponseTooLargeError            (the emulator) the answer would be over the broker's packet limit
+    │   ├── RequestTooLargeError             (the emulator) a SET whose key or value is over the size limits
+    │   ├── OverloadedError                  (the emulator) its replies cannot be written fast enough
     │   └── RpcStatusError                   ``__stat`` other than 200/204 (``.status``)
     ├── ClockDriftError                      our HLC would run more than 60 s ahead of the wall clock
     ├── LockError                            a lock could not be acquired/confirmed (never fails open)
@@ -70,13 +73,16 @@ __all__ = [
     "MalformedTimestampError",
     "MissingTimestampError",
     "NotAuthorizedError",
+    "OverloadedError",
     "PickleEncodeError",
     "ProtocolError",
     "PublishRefusedError",
     "QuotaExceededError",
     "ReauthenticationError",
+    "ReentrantCallError",
     "RequestSyntaxError",
     "RequestTimeoutError",
+    "RequestTooLargeError",
     "ResponseTooLargeError",
     "RpcStatusError",
     "ServiceError",
@@ -122,6 +128,12 @@ def _rebuild_too_large(message: str, size: int, limit: int) -> ValueTooLargeErro
 
 class ClientStateError(StateStoreError, RuntimeError):
     """The client cannot do this now (closed, wrong thread, not connected yet...)."""
+
+
+class ReentrantCallError(ClientStateError):
+    """A call that would wait for itself forever: ``get_or_set(key)`` from inside the builder computing ``key``
+    (in the same task, or the same thread for the blocking cache). Nothing was stored; the outer call fails too
+    unless the builder catches this."""
 
 
 class TransportError(StateStoreError):
@@ -300,11 +312,28 @@ class KeyLengthZeroError(ServiceError):
 
 class ResponseTooLargeError(ServiceError):
     """The answer to this request would be a packet over the broker's Maximum Packet Size (e.g. a GET of a
-    large value with a long response topic): the emulator answers this error instead of a packet the broker
-    would drop it for. The request itself was carried out (a SET applied, a DEL deleted); only its answer
-    could not be delivered."""
+    large value with a long response topic), or a payload over the emulator's 16 MiB write bound (a value stored
+    by another MQTT client past the limits): the emulator answers this error instead of a packet the broker would
+    drop it for, or of silence. The request itself was carried out (a SET applied, a DEL deleted); only its
+    answer could not be delivered."""
 
     TEXT = "the response is too large for the broker's maximum packet size"
+
+
+class RequestTooLargeError(ServiceError):
+    """(The emulator) a SET refused because its value or key is over the size limits (docs/reliability.md,
+    "Limits"): its GET reply or its change notifications could never be sent. Nothing was written. The library
+    refuses such a SET itself before sending (:class:`ValueTooLargeError`); this is what another MQTT client
+    gets."""
+
+    TEXT = "the key or value is over the size limit: it could not be read back or notified"
+
+
+class OverloadedError(ServiceError):
+    """(The emulator) the reply could not be queued: its connection to the broker has more waiting to be written
+    than it bounds (the broker is not taking its writes). The request itself was carried out."""
+
+    TEXT = "the service is overloaded: its replies are not being written"
 
 
 class RpcStatusError(ServiceError):

@@ -48,6 +48,7 @@ from typing import Any, Final, Generic, Literal, TypeVar
 
 from cachetools import Cache, LRUCache, TTLCache
 
+from ._fork import in_child_after_fork
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
 from .errors import ConfigurationError
@@ -134,6 +135,8 @@ class CacheStats:
     size: int
     maxsize: int
     reads_in_flight: int
+    #: entries dropped to make room for others (0 with a local ``ttl``: cachetools ages those itself)
+    evictions: int = 0
 
 
 class ReadTicket:
@@ -440,6 +443,16 @@ def _is_seconds(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) and value > 0
 
 
+def _free_after_fork(lock: threading.Lock, *then: Callable[[], None]) -> None:
+    """In a forked child: free a cache's lock if a parent thread held it at the fork (that thread does not exist
+    here; the lock cannot be replaced: the hot path's closures hold it), then forget: ``then`` is the cache's
+    ``disconnected`` (its notifications go to the parent's connection) and ``clear`` (the parent's values)."""
+    if lock.locked():
+        lock.release()
+    for step in then:
+        step()
+
+
 def _key_text(key: bytes) -> str:
     text = repr(key)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -500,6 +513,7 @@ class LocalCache(Generic[V]):
         self._hits = 0
         self._misses = 0
         self._get = self._getter(None)
+        in_child_after_fork(self._forked)
 
     # -- the hot path -------------------------------------------------------------------------------------
 
@@ -783,11 +797,6 @@ class LocalCache(Generic[V]):
         with self._lock:
             return self._reads.tickets
 
-    @property
-    def evictions(self) -> int:
-        """Entries dropped to make room for others (0 with a local ``ttl``: cachetools ages those itself)."""
-        return getattr(self._entries.data, "evictions", 0)
-
     def stats(self) -> CacheStats:
         """A consistent snapshot of the counters."""
         with self._lock:
@@ -797,6 +806,7 @@ class LocalCache(Generic[V]):
                 size=len(self._entries),
                 maxsize=self._entries.maxsize,
                 reads_in_flight=self._reads.tickets,
+                evictions=getattr(self._entries.data, "evictions", 0),
             )
 
     def __len__(self) -> int:
@@ -826,6 +836,9 @@ class LocalCache(Generic[V]):
         with self._lock:
             self._clear()
             self._connected = True
+
+    def _forked(self) -> None:  # in a forked child (sskv_mapping._fork): the parent's values are not served
+        _free_after_fork(self._lock, self.disconnected, self.clear)
 
     @property
     def connected(self) -> bool:

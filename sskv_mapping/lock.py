@@ -37,6 +37,7 @@ from .client._client import (
     SetResult,
     StateStoreClient,
 )
+from .client._closing import unless_closed
 from .errors import (
     ConfigurationError,
     ConnectionLostError,
@@ -156,7 +157,9 @@ class AsyncLeasedLock:
         """Wait for the lock (KEYNOTIFY on the lock key, retry on each DELETE); returns the fencing token.
 
         Raises :class:`LockError` when ``timeout`` seconds pass without getting it; a request of ours that got
-        no answer in its own timeout raises :class:`RequestTimeoutError` (naming the verb) instead.
+        no answer in its own timeout raises :class:`RequestTimeoutError` (naming the verb) instead; a client
+        that is closed, or closes while we wait, ends the wait at once with :class:`ClientStateError` (with or
+        without a timeout).
         """
         changed = asyncio.Event()
 
@@ -186,7 +189,8 @@ class AsyncLeasedLock:
                         continue
                     if token is not None:
                         return token
-                    await changed.wait()
+                    # only a notification sets `changed`: a closed client ends the wait at once instead
+                    await unless_closed(self.client, changed.wait(), f"waiting for lock {self.name!r}")
         except RequestTimeoutError:
             # a request that got no answer (lost by a broker, say) is that, not a lock held too long by another
             raise

@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sskv_mapping"
 #: bottom to top: each layer is a list of package (or top-level module) names; a module belongs to the layer of
 #: its longest listed prefix
 LAYERS: list[tuple[str, list[str]]] = [
-    ("leaves", ["errors", "_unset", "_keys", "_ttl"]),
+    ("leaves", ["errors", "_unset", "_keys", "_ttl", "_fork"]),
     ("protocol", ["_protocol"]),
     ("transport", ["_transport", "_blocking", "_telemetry"]),
     ("client", ["client"]),

@@ -397,6 +397,14 @@ class NamespaceStore(Generic[V]):
             return value.raw
         return encode_value(self.codec, key, value, binding=self.binding(key))
 
+    def check_size(self, key: str, raw: bytes, ttl: float | None = None) -> None:
+        """Raise :class:`~sskv_mapping.errors.ValueTooLargeError` if ``raw`` stored under ``key`` would be refused
+        for its size (the key or value limit, the broker's packet size, ``max_payload``), sending nothing: how a
+        batch (``update``, ``set_many``) checks every item before it writes any."""
+        ttl_ms = ttl_to_ms(ttl)
+        exact_ttl = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)
+        self.client.check_set(self.data_key(key), raw, ttl=exact_ttl)
+
     async def write(
         self,
         key: str,

@@ -14,8 +14,10 @@ from ..errors import (
     MalformedTimestampError,
     MissingTimestampError,
     NotAuthorizedError,
+    OverloadedError,
     QuotaExceededError,
     RequestSyntaxError,
+    RequestTooLargeError,
     ResponseTooLargeError,
     ServiceError,
     TimestampSkewError,
@@ -44,8 +46,10 @@ _KNOWN: tuple[type[ServiceError], ...] = (
 ERROR_TEXTS: dict[str, type[ServiceError]] = {cls.TEXT: cls for cls in _KNOWN}
 
 #: the emulator's own texts, beyond the service's documented (docs/design/protocol.md §3): a response it cannot send
-#: because it would be over its broker's Maximum Packet Size.
-EMULATOR_TEXTS: dict[str, type[ServiceError]] = {ResponseTooLargeError.TEXT: ResponseTooLargeError}
+#: (over its broker's Maximum Packet Size or its write bound), a SET over the size limits, a reply it cannot queue.
+EMULATOR_TEXTS: dict[str, type[ServiceError]] = {
+    cls.TEXT: cls for cls in (ResponseTooLargeError, RequestTooLargeError, OverloadedError)
+}
 
 
 def service_error(text: str) -> ServiceError:

@@ -23,6 +23,7 @@ __all__ = [
     "ENV_LOCATION",
     "MAX_PACKET_SIZE",
     "MIN_PACKET_SIZE",
+    "URL_QUERY_OPTIONS",
     "ConnectionSettings",
     "TlsSettings",
     "generate_client_id",
@@ -60,6 +61,89 @@ def _note_clean_session(clean_start: bool, session_expiry: int) -> None:
 
 def generate_client_id(prefix: str = "sskv") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
+def _text(name: str, raw: str) -> str:
+    return raw
+
+
+def _whole(low: int, high: int) -> Callable[[str, str], int]:
+    def parse(name: str, raw: str) -> int:
+        if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
+            raise ConfigurationError(f"broker URL option {name} must be a whole number in {low}..{high}")
+        return int(raw)
+
+    return parse
+
+
+def _seconds(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigurationError(f"broker URL option {name} must be a positive number of seconds")
+    return value
+
+
+def _flag(name: str, raw: str) -> bool:  # for yes/no options (e.g. a clean_start row)
+    value = {"true": True, "1": True, "false": False, "0": False}.get(raw.lower())
+    if value is None:
+        raise ConfigurationError(f"broker URL option {name} must be true or false")
+    return value
+
+
+#: The query options a broker URL may carry (``mqtt://host:1883?client_id=app-1&keepalive=30``): query name ->
+#: (the :class:`ConnectionSettings` field it sets, the parser that checks its text). Each is documented in the
+#: guide's URL table. One line per option; any other name is refused by name.
+URL_QUERY_OPTIONS: dict[str, tuple[str, Callable[[str, str], object]]] = {
+    "client_id": ("client_id", _text),
+    "keepalive": ("keepalive", _whole(0, 65535)),
+    "connect_timeout": ("connect_timeout", _seconds),
+    "receive_maximum": ("receive_maximum", _whole(1, 65535)),
+    "sat_token_file": ("sat_token_file", _text),
+}
+
+#: Names that look like options but are not the URL's to give: why, said in the error.
+_REFUSED_QUERY = {
+    "timeout": "the request timeout is the client's: pass timeout= to the client or connect()",
+    "username": "put the user name before the host: mqtt://user:password@host",
+    "password": "put the password before the host: mqtt://user:password@host",
+    "host": "the host is the URL's own",
+    "port": "the port is the URL's own",
+    "tls": "use mqtts:// for TLS",
+}
+
+
+def url_query_options(query: str) -> dict[str, object]:
+    """The :class:`ConnectionSettings` fields a broker URL's query sets (:data:`URL_QUERY_OPTIONS`).
+
+    An unknown, repeated or empty option raises :class:`ConfigurationError` naming it (never quoting its value,
+    which may be a secret pasted in the wrong place).
+    """
+    fields: dict[str, object] = {}
+    seen: set[str] = set()
+    for part in query.split("&") if query else ():
+        name, sep, raw = part.partition("=")
+        name = unquote(name)
+        if name in _REFUSED_QUERY:
+            raise ConfigurationError(f"broker URL option {name!r} is not taken: {_REFUSED_QUERY[name]}")
+        if name in URL_QUERY_OPTIONS and not (sep and raw):
+            raise ConfigurationError(f"broker URL option {name} has no value")
+        if not sep:
+            # a bare word, not an option: maybe a secret pasted in the wrong place, so not quoted back
+            raise ConfigurationError("the broker URL's query has a part without '=': options are name=value")
+        if name not in URL_QUERY_OPTIONS:
+            known = ", ".join(sorted(URL_QUERY_OPTIONS))
+            shown = repr(name) if name.isidentifier() and len(name) <= 40 else "(not shown)"
+            raise ConfigurationError(f"unknown broker URL option {shown} (the URL takes: {known})")
+        if name in seen:
+            raise ConfigurationError(f"broker URL option {name} is given twice")
+        seen.add(name)
+        value = unquote(raw)
+        field_name, parse = URL_QUERY_OPTIONS[name]
+        fields[field_name] = parse(name, value)
+    return fields
 
 
 @dataclass(frozen=True)
@@ -225,7 +309,10 @@ class ConnectionSettings:
 
     @classmethod
     def from_url(cls, url: str, **overrides: object) -> ConnectionSettings:
-        """``mqtt://[user[:password]@]host[:port]`` or ``mqtts://...`` (TLS, port 8883 by default); also a
+        """``mqtt://[user[:password]@]host[:port][?option=value&...]`` or ``mqtts://...`` (TLS, port 8883 by
+        default); the query options are :data:`URL_QUERY_OPTIONS` (any other is refused by name), and a URL
+        without a host, with port 0, or with a path is a :class:`ConfigurationError`; ``overrides`` replace what
+        the URL says. Also a
         connection string (``HostName=aio-broker;TcpPort=1883;UseTls=false``, :meth:`from_connection_string`)
         or ``"env:"`` (the ``AIO_*`` variables, :meth:`from_environment`), so that every place that takes a
         broker URL takes those too."""
@@ -251,9 +338,17 @@ class ConnectionSettings:
             raise ConfigurationError(
                 "bad port in broker URL (percent-encode '/', '?', '#' and '@' in a user name or password)"
             ) from None
+        # A URL means what it says: no host, or port 0, is a mistake, not "127.0.0.1:1883" (which may be another
+        # store on this machine). The URL is never quoted back: it may carry a password.
+        if not parts.hostname:
+            raise ConfigurationError("the broker URL names no host (say mqtt://127.0.0.1:1883 for this machine)")
+        if port == 0:
+            raise ConfigurationError("the broker URL's port is 0 (leave the port out for 1883, 8883 with TLS)")
+        if parts.path not in ("", "/") or parts.fragment:
+            raise ConfigurationError("a broker URL has no path or #fragment: mqtt://host:port[?option=value...]")
         kwargs: dict[str, object] = {
-            "host": parts.hostname or "127.0.0.1",
-            "port": port or (8883 if secure else 1883),
+            "host": parts.hostname,
+            "port": port if port is not None else (8883 if secure else 1883),
         }
         if parts.username:
             kwargs["username"] = unquote(parts.username)
@@ -261,6 +356,7 @@ class ConnectionSettings:
             kwargs["password"] = unquote(parts.password)
         if secure:
             kwargs["tls"] = TlsSettings()
+        kwargs.update(url_query_options(parts.query))
         kwargs.update(overrides)
         return cls(**kwargs)  # type: ignore[arg-type]
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
@@ -166,8 +167,7 @@ class AsyncStateStoreCache(Generic[V]):
         )
         self._ledger = PersistentLedger(client, ns, self._generation, lease=lease, lock_timeout=lock_timeout)
         self._locks = KeyLocks(client, ns, lease=lease, timeout=lock_timeout)
-        self._stats = CacheCounters(clock)
-        watch_cache(self)  # OpenTelemetry reads the hits and misses while this cache lives
+        self._stats = watch_cache(self, CacheCounters(clock))  # OpenTelemetry reads them while the cache lives
         self._writer: EntryWriter[V] = EntryWriter(self._store, self._ledger, self._locks, self._prefix_of)
         self._sweeper = Sweeper(self._generation, self._ledger, self._writer, namespace)
         self._flight = SingleFlight(self._store.read, self._writer.store_nx, self._locks, self._stats, self._ready)
@@ -417,14 +417,17 @@ class AsyncStateStoreCache(Generic[V]):
         """Store every pair concurrently; returns the keys that could not be stored (the service refused
         them, e.g. the key quota is full, or the connection failed before they were acknowledged).
 
-        Every key and value is checked (and encoded) before anything is sent.
+        Every key and value is checked (and encoded) before anything is sent: a key or value over its size limit
+        raises :class:`~sskv_mapping.errors.ValueTooLargeError` and nothing is written.
         """
         if not isinstance(mapping, Mapping):
             raise ConfigurationError(f"set_many takes a mapping of key -> value, not {type(mapping).__name__}")
         pairs = [(text_key(k, "cache key"), v) for k, v in mapping.items()]
         seconds = self.resolve_ttl(ttl)
-        for k, v in pairs:
-            self._store.encode(k, v)
+        for k, v in pairs:  # one item over a size limit: ValueTooLargeError, nothing written
+            self._store.check_size(
+                k, self._store.encode(k, v), None if seconds is None or expire_now(seconds) else seconds
+            )
         await self._ready()
         with self._stats.timed("set_many"):
             if expire_now(seconds):
@@ -781,7 +784,7 @@ class StateStoreCache(BlockingTwin, Generic[V]):
             if hit is not None and hit.value is not ABSENT:
                 self._async.counters.count(hits=1)
                 return hit.value
-            outcome = self._run(flight.begin(key))
+            outcome = self._run(flight.begin(key, caller=threading.current_thread()))
             if isinstance(outcome, Found):
                 return outcome.value
             try:

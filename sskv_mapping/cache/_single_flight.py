@@ -23,6 +23,8 @@ from typing import Any
 from .._namespace.key_locks import KeyLocks, release_quietly
 from .._namespace.store import Encoded
 from .._ttl import expire_now
+from ..client._closing import unless_closed
+from ..errors import ReentrantCallError
 from ..local_cache import ABSENT, CachedEntry
 from ..lock import AsyncLeasedLock
 from ._stats import CacheCounters
@@ -74,14 +76,28 @@ class SingleFlight:
         self._locks = locks
         self._counters = counters
         self._flights: dict[str, asyncio.Future[Any]] = {}
+        #: key -> who leads its flight (a task, or the blocking facade's thread): a second call of theirs is a
+        #: re-entrant get_or_set (the builder asking for its own key), which would wait for itself forever
+        self._leaders: dict[str, object] = {}
 
-    async def begin(self, key: str) -> Found | Lead:
-        """Either the value (found, or computed by another caller) or the lead."""
+    async def begin(self, key: str, *, caller: object = None) -> Found | Lead:
+        """Either the value (found, or computed by another caller) or the lead.
+
+        ``caller``: who asks (default: the current task; the blocking facade passes its thread). A caller that
+        already leads ``key``'s flight gets :class:`ReentrantCallError` instead of waiting for itself.
+        """
+        if caller is None:
+            caller = asyncio.current_task()
         if self._ready is not None:
             await self._ready()
         first = True
         while True:
             flight = self._flights.get(key)
+            if flight is not None and self._leaders.get(key) is caller:
+                raise ReentrantCallError(
+                    f"get_or_set({key!r}) was called again while computing that key's value (its builder asks for"
+                    " its own key): it would wait for itself forever"
+                )
             if flight is None:
                 entry = await self._read(key, fresh=False)
                 if entry.value is not ABSENT:
@@ -98,13 +114,15 @@ class SingleFlight:
                 self._counters.count(misses=1)
                 first = False
             try:
-                return Found(await asyncio.shield(flight))
+                waited = asyncio.shield(flight)
+                return Found(await unless_closed(self._locks.client, waited, f"waiting for {key!r}'s value"))
             except asyncio.CancelledError:
                 if flight.cancelled() and not _being_cancelled():
                     continue  # the leader was cancelled, not us: try again (maybe as the leader)
                 raise
         flight = asyncio.get_running_loop().create_future()
         self._flights[key] = flight
+        self._leaders[key] = caller
         try:
             lock = self._locks.lock("gos-lock", key, auto_renew=True)
             await lock.acquire(timeout=self._locks.timeout)
@@ -126,7 +144,7 @@ class SingleFlight:
         """The whole ``get_or_set`` on the loop: :meth:`begin`, compute if this caller leads (a value, or a sync
         or async callable), then :meth:`finish` or :meth:`abort`. The blocking twin takes the same steps with
         its computation in the caller's thread."""
-        outcome = await self.begin(key)
+        outcome = await self.begin(key)  # the caller: this task, in which a sync builder below runs too
         if isinstance(outcome, Found):
             return outcome.value
         try:
@@ -158,6 +176,7 @@ class SingleFlight:
     ) -> None:
         if self._flights.get(key) is flight:
             del self._flights[key]
+            self._leaders.pop(key, None)
         if flight.done():
             return
         if isinstance(error, asyncio.CancelledError):

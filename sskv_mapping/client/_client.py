@@ -26,13 +26,14 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from .._blocking import BlockingTwin
+from .._fork import in_child_after_fork
 from .._keys import escape_glob, scan_pattern, store_key
-from .._protocol import headers, topics
-from .._protocol.commands import Delete, Get, Set, SetCondition, VDelete, VDeleteResult, _Base
+from .._protocol import headers, limits, topics
+from .._protocol.commands import Delete, Get, KeyNotify, Set, SetCondition, VDelete, VDeleteResult, _Base
 from .._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
 from .._protocol.mqtt_publish import mqtt_str, publish_properties, varint
 from .._protocol.notifications import KeyEvent, parse_notification
-from .._telemetry import ClientTelemetry, propagation_enabled
+from .._telemetry import ClientTelemetry
 from .._telemetry import attach as attach_telemetry
 from .._transport.backoff import Backoff
 from .._transport.base import Connection, ConnectionFactory, InboundMessage
@@ -188,6 +189,18 @@ def _check_max_payload(verb: bytes, payload: bytes, max_payload: int | None) -> 
         )
 
 
+def _check_limits(key: bytes, value: bytes, max_packet_size: int | None) -> None:
+    """Raise :class:`ValueTooLargeError` if ``key`` or ``value`` is over its documented limit
+    (:mod:`~sskv_mapping._protocol.limits`): a SET that could never be answered or notified is not sent."""
+    reason = limits.key_too_long(key)
+    if reason is not None:
+        raise ValueTooLargeError(reason, size=len(key), limit=limits.MAX_KEY_BYTES)
+    reason = limits.value_too_large(key, len(value), max_packet_size)
+    if reason is not None:  # counted as the notification's packet, from above, against the bound it must fit
+        bound = limits.WRITE_BOUND if max_packet_size is None else min(limits.WRITE_BOUND, max_packet_size)
+        raise ValueTooLargeError(reason, size=len(value) + limits.NOTIFY_OVERHEAD + 2 * len(key), limit=bound)
+
+
 def _check_packet_estimate(response_topic: str, props: headers.UserProperties, payload: bytes, limit: int) -> None:
     """Raise :class:`ValueTooLargeError` if a request PUBLISH with ``payload`` would be over ``limit`` bytes
     (an upper bound: the correlation data and expiry have fixed sizes, the timestamp gets a few bytes' slack)."""
@@ -280,8 +293,7 @@ class AsyncStateStoreClient:
             so much per session and drops the rest silently (mosquitto: 20 in flight + 1,000 queued). Default 256.
     """
 
-    #: OpenTelemetry for this client's requests, or ``None`` (then a request costs one test); set at connect
-    _telemetry: ClientTelemetry | None = None
+    _telemetry: ClientTelemetry | None = None  # OpenTelemetry (set at connect); None: a request costs one test
 
     def __init__(
         self,
@@ -328,6 +340,7 @@ class AsyncStateStoreClient:
         self.timeout = timeout
         self.max_payload = max_payload
         self._backoff = (backoff_initial, backoff_max)
+        self._reconnect = reconnect
         self._factory = connection_factory
         self.hlc = HlcClock(settings.client_id, clock)
         self._notify_filter = topics.notification_filter(settings.client_id)
@@ -354,6 +367,8 @@ class AsyncStateStoreClient:
         self.clock_drift_warnings = 0
         self.bad_notifications = 0
         self._scan = ScanSupport(self._keeper)
+        self._closed = asyncio.Event()
+        in_child_after_fork(self._forget_parent_connection)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -407,6 +422,16 @@ class AsyncStateStoreClient:
         first and clears on the second (notifications were lost meanwhile)."""
         return self._keeper.add_listener(listener)
 
+    @property
+    def closed(self) -> asyncio.Event:
+        """Set when :meth:`close` begins, never cleared: what every wait of the layers above races against
+        (``unless_closed`` in ``client/_closing.py``), so a closed client ends them at once. Only read it."""
+        return self._closed
+
+    def _forget_parent_connection(self) -> None:
+        # in a forked child the connection (its socket) is the parent's: never write to it (sskv_mapping._fork)
+        self._keeper.abandon()
+
     def _new_connection(self) -> Connection:
         factory = self._factory if self._factory is not None else new_connection
         return factory(self.settings, self._on_message)
@@ -416,15 +441,15 @@ class AsyncStateStoreClient:
 
     async def connect(self) -> None:
         """Connect; raises :class:`BrokerConnectError` if the broker cannot be reached or refuses us."""
-        self._telemetry = self._sender.telemetry = attach_telemetry(
-            self, propagation_enabled(self.settings.trace_context)
-        )
+        self._telemetry = self._sender.telemetry = attach_telemetry(self)  # OpenTelemetry, or None
         await self._keeper.connect()
 
     async def close(self) -> None:
         """Stop watches, disconnect, and fail whatever is still in flight. Safe to call twice."""
         if self._keeper.state is ConnectionState.CLOSED:
             return
+
+        self._closed.set()
 
         def fail_in_flight() -> None:
             self._sender.pending.fail_all(ClientStateError("the client was closed"))
@@ -452,6 +477,8 @@ class AsyncStateStoreClient:
         self._scan.forget()  # the next connection may reach another service version
         self._sender.pending.fail_all(ConnectionLostError(f"connection to {self.settings.url} lost"))
         self._watches.dropped()  # the service dropped our registrations
+        if not self._reconnect:
+            self._watches.lost_for_good()  # no reconnect will restore them: the watches' iterations end
 
     def _reconnected(self) -> None:
         task = asyncio.get_running_loop().create_task(self._watches.restore(), name=f"sskv-restore-{self.client_id}")
@@ -465,18 +492,11 @@ class AsyncStateStoreClient:
             return self.timeout
         return _check_timeout(timeout)
 
-    async def _request(
-        self,
-        cmd: _Base[Any],
-        *,
-        timeout: float | None,
-        fencing_token: HybridLogicalClock | None = None,
-        persist: bool = False,
-    ) -> tuple[bytes, HybridLogicalClock | None]:
+    async def _request(self, cmd: _Base[Any], **kw: Any) -> tuple[bytes, HybridLogicalClock | None]:
         """:meth:`_send_request`, in a client span when OpenTelemetry is on (sskv_mapping/_telemetry.py)."""
-        if self._telemetry is not None:
-            return await self._telemetry.request(self._send_request, cmd, timeout, fencing_token, persist)
-        return await self._send_request(cmd, timeout=timeout, fencing_token=fencing_token, persist=persist)
+        if self._telemetry is None:
+            return await self._send_request(cmd, **kw)
+        return await self._telemetry.request(self._send_request, cmd, kw)
 
     async def _send_request(
         self,
@@ -496,6 +516,11 @@ class AsyncStateStoreClient:
             raise ConfigurationError(f"fencing_token must be a HybridLogicalClock, not {type(fencing_token).__name__}")
         payload = cmd.encode()
         _check_max_payload(cmd.VERB, payload, self.max_payload)
+        if type(cmd) is Set:  # the key and value limits: a SET that could never be read back or notified
+            conn = self._keeper.conn
+            _check_limits(cmd.key, cmd.value, conn.max_packet_size if conn is not None else None)
+        elif type(cmd) is KeyNotify and not cmd.stop and (reason := limits.watch_too_long(self.client_id, cmd.key)):
+            raise ValueTooLargeError(reason, size=len(cmd.key), limit=limits.MAX_KEY_BYTES)  # never notified: refused
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         gate = self.in_flight
@@ -570,7 +595,8 @@ class AsyncStateStoreClient:
         persist: bool = False,
     ) -> None:
         """Raise :class:`ValueTooLargeError` if :meth:`set` with these arguments would be refused for its size,
-        without sending anything: over ``max_payload``, or a PUBLISH over the broker's Maximum Packet Size
+        without sending anything: over ``max_payload``, a key or value over its limit (docs/reliability.md,
+        "Limits"), or a PUBLISH over the broker's Maximum Packet Size
         (estimated from above, within a few bytes). For callers that write something else first (the dict's
         index entry of a new key): a value that cannot be stored must not leave that behind. Not connected:
         only ``max_payload`` is checked (the broker's limit is known after CONNACK)."""
@@ -582,9 +608,11 @@ class AsyncStateStoreClient:
             not isinstance(limit, int)
             or len(skey) + len(svalue) + 4 * len(self.client_id.encode()) + _ROUGH_OVERHEAD < limit
         ):
+            _check_limits(skey, svalue, limit)
             return  # the usual case, without encoding anything: far under the limit, or no limit
         payload = Set(skey, svalue, condition, ttl_to_ms(ttl)).encode()
         _check_max_payload(b"SET", payload, self.max_payload)
+        _check_limits(skey, svalue, limit)
         if isinstance(limit, int):
             props = headers.request_properties(self.client_id, self.hlc.current, fencing_token, persist)
             _check_packet_estimate(self._sender.response_topic, props, payload, limit)
@@ -652,7 +680,10 @@ class AsyncStateStoreClient:
     # -- watches (the registrations live in _watches.Watches) ----------------------------------------------
 
     def watch(self, key: KeyLike) -> AsyncKeyWatch:
-        """Watch one key: ``async with client.watch("k") as w: async for ev in w: ...``."""
+        """Watch one key: ``async with client.watch("k") as w: async for ev in w: ...``.
+
+        Events come in version order, each change at most once, and after every reconnect the key's latest value
+        is delivered (:class:`AsyncKeyWatch` says how)."""
         return AsyncKeyWatch(self.subscribe_key, store_key(key))
 
     async def subscribe_key(
@@ -661,7 +692,8 @@ class AsyncStateStoreClient:
         """Call ``callback(event)`` on the loop thread for every change of ``key`` until closed.
 
         Many subscribers of one key share one KEYNOTIFY registration; the last to leave sends STOP.
-        Returns once the service has confirmed the registration.
+        Returns once the service has confirmed the registration. Events come as :meth:`watch` promises: in version
+        order, each change at most once, the latest value after every reconnect.
         """
         return await self._watches.add(store_key(key), callback, self._timeout(timeout))
 

@@ -136,6 +136,14 @@ class ConnectionKeeper:
         if conn is not None:
             await conn.close()
 
+    def abandon(self) -> None:
+        """In a forked child: forget the parent's connection without a word to the broker (its socket is the
+        parent's) and stay CLOSED, so a call raises :class:`ClientStateError`. The listeners are not told: they
+        would act on the parent's event loop."""
+        self.conn = None
+        self._supervisor = None
+        self._state = ConnectionState.CLOSED
+
     def wake(self) -> None:
         """Wake everyone waiting in :meth:`connection` (they see the state, e.g. CLOSED)."""
         if self._connected_evt is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .._protocol import headers, topics
+from .._protocol import headers, limits, topics
 from .._protocol.commands import _Base
 from .._protocol.hlc import HlcClock, HybridLogicalClock
 from .._telemetry import ClientTelemetry
@@ -23,7 +23,7 @@ from .._transport.backoff import Backoff
 from .._transport.base import Connection, InboundMessage
 from .._transport.rpc import PendingCalls
 from .._transport.settings import ConnectionSettings
-from ..errors import RequestTimeoutError, ServiceUnavailableError, ValueTooLargeError
+from ..errors import RequestTimeoutError, ServiceUnavailableError, ValueTooLargeError, WriteBufferFullError
 from ._keeper import ConnectionKeeper
 
 __all__ = ["RequestSender"]
@@ -159,6 +159,29 @@ class RequestSender:
             except ValueTooLargeError:  # over the broker's Maximum Packet Size: refused here, nothing was sent
                 self.requests_sent -= 1
                 raise
+            except WriteBufferFullError:
+                # The backlog has no room now (large requests at once: an update() of several 6 MiB values).
+                # Within the write bound a request waits for room, within its deadline, rather than fail; a
+                # larger one could never be queued: it is too big, not the broker slow.
+                if len(payload) > limits.WRITE_BOUND:
+                    self.requests_sent -= 1
+                    raise ValueTooLargeError(
+                        f"the {cmd.VERB.decode()} request is {len(payload):,} bytes, over the connection's write "
+                        f"bound of {limits.WRITE_BOUND:,} bytes",
+                        size=len(payload),
+                        limit=limits.WRITE_BOUND,
+                    ) from None
+                await conn.publish(
+                    topics.REQUEST_TOPIC,
+                    payload,
+                    qos=1,
+                    correlation_data=corr,
+                    response_topic=self.response_topic,
+                    user_properties=props,
+                    content_type=headers.CONTENT_TYPE,
+                    message_expiry=expiry,
+                    timeout=3600.0 if deadline is None else max(deadline - loop.time(), 0.001),
+                )
             return await fut
         except _Expired:
             raise RequestTimeoutError(

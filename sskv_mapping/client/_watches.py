@@ -6,6 +6,11 @@ how to send a request, whether the connection is up and which one it is, the def
 notifications sent while a client was away are lost, :meth:`Watches.restore` re-registers each watched key,
 re-reads it, and delivers a synthetic event when the key changed meanwhile.
 
+What a watch promises: its events come in version order, each change at most once, and after a reconnect the
+key's latest value is delivered (by the re-read, or by a newer notification). Notifications flow again as soon as
+the key is registered, before the re-read is answered; a newer one may arrive first, and then the re-read's
+answer is older news and is dropped, never delivered after it (``stale_catch_ups`` counts those).
+
 Must not import aiomqtt/paho, nor the layers above the client (codecs, mapping, cache, emulator).
 """
 
@@ -20,7 +25,8 @@ from .._protocol.commands import Get, KeyNotify
 from .._protocol.hlc import HybridLogicalClock
 from .._protocol.notifications import KeyEvent, KeyOperation
 from .._transport.backoff import Backoff
-from ..errors import StateStoreError
+from ..errors import ConnectionLostError, StateStoreError
+from ._closing import closed_error
 
 __all__ = ["AsyncKeyWatch", "EventSink", "KeySubscription", "Watches"]
 
@@ -31,6 +37,8 @@ Request = Callable[..., Awaitable[tuple[bytes, HybridLogicalClock | None]]]
 
 _UNKNOWN = object()
 _CLOSED = object()
+_CLIENT_CLOSED = object()  # the client closed under the watch: its iteration ends with ClientStateError
+_LOST_FOR_GOOD = object()  # the connection dropped and reconnect is off: its iteration ends with ConnectionLostError
 
 
 class _Registration:
@@ -72,6 +80,8 @@ class Watches:
         self._registrations: dict[bytes, _Registration] = {}
         #: notifications dropped as duplicates (a version not newer than one already delivered for the key)
         self.duplicate_notifications = 0
+        #: re-reads after a reconnect not delivered: a notification as new or newer came first
+        self.stale_catch_ups = 0
 
     @property
     def keys(self) -> list[bytes]:
@@ -139,6 +149,14 @@ class Watches:
                     sink.close()
         self._registrations.clear()
 
+    def lost_for_good(self) -> None:
+        """End every :class:`AsyncKeyWatch` with :class:`ConnectionLostError`: the connection dropped and will not
+        come back (reconnect is off), so no change will ever be delivered."""
+        for reg in self._registrations.values():
+            for sink in list(reg.sinks):
+                if isinstance(sink, _QueueSink):
+                    sink.queue.put_nowait(_LOST_FOR_GOOD)
+
     async def restore(self) -> None:
         """Re-register every watched key, then re-read it and report changes missed while away.
 
@@ -170,9 +188,19 @@ class Watches:
 
     async def _resync(self, reg: _Registration) -> None:
         cmd = Get(reg.key)
+        newest_before = reg.newest
         payload, version = await self._request(cmd, timeout=self._timeout())
         value = cmd.decode(payload)
         reg.resync = False
+        overtaken = reg.newest != newest_before
+        if overtaken and (version is None or (reg.newest is not None and version <= reg.newest)):
+            # The key is registered again (before this GET was sent), so notifications flowed while it was out,
+            # and one as new as its answer came first: the watcher has the latest already. An absent key has no
+            # version: any change notified meanwhile (made after the registration) makes the answer no news,
+            # whichever came first. Read before that change, the answer is older; read after it, the key was
+            # deleted after the registration too, and that DELETE is notified next.
+            self.stale_catch_ups += 1
+            return
         # Deliver when the key differs from the last event we delivered, or when we never delivered one (we
         # cannot know what the watcher missed).
         if value is None:
@@ -194,7 +222,7 @@ class Watches:
         version = event.version
         if version is not None:
             newest = reg.newest
-            if newest is not None and version <= newest and not event.synthetic:
+            if newest is not None and version <= newest:
                 # QoS 1 may deliver twice, and a redelivery may come after a newer change: either way the
                 # watcher has seen this change (or a later one) already.
                 self.duplicate_notifications += 1
@@ -253,7 +281,7 @@ class _QueueSink:
         self.queue.put_nowait(event)
 
     def close(self) -> None:
-        self.queue.put_nowait(_CLOSED)
+        self.queue.put_nowait(_CLIENT_CLOSED)
 
 
 Subscribe = Callable[[bytes, EventSink], Awaitable[KeySubscription]]
@@ -265,6 +293,17 @@ class AsyncKeyWatch:
     Registration happens on ``async with`` (or the first iteration); events of changes made after that are
     delivered, including this client's own writes. After a reconnect, a synthetic event (``synthetic=True``)
     reports a change that happened while disconnected.
+
+    The promise: events come in version order (a value never goes back to an older one), each change at most
+    once (a notification the broker delivers twice is dropped), and after every reconnect the key's latest
+    value is delivered: by the re-read, or by a notification newer than the re-read's answer, which is then
+    dropped. Changes made while disconnected are not each reported, only where they led. Notifications are not
+    trusted to arrive: one lost while connected is repaired by the next change or the next reconnect.
+
+    :meth:`aclose` ends the iteration quietly; the client closing ends it with
+    :class:`~sskv_mapping.errors.ClientStateError`, and a connection lost for good (reconnect off) with
+    :class:`~sskv_mapping.errors.ConnectionLostError` (nothing more will come, and a loop waiting on it must not
+    take that for a quiet key).
     """
 
     def __init__(self, subscribe: Subscribe, key: bytes) -> None:
@@ -298,6 +337,14 @@ class AsyncKeyWatch:
         if item is _CLOSED:
             self._done = True
             raise StopAsyncIteration
+        if item is _CLIENT_CLOSED or item is _LOST_FOR_GOOD:
+            self._done = True
+            self._queue.put_nowait(item)  # every later call says so too
+            if item is _LOST_FOR_GOOD:
+                raise ConnectionLostError(
+                    f"the connection was lost for good (reconnect is off) while watching {self.key!r}"
+                )
+            raise closed_error(f"watching {self.key!r}")
         assert isinstance(item, KeyEvent)
         return item
 

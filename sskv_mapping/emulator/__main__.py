@@ -140,6 +140,13 @@ def add_emulator_arguments(parser: argparse.ArgumentParser, *, broker_address: b
         help="answer SCAN with 'unknown command', like a service older than SCAN",
     )
     parser.add_argument(
+        "--no-dedup",
+        dest="dedup",
+        action="store_false",
+        help="apply a request that arrives twice (re-sent after a reconnect) twice, as a service that does not "
+        "de-duplicate would; by default a copy within 60 s gets the first answer and changes nothing",
+    )
+    parser.add_argument(
         "--inspect",
         type=_inspect_address,
         metavar="[HOST:]PORT",
@@ -188,6 +195,7 @@ async def serve(args: argparse.Namespace, host: str, port: int) -> int:
     # Imported here so that `--help` stays fast and needs no MQTT library.
     from .._transport.settings import ConnectionSettings
     from .core import EmulatorCore
+    from .duplicates import DEFAULT_MAX_ENTRIES
     from .server import EmulatorServer
 
     settings = ConnectionSettings(
@@ -200,6 +208,7 @@ async def serve(args: argparse.Namespace, host: str, port: int) -> int:
             scan=args.scan,
             scan_page_size=args.scan_page_size,
             scan_empty_pages=args.scan_empty_pages,
+            duplicate_window=DEFAULT_MAX_ENTRIES if args.dedup else 0,
         ),
         persist_file=args.persist_file,
         on_ready=_announce,

@@ -13,10 +13,16 @@ What it models:
   key's previous version and than the request's ``__ts``;
 * ``NX`` / ``NEX`` / ``PX``; fencing tokens (§6); KEYNOTIFY registrations per client id (§4) and the
   ``NOTIFY`` payloads; an optional key quota;
+* the size limits (:mod:`sskv_mapping._protocol.limits`): a SET whose key or value is over them is refused with
+  ``RequestTooLargeError``'s text (its reply or notifications could never be sent), nothing stored;
 * persistence: entries written with ``aio-persistence: true`` can be dumped (:meth:`dump_persistent`) and
   loaded back (:meth:`load_persistent`); the file itself is the server's business;
 * SCAN (§8) over a sorted key list kept incrementally (:mod:`sskv_mapping.emulator.scan` says how pages and
-  tokens are made); ``scan=False`` answers it ``unknown command``, like an older service.
+  tokens are made); ``scan=False`` answers it ``unknown command``, like an older service;
+* a request sent twice is applied once: handed its correlation data, the core answers a copy of a recent
+  SET/DEL/VDEL from the same client with the first answer and changes nothing
+  (:mod:`sskv_mapping.emulator.duplicates` says which copies and for how long). Whether the real service does
+  is not documented (docs/design/protocol.md §9); the client is safe either way (docs/reliability.md).
 
 Choices where docs/design/protocol.md leaves a cell blank: a DEL/VDEL that deleted answers with ``__ts`` = the version
 of the delete (the same ``__ts`` as its DELETE notification); DEL/VDEL that changed nothing, KEYNOTIFY and
@@ -33,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._protocol import resp3
+from .._protocol import limits, resp3
 from .._protocol.commands import (
     Command,
     Delete,
@@ -59,10 +65,12 @@ from ..errors import (
     NotAuthorizedError,
     ProtocolError,
     QuotaExceededError,
+    RequestTooLargeError,
     ServiceError,
     TimestampSkewError,
     UnknownCommandError,
 )
+from .duplicates import DEFAULT_MAX_AGE_MS, DEFAULT_MAX_ENTRIES, RecentAnswers
 from .scan import DEFAULT_SCAN_PAGE_SIZE, KeySpace
 
 __all__ = ["SERVICE_NODE_ID", "CoreResult", "EmulatorCore", "Notification", "StoredEntry"]
@@ -83,6 +91,12 @@ _NIL = resp3.encode_bulk(None)
 _DELETE_PAYLOAD = encode_notification(KeyOperation.DELETE)
 
 _PERSIST_FORMAT = 1
+
+# The requests whose answers are remembered for their copies: those that change the store. A copy of a GET or a
+# SCAN is answered afresh (nothing is applied twice, and their answers, values and key pages, may be large), and so
+# is a KEYNOTIFY: registering twice changes nothing, and a copy re-sent after a reconnect must register again, since
+# the disconnect dropped the registration its first copy made.
+_REMEMBERED = frozenset({Set, Delete, VDelete})
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +120,14 @@ class CoreResult:
 
     ``payload`` is the RESP3 reply, ``version`` the response ``__ts`` (``None``: absent), and
     ``notifications`` the messages to publish after the response, in order (an expiry noticed while
-    handling the request comes first).
+    handling the request comes first). ``duplicate``: the request was a copy of one already served, and this
+    is the first copy's answer (nothing was applied, nothing is notified).
     """
 
     payload: bytes
     version: HybridLogicalClock | None
     notifications: list[Notification] = field(default_factory=list)
+    duplicate: bool = False
 
 
 @dataclass(slots=True)
@@ -139,6 +155,9 @@ class EmulatorCore:
         scan: answer SCAN (default); ``False`` answers it ``-ERR unknown command`` like an older service.
         scan_page_size: the most keys in one SCAN page.
         scan_empty_pages: this many empty pages (with more to come) before every page of keys.
+        duplicate_window: how many answers to remember for copies of a request (the oldest forgotten first;
+            ``0``: none, every copy is applied).
+        duplicate_window_ms: how long an answer is remembered for copies of its request (ms).
 
     Example:
         >>> from sskv_mapping._protocol.resp3 import encode_request
@@ -163,6 +182,8 @@ class EmulatorCore:
         scan: bool = True,
         scan_page_size: int = DEFAULT_SCAN_PAGE_SIZE,
         scan_empty_pages: int = 0,
+        duplicate_window: int = DEFAULT_MAX_ENTRIES,
+        duplicate_window_ms: int = DEFAULT_MAX_AGE_MS,
     ) -> None:
         if max_keys is not None and max_keys < 0:
             raise ValueError("max_keys must be >= 0 (or None for no quota)")
@@ -182,8 +203,13 @@ class EmulatorCore:
         #: Bumped whenever an entry written with ``aio-persistence`` changes (set, deleted, expired);
         #: a server compares it to decide when to rewrite its persistence file.
         self.persistence_generation = 0
+        #: the broker's Maximum Packet Size (``None``: none), set by the server from its CONNACK: a SET whose value or
+        #: key is over the limits of :mod:`~sskv_mapping._protocol.limits` for it is refused (``RequestTooLargeError``)
+        self.max_packet_size: int | None = None
         #: the sorted keys SCAN pages through (``None``: SCAN is answered ``unknown command``)
         self.keyspace = KeySpace(page_size=scan_page_size, empty_pages=scan_empty_pages) if scan else None
+        #: the answers a copy of a recent request gets (docs/design/protocol.md §9: a re-sent request may arrive twice)
+        self.answers = RecentAnswers(max_entries=duplicate_window, max_age_ms=duplicate_window_ms)
 
     # -- inspection ---------------------------------------------------------------------------------
 
@@ -223,27 +249,42 @@ class EmulatorCore:
 
     # -- requests -----------------------------------------------------------------------------------
 
-    def handle(self, client_id: str | None, payload: bytes, props: Mapping[str, str]) -> CoreResult:
+    def handle(
+        self, client_id: str | None, payload: bytes, props: Mapping[str, str], correlation: bytes | None = None
+    ) -> CoreResult:
         """Handle one request and return the reply, its ``__ts`` and the notifications to send.
 
         ``client_id`` is the requester's MQTT client id (``None`` when unknown); ``props`` its user
         properties (``__ts``, ``__ft``, ``aio-persistence``...). Service errors become ``-ERR`` replies;
-        this never raises for any payload or header value.
+        this never raises for any payload or header value. With ``correlation`` (the request's correlation
+        data) and a client id, a copy of a recent state-changing request gets the first copy's answer
+        (``duplicate=True``) and changes nothing.
         """
         now = self._now()
+        seen: tuple[str, bytes] | None = None
+        if correlation is not None and client_id is not None:
+            seen = (client_id, correlation)
+            first = self.answers.answer(seen, payload, now)
+            if first is not None:
+                return CoreResult(first[0], first[1], [], True)
         notes = self._expire(now) if self._expiries and self._expiries[0][0] <= now else []
+        kind: type[Command] | None = None
         try:
             cmd = parse_command(payload)
-            if self.keyspace is None and type(cmd) is Scan:
+            kind = type(cmd)
+            if self.keyspace is None and kind is Scan:
                 raise UnknownCommandError()
             raw_ts = props.get(TIMESTAMP)
             if raw_ts is not None:
                 self._merge(self._request_hlc(raw_ts, now, TimestampSkewError), now)
-            elif type(cmd) is Set:
+            elif kind is Set:
                 raise MissingTimestampError()
-            return self._dispatch(cmd, client_id, props, now, notes)
+            result = self._dispatch(cmd, client_id, props, now, notes)
         except ServiceError as exc:
-            return CoreResult(resp3.encode_error(exc.text), None, notes)
+            result = CoreResult(resp3.encode_error(exc.text), None, notes)
+        if seen is not None and kind in _REMEMBERED:
+            self.answers.remember(seen, payload, result.payload, result.version, now)
+        return result
 
     def _dispatch(
         self,
@@ -278,6 +319,9 @@ class EmulatorCore:
 
     def _set(self, cmd: Set, props: Mapping[str, str], now: int, notes: list[Notification]) -> CoreResult:
         key = cmd.key
+        if len(key) > limits.MAX_KEY_BYTES or limits.value_too_large(key, len(cmd.value), self.max_packet_size):
+            # its GET reply or its notifications could never be sent: refused rather than stored unreadable
+            raise RequestTooLargeError()
         entry = self._store.get(key)
         token = self._fencing_token(props, now)
         self._check_fence(entry, token)

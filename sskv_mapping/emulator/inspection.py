@@ -48,8 +48,13 @@ __all__ = [
     "trace_id_of",
 ]
 
-#: the longest value text sent in a listing (the whole value is one ``/api/key`` request away)
+#: the longest value text sent in a listing (more of the value is one ``/api/key`` request away)
 PREVIEW_CHARS = 200
+#: the longest value text ``/api/key`` sends (a longer value is shown cut, with its size): rendering never costs more
+#: than this, whatever the value's size
+VIEW_CHARS = 64 * 1024
+#: index and generation entries larger than this are not parsed to describe a namespace
+_JSON_PARSE_MAX = 1 << 20
 _LOCK_KINDS = ("lock", "gos-lock", "index-lock", "index-used-lock", "gen-lock", "persist-lock")
 
 
@@ -67,29 +72,47 @@ class KeyRole:
         return {"namespace": self.namespace, "face": self.face, "part": self.part, "detail": self.detail}
 
 
-def _text(raw: bytes) -> str | None:
+def _text(raw: bytes, partial: bool = False) -> str | None:
+    """``raw`` as text, or None when it is not (invalid UTF-8, control characters). ``partial``: ``raw`` is the head
+    of a longer value, and may end inside a character (dropped)."""
     try:
         text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+    except UnicodeDecodeError as exc:
+        if not partial or exc.start < len(raw) - 3:
+            return None
+        try:
+            text = raw[: exc.start].decode("utf-8")
+        except UnicodeDecodeError:
+            return None
     if any(ord(c) < 32 and c not in "\t\r\n" for c in text):
         return None
     return text
 
 
 def show_bytes(raw: bytes, limit: int | None = PREVIEW_CHARS) -> dict[str, Any]:
-    """``{"as": "json"|"text"|"hex", "text": ..., "size": n, "cut": bool}``: JSON pretty-printable text is ``json``."""
-    text = _text(raw)
+    """``{"as": "json"|"text"|"hex", "text": ..., "size": n, "cut": bool}``: JSON pretty-printable text is ``json``.
+
+    Only the value's head is looked at, never the whole of a large value (a 60 MB value must not hold up the
+    emulator's loop): ``text`` is at most ``limit`` characters, :data:`VIEW_CHARS` when ``limit`` is None, and
+    ``cut`` says there is more (``size`` is the whole value's). A cut value is never ``json`` (it would not parse)."""
+    limit = VIEW_CHARS if limit is None else min(limit, VIEW_CHARS)
+    head = raw[: 4 * limit + 3]  # enough for ``limit`` characters of UTF-8
+    partial = len(head) < len(raw)
+    text = _text(head, partial)
     kind = "text"
     if text is None:
-        kind, text = "hex", raw.hex(" ")
-    elif text[:1] in '{["' or text in ("true", "false", "null") or text[:1].isdigit() or text[:1] == "-":
+        kind, text = "hex", head[: limit // 3 + 1].hex(" ")
+    elif not partial and (
+        text[:1] in '{["' or text in ("true", "false", "null") or text[:1].isdigit() or text[:1] == "-"
+    ):
         try:
             json.loads(text)
             kind = "json"
         except ValueError:
             pass
-    cut = limit is not None and len(text) > limit
+    cut = partial or len(text) > limit
+    if cut and kind == "json":
+        kind = "text"
     return {"as": kind, "text": text[:limit] if cut else text, "size": len(raw), "cut": cut}
 
 
@@ -188,7 +211,7 @@ def list_keys(core: EmulatorCore, now_ms: int, prefix: bytes = b"", limit: int =
 
 
 def _json_of(entry: StoredEntry | None) -> Any:
-    if entry is None:
+    if entry is None or len(entry.value) > _JSON_PARSE_MAX:  # a huge value is not parsed on the emulator's loop
         return None
     try:
         return json.loads(entry.value)

@@ -6,7 +6,8 @@ look), so what it shows is what the service holds at that instant:
 * ``GET /``: the page (``inspector.html`` beside this module: one static file, plain JS, no build step);
 * ``GET /api/state?prefix=P&limit=N``: everything the page shows at once -- keys, namespaces, locks, watches,
   counters; ``/api/keys``, ``/api/namespaces``, ``/api/locks``, ``/api/watches`` the same parts one by one;
-* ``GET /api/key?key=K`` (or ``key_hex=``): one key, its whole value;
+* ``GET /api/key?key=K`` (or ``key_hex=``): one key and its value (a value over 64 Ki characters is cut, with its
+  size: nothing the inspector sends costs more to build than that, whatever the values' sizes);
 * ``PUT /api/key?key=K[&ttl_ms=N]`` (body: the value) and ``DELETE /api/key?key=K``: a SET or DEL served like a
   client's (watchers are notified), only when started with ``--inspect-writable``; otherwise 403;
 * ``GET /api/events``: the live feed, server-sent events: a ``batch`` event about every 100 ms with the requests

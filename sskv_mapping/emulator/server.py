@@ -12,19 +12,23 @@ What it does, like the real service (docs/design/protocol.md):
   ``clients/{id}/...`` response topic), checks ``__protVer`` (major other than 1 → ``__stat=505`` with
   ``__supProtMajVer=1``), runs the core, and publishes the response (QoS 1, same correlation data,
   ``application/octet-stream``, ``__stat=200``, ``__protVer=1.0``, ``__ts``) and then the notifications
-  (QoS 1, ``__ts`` = the change's version);
+  (QoS 1, ``__ts`` = the change's version); a copy of a recent SET/DEL/VDEL (same correlation data
+  from the same client: a request re-sent after a reconnect) gets the first copy's answer again and changes
+  nothing (:mod:`sskv_mapping.emulator.duplicates`);
 * expires keys on a timer (sleeping until ``core.next_expiry()``), so watchers get DELETE even when nobody
   touches the key;
 * reconnects (with backoff) when the broker goes away, keeping the store;
 * optionally saves entries written with ``aio-persistence: true`` to a file and loads them at start;
 * lets the inspector (``--inspect``) see each request served: :attr:`EmulatorServer.tap`, ``None`` while no page
   listens, is called after each one; :meth:`EmulatorServer.handle_local` serves the page's own writes;
-* never sends a packet over the broker's Maximum Packet Size (the broker would drop the emulator for it): a
-  response that would be too large (a big value, a long response topic) becomes the error reply
+* publishes through its :class:`~sskv_mapping.emulator.outbox.Outbox`: never a packet over the broker's Maximum
+  Packet Size (the broker would drop the emulator for it) nor a reply dropped in silence. A response that could
+  never be sent (a big value and a long response topic, a value stored past the limits) becomes the error reply
   ``-ERR the response is too large for the broker's maximum packet size`` (the client raises
-  :class:`~sskv_mapping.errors.ResponseTooLargeError`), a notification that would be (its topic carries the
-  key hex-encoded, its payload the value) is dropped and logged. This is the emulator's own answer: the
-  service's behaviour there is not documented.
+  :class:`~sskv_mapping.errors.ResponseTooLargeError`); one the write backlog has no room for now waits for room
+  (past a bound: ``-ERR`` :class:`~sskv_mapping.errors.OverloadedError`); a notification that could not be sent
+  (its topic carries the key hex-encoded, its payload the value) is dropped and logged; a large fan-out goes out a
+  chunk at a time. These are the emulator's own answers: the service's behaviour there is not documented.
 
 Where it is more lenient than the service, by design:
 
@@ -53,17 +57,17 @@ from pathlib import Path
 
 from .._protocol import headers
 from .._protocol.hlc import system_clock_ms
-from .._protocol.resp3 import encode_error
 from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic
 from .._transport.backoff import Backoff
 from .._transport.base import Connection, ConnectionFactory, InboundMessage
 from .._transport.factory import new_connection
 from .._transport.settings import ConnectionSettings
 from .._transport.stream import StreamConnection
-from ..errors import ResponseTooLargeError, StateStoreError, TransportError, ValueTooLargeError
+from ..errors import StateStoreError, TransportError
 from ._telemetry import ServerTelemetry, server_telemetry
 from .broker import LOG_TOPIC_FILTER, parse_connection_log
 from .core import CoreResult, EmulatorCore, Notification
+from .outbox import Outbox
 
 __all__ = ["EmulatorServer", "RequestTap", "client_id_from_response_topic"]
 
@@ -81,10 +85,6 @@ _RECONNECT_MAX_S = 2.0
 _PERSIST_DELAY_S = 0.05
 # mosquitto's log line when a session's queue is full: "Outgoing messages are being dropped for client X."
 _DROPPING = "Outgoing messages are being dropped for client "
-
-
-#: what a request whose response would be over the broker's Maximum Packet Size gets instead
-_TOO_LARGE_REPLY = encode_error(ResponseTooLargeError.TEXT)
 
 
 def client_id_from_response_topic(topic: str) -> str | None:
@@ -160,10 +160,13 @@ class EmulatorServer:
             "notifications": 0,
             "publish_failures": 0,
             "too_large": 0,
+            "duplicates": 0,
             "dropped_clients": 0,
             "connections": 0,
             "broker_drops_reported": 0,
         }
+        #: the reply and notification side: publishes in order, waiting for room rather than dropping
+        self.outbox = Outbox(lambda: self._conn, self.stats, self._publishes)
         # clients mosquitto said it drops messages for, so that each is reported once at WARNING
         self._dropping_for: set[str] = set()
         #: Called after every request served and every expiry, while an inspector page listens (``None``
@@ -223,6 +226,8 @@ class EmulatorServer:
             try:
                 await conn.connect()
                 self._conn = conn
+                # SETs whose value could not be notified through this broker are refused (protocol limits)
+                self.core.max_packet_size = conn.max_packet_size
                 await self._subscribe(conn)
             except (TransportError, OSError) as exc:
                 self._conn = None
@@ -365,7 +370,7 @@ class EmulatorServer:
             return
         client_id = props.get(headers.SOURCE_ID) or client_id_from_response_topic(response_topic)
         try:
-            result = self.core.handle(client_id, message.payload, props)
+            result = self.core.handle(client_id, message.payload, props, correlation)
         except Exception as exc:  # a bug in the core: answer 500 rather than leave the caller waiting
             self.stats["errors"] += 1
             log.exception("the core failed on a request")
@@ -384,6 +389,9 @@ class EmulatorServer:
             headers.response_properties(result.version),
             _RESPONSE_CONTENT_TYPE,
         )
+        if result.duplicate:  # answered again; nothing changed, nothing to notify or show
+            self.stats["duplicates"] += 1
+            return
         if result.notifications:
             self._publish_notifications(result.notifications)
         self._after_change()
@@ -404,14 +412,12 @@ class EmulatorServer:
             tap(props.get(headers.SOURCE_ID), payload, result, props.get("traceparent"))
         return result
 
-    # -- outbound -------------------------------------------------------------------------------------
+    # -- outbound (sskv_mapping.emulator.outbox) --------------------------------------------------------------
 
     def _publish_notifications(self, notes: list[Notification]) -> None:
         if self.telemetry is not None:  # a producer span per notification, linked to the write's span
             self.telemetry.notified([(note.topic, note.payload) for note in notes])
-        for note in notes:
-            self.stats["notifications"] += 1
-            self._publish(note.topic, note.payload, None, [(headers.TIMESTAMP, str(note.version))], None)
+        self.outbox.notify(notes)
 
     def _publish(
         self,
@@ -421,45 +427,7 @@ class EmulatorServer:
         user_properties: Sequence[tuple[str, str]],
         content_type: str | None,
     ) -> None:
-        conn = self._conn
-        if conn is None:
-            self.stats["publish_failures"] += 1
-            log.debug("not connected: dropping a publish to %r", topic[:200])
-            return
-        # Queued right here (PahoConnection: by paho), in call order; no task is made and no PUBACK awaited.
-        try:
-            conn.publish_nowait(
-                topic,
-                payload,
-                qos=1,
-                correlation_data=correlation,
-                user_properties=user_properties,
-                content_type=content_type,
-            )
-        except ValueTooLargeError as exc:
-            # Over the broker's Maximum Packet Size: the broker would drop this connection for it. Refused by the
-            # transport before sending; a response becomes an error reply the requester can read, a notification
-            # is dropped. Either way the emulator stays connected.
-            self.stats["too_large"] += 1
-            self._too_large(topic, payload, correlation, content_type, exc)
-        except StateStoreError as exc:
-            self.stats["publish_failures"] += 1
-            log.debug("a publish failed: %s", exc)
-
-    def _too_large(
-        self, topic: str, payload: bytes, correlation: bytes | None, content_type: str | None, exc: ValueTooLargeError
-    ) -> None:
-        what = "a notification" if correlation is None else "a response"
-        log.warning(
-            "%s to %r would be a %d-byte packet, over the broker's maximum packet size (%d bytes): %s",
-            what,
-            topic[:200],
-            exc.size,
-            exc.limit,
-            "dropped" if correlation is None or payload == _TOO_LARGE_REPLY else "answering an error instead",
-        )
-        if correlation is not None and payload != _TOO_LARGE_REPLY:  # never loops: the error reply is tried once
-            self._publish(topic, _TOO_LARGE_REPLY, correlation, headers.response_properties(None), content_type)
+        self.outbox.publish(topic, payload, correlation, user_properties, content_type)
 
     # -- expiry and persistence -------------------------------------------------------------------------
 

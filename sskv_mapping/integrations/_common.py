@@ -1,5 +1,6 @@
 """Helpers shared by the framework adapters: loud import guards, one connection per process and broker, and
-the objects an adapter shares on it (one registry and one fork hook for the package).
+the objects an adapter shares on it (one registry, forgotten in a forked child through the package's one fork
+hook, :mod:`sskv_mapping._fork`).
 
 Must not import any framework.
 """
@@ -7,13 +8,13 @@ Must not import any framework.
 from __future__ import annotations
 
 import importlib
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol, TypeVar, cast
 
+from .._fork import in_child_after_fork
 from .._transport.settings import ConnectionSettings, TlsSettings
 from ..client._client import (
     CONNECTION_OPTIONS,
@@ -171,5 +172,4 @@ def _after_fork() -> None:
     _objects_lock = threading.Lock()
 
 
-if hasattr(os, "register_at_fork"):  # the package's only fork hook for the integrations
-    os.register_at_fork(after_in_child=_after_fork)
+in_child_after_fork(_after_fork)  # the package's one fork hook (sskv_mapping._fork), as every face's

@@ -16,7 +16,7 @@ Must not import aiomqtt/paho or the emulator.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Callable, ItemsView, Iterator, Mapping, MutableMapping, ValuesView
 from functools import partial
 from typing import Any, Generic, TypeVar, cast, overload
 
@@ -53,6 +53,34 @@ _MAX_FAN_OUT = 64
 
 
 _NO_DEFAULT: Any = object()
+
+
+class _LiveItems(ItemsView[str, V]):
+    """``d.items()``: each iteration lists the namespace once and yields the pairs that still exist (a key deleted by
+    anyone between the listing and its read is skipped, as ``copy()`` does). The ``MutableMapping`` view read each
+    listed key with ``d[key]`` and raised ``KeyError`` for one gone meanwhile."""
+
+    def __init__(self, mapping: StateStoreDict[V], pairs: Callable[[], list[tuple[str, V]]]) -> None:
+        super().__init__(mapping)
+        self._pairs = pairs
+
+    def __iter__(self) -> Iterator[tuple[str, V]]:
+        return iter(self._pairs())
+
+
+class _LiveValues(ValuesView[V]):
+    """``d.values()``: like :class:`_LiveItems`, the values of the pairs that still exist."""
+
+    def __init__(self, mapping: StateStoreDict[V], pairs: Callable[[], list[tuple[str, V]]]) -> None:
+        super().__init__(mapping)
+        self._pairs = pairs
+
+    def __iter__(self) -> Iterator[V]:
+        return iter([v for _, v in self._pairs()])
+
+    def __contains__(self, value: object) -> bool:
+        # the ValuesView's own reads d[key] for each listed key: a key deleted meanwhile would raise KeyError
+        return any(v is value or v == value for v in self)
 
 
 def _no_cache(key: object) -> None:
@@ -344,11 +372,14 @@ class AsyncStateStoreDict(Generic[V]):
             tried.append(key)
 
     async def update(self, other: Any = (), /, **kwargs: V) -> None:
-        """``d.update(mapping | iterable of pairs, **kwargs)``; the writes run concurrently."""
+        """``d.update(mapping | iterable of pairs, **kwargs)``; the writes run concurrently.
+
+        Every key and value is encoded and checked against the size limits first: one over its limit raises
+        :class:`~sskv_mapping.errors.ValueTooLargeError` and nothing is written."""
         pairs = self.pairs(other, kwargs)
-        for k, v in pairs:  # check everything before sending anything
+        for k, v in pairs:  # check everything before sending anything: all of it is written or none
             text_key(k)
-            self._store.encode(k, v)
+            self._store.check_size(k, self._store.encode(k, v))
         if self._store.index is not None:
             await self._store.index.add((k, None) for k, _ in pairs)
         await gather_bounded((self.set(k, v) for k, v in pairs), _MAX_FAN_OUT)
@@ -535,6 +566,38 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
     def __iter__(self) -> Iterator[str]:
         # a snapshot: unlike a dict, other processes may change the namespace while we iterate
         return iter(self._run(self._async.keys()))
+
+    def items(self) -> ItemsView[str, V]:
+        """A view of the pairs; each iteration reads the namespace afresh and skips keys deleted meanwhile."""
+        return _LiveItems(self, self._live_pairs)
+
+    def values(self) -> ValuesView[V]:
+        """A view of the values; each iteration reads the namespace afresh and skips keys deleted meanwhile."""
+        return _LiveValues(self, self._live_pairs)
+
+    def _live_pairs(self) -> list[tuple[str, V]]:
+        # One listing; local-cache hits in this thread (as d[key]: a hit costs no trip to the loop), the misses
+        # read together on the loop (bounded); a key absent by then -- deleted meanwhile -- is skipped.
+        keys = self._run(self._async.keys())
+        peek = self._peek
+        pairs: list[tuple[str, Any]] = []
+        missed: list[str] = []
+        for key in keys:
+            hit = peek(key)
+            if hit is None:
+                missed.append(key)
+                pairs.append((key, _NO_DEFAULT))  # its place in the listing's order
+            elif hit.value is not ABSENT:
+                pairs.append((key, hit.value))
+        if not missed:
+            return pairs
+        read = self._run(gather_bounded((self._async.get(k, _NO_DEFAULT) for k in missed), _MAX_FAN_OUT))
+        values = dict(zip(missed, read, strict=True))
+        return [
+            (k, values[k] if v is _NO_DEFAULT else v)
+            for k, v in pairs
+            if v is not _NO_DEFAULT or values[k] is not _NO_DEFAULT
+        ]
 
     def __len__(self) -> int:
         return self._run(self._async.len())

@@ -534,10 +534,12 @@ def test_unreadable_persistence_file_is_reported(fresh_mosquitto: MosquittoBroke
 class ExplodingCore(EmulatorCore):
     """A core with a bug on one request."""
 
-    def handle(self, client_id: str | None, payload: bytes, props: Mapping[str, str]) -> CoreResult:
+    def handle(
+        self, client_id: str | None, payload: bytes, props: Mapping[str, str], correlation: bytes | None = None
+    ) -> CoreResult:
         if payload == encode_request(b"GET", b"boom"):
             raise RuntimeError("a bug in the core")
-        return super().handle(client_id, payload, props)
+        return super().handle(client_id, payload, props, correlation)
 
 
 async def test_in_process_server_answers_500_on_a_core_bug_and_keeps_serving(

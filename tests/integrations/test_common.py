@@ -1,5 +1,6 @@
 """What every framework adapter shares (``sskv_mapping.integrations._common``): one process-wide registry of
-connections and of the objects built on them, and one fork hook that forgets both in a child."""
+connections and of the objects built on them, forgotten in a forked child through the package's one fork hook
+(``sskv_mapping._fork``)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+import sskv_mapping
 import sskv_mapping.integrations
 
 INTEGRATIONS = Path(sskv_mapping.integrations.__file__).parent
+PACKAGE = Path(sskv_mapping.__file__).parent
 
 
 def _register_at_fork_calls(path: Path) -> list[int]:
@@ -28,10 +31,17 @@ def _register_at_fork_calls(path: Path) -> list[int]:
     return lines
 
 
-def test_the_integrations_package_has_exactly_one_fork_hook_in_common() -> None:
-    found = {p.name: lines for p in sorted(INTEGRATIONS.glob("*.py")) if (lines := _register_at_fork_calls(p))}
-    assert list(found) == ["_common.py"], found
-    assert len(found["_common.py"]) == 1
+def test_the_package_has_exactly_one_fork_hook_and_it_is_fork_py() -> None:
+    """Every face, the loop thread and the adapters' registry register with ``_fork.in_child_after_fork``;
+    ``os.register_at_fork`` is called once, there."""
+    found = {
+        p.relative_to(PACKAGE).as_posix(): lines
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if (lines := _register_at_fork_calls(p))
+    }
+    assert list(found) == ["_fork.py"], found
+    assert len(found["_fork.py"]) == 1
+    assert "in_child_after_fork(_after_fork)" in (INTEGRATIONS / "_common.py").read_text(encoding="utf-8")
 
 
 def test_the_count_sees_a_hook_where_there_is_one(tmp_path: Path) -> None:

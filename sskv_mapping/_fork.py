@@ -1,0 +1,72 @@
+"""After ``os.fork()``: the one hook by which every part of sskv_mapping forgets, in the child, what belongs to the
+parent -- its connections, its event-loop thread, the values its local caches hold.
+
+A forked child inherits the parent's memory but not its threads: the loop thread that drives every connection
+does not run there, and a connection's socket is the parent's (a child writing to it would corrupt the parent's
+MQTT stream). A local cache in the child would serve the parent's values with no notification ever correcting
+them. So each such object registers here (weakly: registering keeps nothing alive) what it does in the child, and
+one ``os.register_at_fork(after_in_child=...)`` runs them all: the loop thread is replaced, the local caches are
+emptied, the clients give up the parent's connection (a call on one raises :class:`ClientStateError`), and the
+framework adapters' shared clients are forgotten (the child's next request connects anew).
+
+Must not import anything outside the standard library (it is a leaf of the layers).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["in_child_after_fork", "registered"]
+
+log = logging.getLogger("sskv_mapping")
+
+_lock = threading.Lock()
+#: registration number -> a callable, or a weak reference to a bound method (its object may go)
+_hooks: dict[int, Callable[[], Any] | weakref.WeakMethod[Callable[[], Any]]] = {}
+_next = 0
+
+
+def in_child_after_fork(hook: Callable[[], object]) -> None:
+    """Run ``hook()`` in a child process right after ``os.fork()``, before anything else happens there.
+
+    A bound method is held weakly (registering an object's method does not keep the object alive; its entry goes
+    with it); a plain function is held for good (module-level hooks). Hooks run in the order registered; one that
+    raises is logged and the others still run. ``hook`` must not block nor touch another thread's objects'
+    locks but its own (in the child no other thread exists: a lock held at the fork stays held).
+    """
+    global _next
+    with _lock:
+        number = _next
+        _next += 1
+        if inspect.ismethod(hook):
+            _hooks[number] = weakref.WeakMethod(hook, lambda _ref: _hooks.pop(number, None))
+        else:
+            _hooks[number] = hook
+
+
+def registered() -> int:
+    """How many hooks are registered now (objects gone take theirs with them)."""
+    return len(_hooks)
+
+
+def _run_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # the parent may have held it at the fork, in a thread the child does not have
+    for entry in list(_hooks.values()):
+        hook = entry() if isinstance(entry, weakref.WeakMethod) else entry
+        if hook is None:
+            continue
+        try:
+            hook()
+        except Exception:
+            log.exception("an after-fork hook failed in the child process")
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_run_in_child)
