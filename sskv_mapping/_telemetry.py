@@ -262,9 +262,11 @@ class ClientTelemetry:
         self,
         call: Callable[..., Awaitable[tuple[bytes, HybridLogicalClock | None]]],
         cmd: _Base[Any],
-        kw: dict[str, Any],
+        timeout: float | None,
+        fencing_token: HybridLogicalClock | None,
+        persist: bool,
     ) -> tuple[bytes, HybridLogicalClock | None]:
-        """``call(cmd, **kw)`` (the client's untraced request) in a client span, its duration recorded."""
+        """``call(cmd, ...)`` (the client's untraced request) in a client span, its duration recorded."""
         verb = _VERBS.get(cmd.VERB)
         if verb is None:
             verb = _VERBS[cmd.VERB] = cmd.VERB.decode("ascii", "replace")
@@ -282,10 +284,10 @@ class ClientTelemetry:
         message: str | None = None
         try:
             if span is None:
-                result = await call(cmd, **kw)
+                result = await call(cmd, timeout=timeout, fencing_token=fencing_token, persist=persist)
             else:
                 with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
-                    result = await call(cmd, **kw)
+                    result = await call(cmd, timeout=timeout, fencing_token=fencing_token, persist=persist)
             payload = result[0]
             if payload[:1] == b"-":  # a RESP error reply: -ERR <text> (docs/design/protocol.md §3)
                 message = payload[5:].rstrip(b"\r\n").decode("utf-8", "replace")

@@ -31,6 +31,7 @@ from .._keys import escape_glob, scan_pattern, store_key
 from .._protocol import headers, limits, topics
 from .._protocol.commands import Delete, Get, KeyNotify, Set, SetCondition, VDelete, VDeleteResult, _Base
 from .._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
+from .._protocol.hlc import HybridLogicalClock as Hlc
 from .._protocol.mqtt_publish import mqtt_str, publish_properties, varint
 from .._protocol.notifications import KeyEvent, parse_notification
 from .._telemetry import ClientTelemetry
@@ -492,11 +493,13 @@ class AsyncStateStoreClient:
             return self.timeout
         return _check_timeout(timeout)
 
-    async def _request(self, cmd: _Base[Any], **kw: Any) -> tuple[bytes, HybridLogicalClock | None]:
+    async def _request(
+        self, cmd: _Base[Any], *, timeout: float | None, fencing_token: Hlc | None = None, persist: bool = False
+    ) -> tuple[bytes, HybridLogicalClock | None]:
         """:meth:`_send_request`, in a client span when OpenTelemetry is on (sskv_mapping/_telemetry.py)."""
         if self._telemetry is None:
-            return await self._send_request(cmd, **kw)
-        return await self._telemetry.request(self._send_request, cmd, kw)
+            return await self._send_request(cmd, timeout=timeout, fencing_token=fencing_token, persist=persist)
+        return await self._telemetry.request(self._send_request, cmd, timeout, fencing_token, persist)
 
     async def _send_request(
         self,
