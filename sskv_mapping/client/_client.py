@@ -88,6 +88,7 @@ CONNECTION_OPTIONS: tuple[str, ...] = (
     "sat_token_file",
     "keepalive",
     "connect_timeout",
+    "trace_context",
     "sat_token_provider",
     "sat_poll_interval",
 )

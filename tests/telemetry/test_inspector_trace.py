@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from opentelemetry.trace import SpanKind
 
+from sskv_mapping import ConnectionSettings
 from sskv_mapping._telemetry import PROPAGATION_ENV
 from sskv_mapping.emulator.core import CoreResult
 from sskv_mapping.emulator.inprocess import InProcessStateStore
@@ -34,11 +35,17 @@ async def test_the_feed_carries_the_trace_id_of_a_traced_request(otel: Otel, mon
         async with store.client() as client:
             await client.set("untraced", b"v")
         monkeypatch.delenv(PROPAGATION_ENV)
+        # the connection option, as every URL constructor and framework adapter takes it
+        quiet = ConnectionSettings.from_url("mqtt://127.0.0.1:1883", trace_context=False)
+        async with store.client(settings=quiet) as client:
+            with otel.tracer.start_as_current_span("quiet request"):
+                await client.set("quiet", b"v")
         async with store.client() as client:
             with otel.tracer.start_as_current_span("request") as span:
                 await client.set("traced", b"v")
-    untraced, traced = (describe_request(*item) for item in seen)
+    untraced, quiet, traced = (describe_request(*item) for item in seen)
     assert "trace_id" not in untraced
+    assert quiet["key"] == "quiet" and "trace_id" not in quiet
     assert traced["key"] == "traced"
     assert traced["trace_id"] == f"{span.get_span_context().trace_id:032x}"
     # the emulator in this process has the same provider: its server span continues the client's trace
