@@ -74,6 +74,7 @@ class MqttSession(Generic[T]):
         "queued_bytes",
         "reads",
         "receive_maximum",
+        "resent",
         "send_quota",
         "splitter",
         "writes",
@@ -107,6 +108,8 @@ class MqttSession(Generic[T]):
         #: reads and writes so far: the transport counts them (an integer add on the hot path, no clock read)
         self.reads = 0
         self.writes = 0
+        #: publishes sent again (DUP=1) by resumed sessions, this one's predecessors included
+        self.resent = 0
         self._reads_seen = 0
         self._writes_seen = 0
         self._heard_at = 0.0
@@ -341,6 +344,7 @@ class MqttSession(Generic[T]):
         self.queued, previous.queued = previous.queued, collections.deque()
         self.queued_bytes, previous.queued_bytes = previous.queued_bytes, 0
         self._next_id = previous._next_id
+        self.resent = previous.resent
 
     def resume(self, session_present: bool, abandoned: Callable[[T], bool]) -> tuple[list[bytes], list[T]]:
         """After a successful CONNACK on a connection that :meth:`adopt`-ed a session: ``(the PUBLISHes to send
@@ -360,5 +364,6 @@ class MqttSession(Generic[T]):
             dup = bytes((packet[0] | 0x08,)) + packet[1:]
             self.inflight[packet_id] = (token, dup)
             out.append(dup)
+        self.resent += len(out)
         out += [packet for packet, _ in self.release(abandoned)]
         return out, []

@@ -51,6 +51,13 @@ class Connection(Protocol):
         responses keep waiting. False: the calls in flight at a drop fail with ``ConnectionLostError``."""
         ...
 
+    @property
+    def closed_by_broker(self) -> bool:
+        """Whether the broker ended the connection without a word (a clean TCP close, no DISCONNECT): what an
+        MQTT 5 broker that does not send 0x8E (mosquitto 2.0.11) does to the older of two connections with one
+        client id. False where the transport cannot tell."""
+        ...
+
     def carry_over(self, previous: Connection) -> None:
         """Before :meth:`connect`: this connection follows ``previous`` (dropped, or whose connect failed): it
         asks for the broker's session (CleanStart=0) and, where :attr:`keeps_session`, takes over the publishes

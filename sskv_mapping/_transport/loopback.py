@@ -172,6 +172,11 @@ class LoopbackConnection:
         """False: nothing outlives a loopback connection (the calls in flight at a drop fail)."""
         return False
 
+    @property
+    def closed_by_broker(self) -> bool:
+        """False: a loopback connection is dropped, never closed by its broker."""
+        return False
+
     def carry_over(self, previous: Connection) -> None:
         """A reconnect; nothing to take over (see :attr:`keeps_session`)."""
 

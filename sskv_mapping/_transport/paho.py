@@ -392,6 +392,11 @@ class PahoConnection:
         subscriptions, and the messages queued while away)."""
         return False
 
+    @property
+    def closed_by_broker(self) -> bool:
+        """False: paho does not tell a clean close from a reset (only a 0x8E DISCONNECT is seen)."""
+        return False
+
     def carry_over(self, previous: Connection) -> None:
         """Before :meth:`connect`: a reconnect, which asks the broker for the session (CleanStart=0). What
         ``previous`` had in flight is not taken over (see :attr:`keeps_session`)."""

@@ -270,7 +270,27 @@ class _WriteFlow(asyncio.Protocol):
             ) from None
 
 
-class StreamConnection(_WriteFlow):
+class _SessionCarry:
+    """The MQTT session across connections, for :class:`StreamConnection`: whether it outlives a drop, and the
+    next connection taking over what the previous one had not seen acknowledged (``carry_over``)."""
+
+    settings: ConnectionSettings
+    _session: MqttSession[_Token]
+    _carried: bool  # carry_over() took a previous connection's session: a reconnect (CleanStart=0)
+
+    @property
+    def keeps_session(self) -> bool:
+        """Whether a publish in flight at a drop is sent again by the next connection (a session expiry)."""
+        return self.settings.session_expiry > 0
+
+    def carry_over(self, previous: Connection) -> None:
+        """Before :meth:`connect`: follow ``previous`` (see :meth:`Connection.carry_over`)."""
+        self._carried = True
+        if isinstance(previous, _SessionCarry):
+            self._session.adopt(previous._session)  # noqa: SLF001 - the same class
+
+
+class StreamConnection(_WriteFlow, _SessionCarry):
     """One MQTT 5 connection (see the module docstring). Not reusable: after it closes or drops, make a new one.
 
     ``on_message`` is called on the event loop thread for every inbound PUBLISH, inside the read callback; it
@@ -288,8 +308,9 @@ class StreamConnection(_WriteFlow):
             max_inbound_packet_size=settings.max_inbound_packet_size,
         )
         self._connack: asyncio.Future[packets.Connack] | None = None
-        self._carried = False  # carry_over() took a previous connection's session: a reconnect
+        self._carried = False
         self.session_present = False  #: whether the broker resumed the session it kept (CONNACK)
+        self.closed_by_broker = False  #: the broker closed the socket without a word (no DISCONNECT, no error)
         self._fatal: TransportError | None = None  # what the broker said that ends the client (0x8E)
         self._closed: asyncio.Future[None] | None = None
         self._closing = False
@@ -322,23 +343,18 @@ class StreamConnection(_WriteFlow):
 
     @property
     def connected(self) -> bool:
-        return self._transport is not None and self._closed is not None and not self._closed.done()
+        transport = self._transport
+        return (
+            transport is not None
+            and not transport.is_closing()
+            and self._closed is not None
+            and not self._closed.done()
+        )
 
     @property
     def max_packet_size(self) -> int | None:
         """The broker's Maximum Packet Size from CONNACK (None: it stated none, or no CONNACK yet)."""
         return self._session.max_packet_size
-
-    @property
-    def keeps_session(self) -> bool:
-        """Whether a publish in flight at a drop is sent again by the next connection (a session expiry)."""
-        return self.settings.session_expiry > 0
-
-    def carry_over(self, previous: Connection) -> None:
-        """Before :meth:`connect`: follow ``previous`` (see :meth:`Connection.carry_over`)."""
-        self._carried = True
-        if isinstance(previous, StreamConnection):
-            self._session.adopt(previous._session)  # noqa: SLF001 - the same class
 
     def __repr__(self) -> str:
         state = "connected" if self.connected else "not connected"
@@ -502,6 +518,7 @@ class StreamConnection(_WriteFlow):
             self._flush_handle.cancel()
             self._flush_handle = None
         reason = self._lost_reason or (str(exc) if exc else "the broker closed the connection")
+        self.closed_by_broker = exc is None and not self._lost_reason and not self._closing
         if self._connack is not None and not self._connack.done():
             if exc is not None and not isinstance(exc, ConnectionError):
                 self._connack.set_exception(exc)  # a TLS alert, ...: its own text

@@ -47,6 +47,12 @@ log = logging.getLogger("sskv_mapping.client")
 #: Consecutive reconnects refused for their credentials (a SAT file is re-read for each) before the client
 #: stops: a token rotated a moment late heals on the next try; a revoked one does not.
 CREDENTIAL_TRIES = 3
+#: A broker that does not send 0x8E (mosquitto 2.0.11) closes the older of two connections with one client id
+#: without a word: this many connections in a row closed so, each within TAKEOVER_LIFETIME seconds of its
+#: connect and each followed by a reconnect that found the session kept, are taken for a session taken over
+#: (two processes taking the session from each other; a restarting broker loses sessions or refuses us).
+TAKEOVER_CLOSES = 3
+TAKEOVER_LIFETIME = 10.0
 
 
 class ConnectionState(enum.Enum):
@@ -103,6 +109,8 @@ class ConnectionKeeper:
         self.sessions_lost = 0
         #: why the client stopped for good (state FAILED), else None
         self.failure: TransportError | None = None
+        self._closed_streak = 0  # connections in a row the broker closed without a word soon after connect
+        self._connected_at = 0.0
 
     @property
     def state(self) -> ConnectionState:
@@ -165,6 +173,7 @@ class ConnectionKeeper:
             self._set_state(ConnectionState.DISCONNECTED)
             raise
         self.conn = conn
+        self._connected_at = loop.time()
         self._connected_evt.set()
         self._set_state(ConnectionState.CONNECTED)
         self._supervisor = loop.create_task(self._supervise(conn), name=f"sskv-supervisor-{self._name}")
@@ -198,6 +207,10 @@ class ConnectionKeeper:
                 fatal = exc
             except TransportError as exc:
                 log.warning("connection to %s lost: %s", self._url, exc)
+            silent = (
+                conn.closed_by_broker and asyncio.get_running_loop().time() - self._connected_at < TAKEOVER_LIFETIME
+            )
+            fatal = fatal or self._taken_over_silently(silent)
             assert self._connected_evt is not None
             self._connected_evt.clear()
             self.conn = None
@@ -222,6 +235,7 @@ class ConnectionKeeper:
             except (SessionTakenOverError, CredentialsRefusedError) as exc:
                 self._fail(exc)
                 return
+            self._closed_streak = self._closed_streak + 1 if silent and conn.session_present else 0
             if kept and not conn.session_present:
                 # The broker lost the session: what was in flight may or may not have been carried out, and
                 # its response is gone. Only those calls fail; the listeners hear it before CONNECTED.
@@ -235,10 +249,26 @@ class ConnectionKeeper:
                 )
                 self._set_state(ConnectionState.SESSION_LOST)
             self.conn = conn
+            self._connected_at = asyncio.get_running_loop().time()
             self.reconnects += 1
             self._connected_evt.set()
             self._set_state(ConnectionState.CONNECTED)
             self._on_reconnect()
+
+    def _taken_over_silently(self, silent: bool) -> SessionTakenOverError | None:
+        """At a drop: a session taken over by a broker that says nothing (see :data:`TAKEOVER_CLOSES`), else None.
+        ``silent``: the broker closed the connection without a word soon after its connect. The streak counts
+        such closes each followed by a reconnect that found the session kept (a restarting broker loses
+        sessions or refuses us); the last close of the streak ends it without reconnecting, so the other
+        process keeps the session."""
+        if not silent or self._closed_streak < TAKEOVER_CLOSES - 1:
+            return None
+        return SessionTakenOverError(
+            f"the broker at {self._url} closed our connection right after each of {self._closed_streak + 1} "
+            f"connects: another connection with the client id {self._name!r} takes the session (session taken "
+            "over) -- give each process its own client id",
+            client_id=self._name,
+        )
 
     async def _reconnect_with_backoff(self, previous: Connection) -> Connection:
         """A new connection, subscribed; each attempt takes over the session of the one before (``previous``,
@@ -273,7 +303,7 @@ class ConnectionKeeper:
             raise ClientStateError("this client was closed")
         self._raise_failure()
         conn = self.conn
-        if conn is not None and self._state is ConnectionState.CONNECTED:
+        if conn is not None and self._state is ConnectionState.CONNECTED and conn.connected:
             return conn
         if self._connected_evt is None:
             raise ClientStateError("not connected: call connect() or use 'async with'")

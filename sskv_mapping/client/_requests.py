@@ -107,6 +107,7 @@ class RequestSender:
                     raise RequestTimeoutError(
                         f"{cmd.VERB.decode()} not sent within {timeout} s: not connected to {self.settings.url}"
                     ) from None
+                await asyncio.sleep(0)  # a yield, not a wait: the drop's callbacks run before the next try
                 continue
             except ServiceUnavailableError:
                 # PUBACK 0x10: the broker delivered the request to nobody -- a definite "not sent", not an
