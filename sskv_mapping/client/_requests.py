@@ -98,7 +98,7 @@ class RequestSender:
         keeper = self._keeper
         while True:
             conn = keeper.conn
-            if conn is None or not keeper.connected or not conn.connected:  # reconnecting: wait, within deadline
+            if conn is None or not keeper.connected:  # reconnecting: wait for it, within the call's deadline
                 conn = await keeper.connection(None if deadline is None else max(deadline - loop.time(), 0.001))
             try:
                 message = await self._send_once(cmd, payload, conn, timeout, deadline, fencing_token, persist)
@@ -107,7 +107,8 @@ class RequestSender:
                     raise RequestTimeoutError(
                         f"{cmd.VERB.decode()} not sent within {timeout} s: not connected to {self.settings.url}"
                     ) from None
-                await asyncio.sleep(0)  # a yield, not a wait: the drop's callbacks run before the next try
+                # a yield, not a wait: the keeper sees the drop within an iteration or two, then we wait for it
+                await asyncio.sleep(0)
                 continue
             except ServiceUnavailableError:
                 # PUBACK 0x10: the broker delivered the request to nobody -- a definite "not sent", not an
