@@ -255,3 +255,30 @@ async def test_what_the_broker_kept_for_a_previous_process_is_dropped_and_counte
         entry = await client.get("restarted")
         assert entry is not None and entry.value == b"v"
         assert client._sender.pending.unmatched == 0  # never offered to a call of ours
+
+
+async def test_close_ends_the_session_a_drop_keeps_it(mosquitto: MosquittoBroker) -> None:
+    """``close()`` sends DISCONNECT with Session Expiry 0: the broker frees the session at once; a connection
+    that drops leaves it for the next (the broker's CONNACK says which)."""
+    fixed = f"ends-{uuid.uuid4().hex[:8]}"
+    settings = ConnectionSettings(mosquitto.host, mosquitto.port, client_id=fixed)
+
+    async def session_present_after(end: str) -> bool:
+        conn = StreamConnection(settings, lambda message: None)
+        await conn.connect()
+        if end == "close":
+            await conn.close()
+        else:
+            assert conn._transport is not None
+            conn._transport.abort()
+            await eventually(lambda: not conn.connected, timeout=5)
+            await conn.close(end_session=False)
+        nxt = StreamConnection(settings, lambda message: None)
+        await nxt.connect()
+        try:
+            return nxt.session_present
+        finally:
+            await nxt.close()
+
+    assert await session_present_after("drop")
+    assert not await session_present_after("close")
