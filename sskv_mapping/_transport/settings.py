@@ -66,7 +66,7 @@ def _seconds(name: str, raw: str) -> float:
     return value
 
 
-def _flag(name: str, raw: str) -> bool:  # for yes/no options (e.g. a clean_start row)
+def _flag(name: str, raw: str) -> bool:
     value = {"true": True, "1": True, "false": False, "0": False}.get(raw.lower())
     if value is None:
         raise ConfigurationError(f"broker URL option {name} must be true or false")
@@ -82,6 +82,8 @@ URL_QUERY_OPTIONS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "connect_timeout": ("connect_timeout", _seconds),
     "receive_maximum": ("receive_maximum", _whole(1, 65535)),
     "sat_token_file": ("sat_token_file", _text),
+    "clean_start": ("clean_start", _flag),
+    "session_expiry": ("session_expiry", _whole(0, 0xFFFFFFFF)),
 }
 
 #: Names that look like options but are not the URL's to give: why, said in the error.
