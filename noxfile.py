@@ -214,6 +214,16 @@ def core(session: nox.Session) -> None:
     session.run(*PYTEST, *OUR_DEPRECATIONS_FAIL, "-m", "not faults", *CORE_IGNORE, "tests", *session.posargs)
 
 
+@nox.session(name="ci-newest", python=_only(NEWEST))
+def ci_newest(session: nox.Session) -> None:
+    """What ``.ci/run`` runs on the newest Python, a selection that fits CI's time (``core`` runs all of it):
+    every test of the ``core`` suites that needs no broker, and the request path over mosquitto + the emulator
+    (tests/transport, tests/client); any DeprecationWarning raised from our modules is an error."""
+    _install(session, "msgpack", "inspect", deps=("cryptography>=41", "httpx>=0.24"))
+    session.run(*PYTEST, *OUR_DEPRECATIONS_FAIL, "-m", "not broker and not faults", *CORE_IGNORE, "tests")
+    session.run(*PYTEST, *OUR_DEPRECATIONS_FAIL, "-m", "broker and not faults", "tests/transport", "tests/client")
+
+
 #: the async suites: client, transport, dict, cache, locks, election, recovery, the in-process fault scenarios
 UVLOOP_SUITES = [
     "tests/test_event_loop.py",
@@ -242,7 +252,7 @@ def uvloop(session: nox.Session) -> None:
 
 
 FRAMEWORK_TESTS = {
-    "django": ["tests/integrations/test_django.py", "integrations/django_app"],
+    "django": ["tests/integrations/test_django.py", "tests/integrations/test_django6.py", "integrations/django_app"],
     "flask": ["tests/integrations/test_flask.py", "integrations/flask_app"],
     "litestar": ["tests/integrations/test_litestar.py", "integrations/litestar_app"],
     "aiocache": ["tests/integrations/test_aiocache.py", "tests/integrations/test_aiocache_api.py"],
