@@ -316,7 +316,9 @@ def oldest(session: nox.Session) -> None:
 def newest(session: nox.Session) -> None:
     """The newest release of every dependency, framework and test tool (``--upgrade``, no pins beyond
     ``pyproject.toml``'s caps) on the newest Python: the suites ``oldest`` runs, our deprecations an error."""
-    session.install("--upgrade", f".[{ALL_EXTRAS}]", *TEST_DEPS, "httpx")
+    # uvicorn and uvloop: the example ASGI apps' uvicorn tests (uvloop has no Windows build)
+    uv = ("uvicorn", "uvloop") if sys.platform != "win32" else ("uvicorn",)
+    session.install("--upgrade", f".[{ALL_EXTRAS}]", *TEST_DEPS, "httpx", *uv)
     session.run("python", "-m", "pip", "list", "--format=freeze")  # the versions this run tested, in its log
     session.run("python", "-c", "import aiocache, django, fastapi, flask_caching, httpx, litestar, msgpack")
     session.run(*PYTEST, "-rs", *OUR_DEPRECATIONS_FAIL, "-m", "not faults", *_dependency_suites(), *session.posargs)
