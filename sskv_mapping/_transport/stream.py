@@ -53,7 +53,7 @@ import functools
 import logging
 import socket
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .._protocol import mqtt_packets as packets
 from .._protocol.mqtt_publish import InboundMessage, MalformedPacketError, decode_publish, mqtt_str, publish_properties
@@ -222,10 +222,19 @@ def _tune_socket(sock: Any) -> Callable[[], None] | None:
     socket options, but we can ACK at once: setting TCP_QUICKACK sends the pending ACK now. Linux leaves quick-ACK
     mode as it sees fit, so it is set again after every read (one setsockopt, ~1 us, per read callback); setting
     it before the read would not do, the kernel decided on the delayed ACK when the data came.
+
+    ``sock`` is the transport's ``get_extra_info("socket")``: asyncio's loop gives a ``TransportSocket``, uvloop a
+    ``PseudoSocket``, both of which take ``setsockopt`` (also under TLS: the SSL transport passes the TCP one on).
+    A loop that gives no socket (None), or one that refuses the option, runs untuned: correct, only slower
+    against a Nagle-on broker (logged at debug level).
     """
-    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+    if getattr(sock, "family", None) not in (socket.AF_INET, socket.AF_INET6):
         return None
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except (OSError, AttributeError) as exc:  # AttributeError: a loop's socket stand-in without setsockopt
+        log.debug("TCP_NODELAY not set on %r: %s", sock, exc)
+        return None
     if _TCP_QUICKACK is None:
         return None
     return functools.partial(sock.setsockopt, socket.IPPROTO_TCP, _TCP_QUICKACK, 1)
@@ -387,9 +396,14 @@ class StreamConnection(_WriteFlow, _SessionCarry):
         )
         try:
             async with asyncio.timeout(s.connect_timeout):
-                await loop.create_connection(lambda: self, s.host, s.port, ssl=ctx, server_hostname=server_name(s))
-                assert self._transport is not None
-                self._transport.write(connect)
+                # the transport create_connection returns (not self._transport: the broker may already have closed
+                # the connection, connection_lost then cleared it); a closed one is a connect failure, not a crash
+                transport, _ = await loop.create_connection(
+                    lambda: self, s.host, s.port, ssl=ctx, server_hostname=server_name(s)
+                )
+                if transport.is_closing():
+                    raise ConnectionResetError("the connection closed before CONNECT could be sent")
+                transport.write(connect)
                 _log_connect(s, token is not None)
                 connack = await asyncio.shield(self._connack)
                 log.debug("%s: received CONNACK (%s)", s.client_id, packets.reason_name(connack.reason))
@@ -426,7 +440,10 @@ class StreamConnection(_WriteFlow, _SessionCarry):
     # -- asyncio.Protocol ---------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # Any loop's stream transport: asyncio's, or uvloop's TCPTransport / SSL transport, which has the same
+        # methods (write, set_write_buffer_limits, pause_reading...) without subclassing asyncio.Transport -- so no
+        # isinstance check here, only the static type (create_connection hands a stream protocol a stream transport)
+        transport = cast("asyncio.Transport", transport)
         self._transport = transport
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
         self._quickack = _tune_socket(transport.get_extra_info("socket"))
