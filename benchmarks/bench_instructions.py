@@ -102,20 +102,23 @@ async def _setup(name: str, stack: AsyncExitStack) -> Op:
     get_payload = Get(b"bench").encode()
     set_payload = Set(b"bench", b"z" * 16, None, None).encode()
 
-    def props() -> dict[str, str]:
-        return {headers.TIMESTAMP: str(HybridLogicalClock(system_clock_ms(), 0, "bench-requester"))}
+    # one request timestamp for the whole run (an older one is merged without effect): what the requester does to
+    # make a fresh one is not the emulator's work
+    props = {headers.TIMESTAMP: str(HybridLogicalClock(system_clock_ms(), 0, "bench-requester"))}
 
     if name in ("core-get", "core-set"):
         core = store.core
         payload = get_payload if name == "core-get" else set_payload
 
         async def core_op() -> object:
-            return core.handle("bench-requester", payload, props())
+            return core.handle("bench-requester", payload, props)
 
         return core_op
 
     server = store.server
     payload = get_payload if name == "server-get" else set_payload
+
+    user_properties = tuple(props.items())
 
     async def server_op() -> object:
         message = InboundMessage(
@@ -125,7 +128,7 @@ async def _setup(name: str, stack: AsyncExitStack) -> Op:
             correlation_data=b"0123456789abcdef",
             response_topic="clients/bench-requester/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke/response",
             content_type=None,
-            user_properties=tuple(props().items()),
+            user_properties=user_properties,
         )
         server._handle_request(message)
         return None
