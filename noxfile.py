@@ -1,34 +1,99 @@
-"""The test matrix.
+"""The test matrix: every session on CPython 3.11, 3.12 and 3.13.
 
-Only CPython 3.11 exists on the project's machines, and nox treats a missing interpreter as an error when
-``CI`` is set, so the matrix varies *dependencies*; the Python list comes from ``SSKV_NOX_PYTHONS``
-(e.g. ``SSKV_NOX_PYTHONS="3.11 3.12 3.13" nox``) on machines that have more.
+The interpreters are looked for on ``PATH`` and in pyenv (``$PYENV_ROOT/versions/3.X.*``: the project's machines
+have 3.11, 3.12 and 3.13 there; a pyenv shim that refuses a version not activated does not count), and a pyenv one
+is put on ``PATH`` for nox. A missing one is a skip, announced with the command that installs it, except under
+CI (``CI`` set), where the three are expected and a missing one fails the run. ``SSKV_NOX_PYTHONS`` (e.g.
+``SSKV_NOX_PYTHONS=3.13 nox -s tests``) narrows or changes the list.
 
-``nox`` with no arguments runs the default sessions below; ``nox -l`` lists them all. ``.ci/run`` runs the
-README's test command (``scripts/test.sh``: the whole pytest suite in ``.venv`` with the latest supported
-frameworks), which covers what ``tests``, ``broker``, ``integrations`` and ``faults`` cover with the newest
-versions; the sessions add the older versions, the bare install, lint and types.
+``nox -l`` lists every session once per Python (``tests-3.12``; the Django ones name their Python and series:
+``django(python='3.13', django='6.1')``, as Django 6 needs 3.12). ``nox`` with no arguments runs the default
+sessions. Exceptions to "every Python": ``oldest`` (every declared floor) runs on 3.11, the oldest supported
+Python, and ``newest`` (every newest release) on 3.13; a framework session's *oldest supported* version runs on
+3.11 (where ``oldest`` tests the floors), its latest on every Python.
+
+``.ci/run`` runs the README's test command (``scripts/test.sh``: the whole pytest suite in ``.venv`` on the
+machine's ``python3``, 3.11 on the project's machines, with the latest supported frameworks), then ``core-3.13``
+and ``peer-django(python='3.13', django='6.1')``, then the async suites on uvloop in ``.venv``; the sessions add the
+older versions, the other Pythons, the bare install, lint and types.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
 
 import nox
 
-PYTHONS = os.environ.get("SSKV_NOX_PYTHONS", "3.11").split()
+#: the Pythons the project supports (pyproject.toml's classifiers), oldest first
+SUPPORTED = ("3.11", "3.12", "3.13")
+OLDEST, NEWEST = SUPPORTED[0], SUPPORTED[-1]
+PYTHONS = os.environ.get("SSKV_NOX_PYTHONS", " ".join(SUPPORTED)).split()
+CI = bool(os.environ.get("CI"))
+
+
+def _runs(python: str) -> bool:
+    try:
+        done = subprocess.run([python, "-c", "pass"], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def _pyenv_python(version: str) -> str | None:
+    """The newest pyenv install of ``version`` (3.X), or None."""
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    found = [
+        path
+        for path in glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", f"python{version}"))
+        if re.fullmatch(r"\d+\.\d+\.\d+", path.split(os.sep)[-3])  # 3.12.1, not 3.12.1-debug or a virtualenv
+    ]
+    found.sort(key=lambda p: tuple(int(n) for n in p.split(os.sep)[-3].split(".")))
+    return found[-1] if found else None
+
+
+def _find_interpreters(versions: list[str]) -> list[str]:
+    """Make every interpreter of ``versions`` that exists findable by nox (a pyenv one goes on PATH); the
+    missing ones."""
+    missing = []
+    for version in versions:
+        on_path = shutil.which(f"python{version}")
+        if on_path is not None and _runs(on_path):
+            continue
+        pyenv = _pyenv_python(version)
+        if pyenv is not None and _runs(pyenv):
+            os.environ["PATH"] = os.path.dirname(pyenv) + os.pathsep + os.environ.get("PATH", "")
+            continue
+        missing.append(version)
+    return missing
+
+
+MISSING = _find_interpreters(PYTHONS)
+for _version in MISSING:
+    _how = f"`pyenv install {_version}` (or your system's python{_version} package)"
+    if CI:
+        print(f"nox: ERROR: python{_version} is missing and CI expects it; install it: {_how}", file=sys.stderr)
+    else:
+        print(f"nox: python{_version} not found: its sessions are skipped; install it with {_how}", file=sys.stderr)
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = CI  # under CI all three are expected
 nox.options.sessions = [
     "lint",
     "types",
     "bare",
     "tests",
     "broker",
+    "core",
+    "uvloop",
     "oldest",
+    "newest",
     "django",
     "flask",
     "litestar",
@@ -42,6 +107,37 @@ nox.options.sessions = [
     "peer-aiocache",
     "docs",
 ]
+# ``oldest`` exists only with 3.11 in the matrix, ``newest`` with 3.13 (``SSKV_NOX_PYTHONS`` may leave them out)
+nox.options.sessions = [
+    name
+    for name in nox.options.sessions
+    if (name != "oldest" or OLDEST in PYTHONS) and (name != "newest" or NEWEST in PYTHONS)
+]
+
+
+def _version(python: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in python.split("."))
+
+
+def _pairs(versions: dict[str, str]) -> list[tuple[str, str]]:
+    """(python, version) for every Python of the matrix a framework version runs on: ``versions`` maps each
+    version to the oldest Python it runs on, or to ``OLDEST``-only with a leading ``=`` (an oldest-supported
+    release: tested on 3.11, with the floors)."""
+    pairs = []
+    for python in PYTHONS:
+        for release, oldest_python in versions.items():
+            if oldest_python.startswith("="):
+                if python == oldest_python[1:]:
+                    pairs.append((python, release))
+            elif _version(python) >= _version(oldest_python):
+                pairs.append((python, release))
+    return pairs
+
+
+def _only(python: str) -> list[str]:
+    """``[python]`` when it is in the matrix (``SSKV_NOX_PYTHONS`` may leave it out)."""
+    return [python] if python in PYTHONS else []
+
 
 TEST_DEPS = ["pytest>=8.2", "pytest-asyncio>=0.24", "pytest-timeout>=2.2", "hypothesis>=6.90"]
 PYTEST = ["pytest", "-q", "-p", "no:cacheprovider"]
@@ -62,10 +158,11 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHONS)
 def types(session: nox.Session) -> None:
-    """mypy --strict on the package."""
+    """mypy --strict on the package, checked against this session's Python (``--python-version``: the stdlib
+    and typing of that version, and the frameworks that install there, e.g. Django 6 on 3.12+)."""
     # cachetools ships its own annotations (py.typed) since 7.1: no stub package
     session.install(".[msgpack,django,flask,litestar,aiocache,fastapi,inspect]", "mypy>=1.8")
-    session.run("mypy", "sskv_mapping")
+    session.run("mypy", "--python-version", str(session.python), "sskv_mapping")
 
 
 @nox.session(python=PYTHONS)
@@ -99,8 +196,63 @@ def broker(session: nox.Session) -> None:
     session.run(*PYTEST, "-m", "broker and not faults", "tests", *session.posargs)
 
 
+#: the suites that need no framework: protocol, client, transport, emulator (and its inspector), dict, cache,
+#: locks, election, codecs, security...; ``core`` and ``uvloop`` run them
+CORE_IGNORE = ["--ignore=tests/integrations", "--ignore=tests/docs", "--ignore=tests/peer", "--ignore=tests/fuzz"]
+#: warnings our own modules cause (the module a DeprecationWarning is attributed to is ours: the caller of the
+#: deprecated asyncio/datetime/typing API) fail the run; a regular expression, hence -o, not -W (which matches
+#: one module name exactly)
+OUR_DEPRECATIONS_FAIL = ["-o", "filterwarnings=error::DeprecationWarning:sskv_mapping"]
+
+
+@nox.session(python=PYTHONS)
+def core(session: nox.Session) -> None:
+    """The suites that need no framework, in-process and over mosquitto + the emulator (fault suite excluded),
+    with any DeprecationWarning raised from our modules an error; a small install (no frameworks, no docs)
+    so that CI can run it on 3.13 beside the test command."""
+    _install(session, "msgpack", "inspect", deps=("cryptography>=41", "httpx>=0.24"))
+    session.run(*PYTEST, *OUR_DEPRECATIONS_FAIL, "-m", "not faults", *CORE_IGNORE, "tests", *session.posargs)
+
+
+@nox.session(name="ci-newest", python=_only(NEWEST))
+def ci_newest(session: nox.Session) -> None:
+    """What ``.ci/run`` runs on the newest Python, a selection that fits CI's time (``core`` runs all of it):
+    every test of the ``core`` suites that needs no broker, and the request path over mosquitto + the emulator
+    (tests/transport, tests/client); any DeprecationWarning raised from our modules is an error."""
+    _install(session, "msgpack", "inspect", deps=("cryptography>=41", "httpx>=0.24"))
+    session.run(*PYTEST, *OUR_DEPRECATIONS_FAIL, "-m", "not broker and not faults", *CORE_IGNORE, "tests")
+    session.run(*PYTEST, *OUR_DEPRECATIONS_FAIL, "-m", "broker and not faults", "tests/transport", "tests/client")
+
+
+#: the async suites: client, transport, dict, cache, locks, election, recovery, the in-process fault scenarios
+UVLOOP_SUITES = [
+    "tests/test_event_loop.py",
+    "tests/transport",
+    "tests/client",
+    "tests/mapping",
+    "tests/cache",
+    "tests/lock",
+    "tests/election",
+    "tests/recovery",
+    "tests/faults",
+    "integrations/fastapi_app/test_fastapi_uvicorn.py",
+    "integrations/litestar_app/test_litestar_uvicorn.py",
+]
+
+
+@nox.session(python=PYTHONS)
+def uvloop(session: nox.Session) -> None:
+    """The async suites on uvloop (``SSKV_LOOP=uvloop``, read by tests/conftest.py: every test's loop and the
+    blocking twins' loop thread), and the example ASGI apps under uvicorn ``--loop uvloop``."""
+    if sys.platform == "win32":
+        session.skip("uvloop has no Windows build")
+    _install(session, "dev")
+    session.env["SSKV_LOOP"] = "uvloop"
+    session.run(*PYTEST, "-rs", *UVLOOP_SUITES, *session.posargs)
+
+
 FRAMEWORK_TESTS = {
-    "django": ["tests/integrations/test_django.py", "integrations/django_app"],
+    "django": ["tests/integrations/test_django.py", "tests/integrations/test_django6.py", "integrations/django_app"],
     "flask": ["tests/integrations/test_flask.py", "integrations/flask_app"],
     "litestar": ["tests/integrations/test_litestar.py", "integrations/litestar_app"],
     "aiocache": ["tests/integrations/test_aiocache.py", "tests/integrations/test_aiocache_api.py"],
@@ -135,23 +287,41 @@ def declared_floors() -> dict[str, str]:
     return floors
 
 
-@nox.session(python=PYTHONS, reuse_venv=False)  # a reused venv keeps what an earlier floor pulled in
+#: the suites ``oldest`` and ``newest`` run
+UNIT_DIRS = ["tests/protocol", "tests/client", "tests/lock", "tests/mapping", "tests/codecs", "tests/local_cache"]
+ALL_EXTRAS = "msgpack,django,flask,litestar,aiocache,fastapi,inspect,docs"
+
+
+def _dependency_suites() -> list[str]:
+    apps = [p for paths in FRAMEWORK_TESTS.values() for p in paths if p.startswith("integrations/")]
+    # the inspector's (aiohttp) and the docs build's (mkdocs) dependencies: their tests (the browser ones skip
+    # without selenium, which only the dev extra brings)
+    return [*UNIT_DIRS, "tests/integrations", *apps, "tests/emulator/inspector", "tests/docs"]
+
+
+@nox.session(python=_only(OLDEST), reuse_venv=False)  # a reused venv keeps what an earlier floor pulled in
 def oldest(session: nox.Session) -> None:
     """Every floor ``pyproject.toml`` declares, installed together at exactly that version (aiomqtt, paho-mqtt,
     cachetools, msgpack, each framework extra's, httpx and the test tools): the client, lock, dict, codecs,
     local cache and index suites, every integration test and example app, the inspector and the docs build."""
     floors = declared_floors()
-    extras = "msgpack,django,flask,litestar,aiocache,fastapi,inspect,docs"
-    session.install(f".[{extras}]", *(f"{n}=={v}" for n, v in floors.items()))
+    session.install(f".[{ALL_EXTRAS}]", *(f"{n}=={v}" for n, v in floors.items()))
     session.run("python", "-m", "pip", "list", "--format=freeze")  # the versions this run tested, in its log
     # a framework that cannot be imported would only skip its tests: fail here instead
     session.run("python", "-c", "import aiocache, django, fastapi, flask_caching, httpx, litestar, msgpack")
-    unit_dirs = ["tests/protocol", "tests/client", "tests/lock", "tests/mapping", "tests/codecs", "tests/local_cache"]
-    apps = [p for paths in FRAMEWORK_TESTS.values() for p in paths if p.startswith("integrations/")]
-    # the inspector's (aiohttp) and the docs build's (mkdocs) floors: their tests (the browser ones skip without
-    # selenium, which only the dev extra brings)
-    suites = [*unit_dirs, "tests/integrations", *apps, "tests/emulator/inspector", "tests/docs"]
-    session.run(*PYTEST, "-rs", "-m", "not faults", *suites, *session.posargs)
+    session.run(*PYTEST, "-rs", "-m", "not faults", *_dependency_suites(), *session.posargs)
+
+
+@nox.session(python=_only(NEWEST), reuse_venv=False)
+def newest(session: nox.Session) -> None:
+    """The newest release of every dependency, framework and test tool (``--upgrade``, no pins beyond
+    ``pyproject.toml``'s caps) on the newest Python: the suites ``oldest`` runs, our deprecations an error."""
+    # uvicorn and uvloop: the example ASGI apps' uvicorn tests (uvloop has no Windows build)
+    uv = ("uvicorn", "uvloop") if sys.platform != "win32" else ("uvicorn",)
+    session.install("--upgrade", f".[{ALL_EXTRAS}]", *TEST_DEPS, "httpx", *uv)
+    session.run("python", "-m", "pip", "list", "--format=freeze")  # the versions this run tested, in its log
+    session.run("python", "-c", "import aiocache, django, fastapi, flask_caching, httpx, litestar, msgpack")
+    session.run(*PYTEST, "-rs", *OUR_DEPRECATIONS_FAIL, "-m", "not faults", *_dependency_suites(), *session.posargs)
 
 
 def _framework(session: nox.Session, name: str, pin: str) -> None:
@@ -160,25 +330,33 @@ def _framework(session: nox.Session, name: str, pin: str) -> None:
     session.run(*PYTEST, *paths, *session.posargs)
 
 
-@nox.session(python=PYTHONS)
-@nox.parametrize("django", ["5.2", "latest"])
+#: each Django series -> the oldest Python it runs on (6.0 and 6.1 need 3.12; 5.2 LTS is the last for 3.11)
+DJANGO_SERIES = {"5.2": "3.11", "6.0": "3.12", "6.1": "3.12"}
+#: each framework's oldest supported release (tested on 3.11, with the floors: "=3.11") and its latest
+FLASK_CACHING = {"2.0.2": f"={OLDEST}", "latest": OLDEST}
+LITESTAR = {"2.0.0": f"={OLDEST}", "latest": OLDEST}
+AIOCACHE = {"0.12.0": f"={OLDEST}", "latest": OLDEST}
+CACHELIB = {"0.9.0": f"={OLDEST}", "latest": OLDEST}
+
+
+@nox.session
+@nox.parametrize(("python", "django"), _pairs(DJANGO_SERIES))
 def django(session: nox.Session, django: str) -> None:
-    """The Django cache backend and example project, on Django 5.2 LTS and the latest (5.2 on Python 3.11:
-    Django 6 needs 3.12)."""
-    _framework(session, "django", "django" if django == "latest" else f"django=={django}.*")
+    """The Django cache backend and example project, on Django 5.2 LTS, 6.0 and 6.1 (6.x on Python 3.12+)."""
+    _framework(session, "django", f"django=={django}.*")
 
 
-@nox.session(python=PYTHONS)
-@nox.parametrize("flask_caching", ["2.0.2", "latest"])
+@nox.session
+@nox.parametrize(("python", "flask_caching"), _pairs(FLASK_CACHING))
 def flask(session: nox.Session, flask_caching: str) -> None:
-    """Flask-Caching backend and example app, oldest supported and latest."""
+    """Flask-Caching backend and example app, oldest supported (on 3.11) and latest."""
     _framework(session, "flask", "flask-caching" if flask_caching == "latest" else f"flask-caching=={flask_caching}")
 
 
-@nox.session(python=PYTHONS)
-@nox.parametrize("litestar", ["2.0.0", "latest"])
+@nox.session
+@nox.parametrize(("python", "litestar"), _pairs(LITESTAR))
 def litestar(session: nox.Session, litestar: str) -> None:
-    """Litestar Store and example app, oldest supported and latest."""
+    """Litestar Store and example app, oldest supported (on 3.11) and latest."""
     if litestar == "latest":
         _framework(session, "litestar", "litestar")
     else:  # litestar 2.0's TestClient predates httpx 0.28's API change
@@ -186,10 +364,10 @@ def litestar(session: nox.Session, litestar: str) -> None:
         _framework(session, "litestar", f"litestar=={litestar}")
 
 
-@nox.session(python=PYTHONS)
-@nox.parametrize("aiocache", ["0.12.0", "latest"])
+@nox.session
+@nox.parametrize(("python", "aiocache"), _pairs(AIOCACHE))
 def aiocache(session: nox.Session, aiocache: str) -> None:
-    """aiocache backend, oldest supported and latest."""
+    """aiocache backend, oldest supported (on 3.11) and latest."""
     _framework(session, "aiocache", "aiocache" if aiocache == "latest" else f"aiocache=={aiocache}")
 
 
@@ -267,20 +445,20 @@ def _sdist_tests(session: nox.Session, package: str, subdir: str) -> str:
     return os.path.abspath(os.path.join(dest, subdir))
 
 
-@nox.session(name="peer-django", python=PYTHONS)
-@nox.parametrize("django", ["5.2", "latest"])
+@nox.session(name="peer-django")
+@nox.parametrize(("python", "django"), _pairs(DJANGO_SERIES))
 def peer_django(session: nox.Session, django: str) -> None:
-    """Django's own ``BaseCacheTests`` (from its sdist) against our backend in its default configuration;
-    exclusions with their reasons in ``tests/peer/django_exclusions.json``."""
-    _install(session, "django", deps=("django" if django == "latest" else f"django=={django}.*",))
+    """Django's own ``BaseCacheTests`` (from its sdist) against our backend in its default configuration, on
+    Django 5.2, 6.0 and 6.1; exclusions with their reasons in ``tests/peer/django_exclusions.json``."""
+    _install(session, "django", deps=(f"django=={django}.*",))
     tests_dir = _sdist_tests(session, "django", "tests/cache")
     session.run("python", "tests/peer/run_django_suite.py", os.path.dirname(tests_dir), "sync")
     # the same contract through our native a* methods (Django ships no async tests for real backends)
     session.run("python", "tests/peer/run_django_suite.py", os.path.dirname(tests_dir), "async")
 
 
-@nox.session(name="peer-cachelib", python=PYTHONS)
-@nox.parametrize("cachelib", ["0.9.0", "latest"])
+@nox.session(name="peer-cachelib")
+@nox.parametrize(("python", "cachelib"), _pairs(CACHELIB))
 def peer_cachelib(session: nox.Session, cachelib: str) -> None:
     """cachelib's own backend mixins (from its sdist) against the Flask-Caching backend, default configuration
     (what Flask-Caching's backends are tested with); no exclusions."""
@@ -291,8 +469,8 @@ def peer_cachelib(session: nox.Session, cachelib: str) -> None:
     session.run("python", "tests/peer/run_pytest_suite.py", tests_dir, "cachelib_backend_tests.py", "-p", "no:asyncio")
 
 
-@nox.session(name="peer-flask", python=PYTHONS)
-@nox.parametrize("flask_caching", ["2.0.2", "latest"])
+@nox.session(name="peer-flask")
+@nox.parametrize(("python", "flask_caching"), _pairs(FLASK_CACHING))
 def peer_flask(session: nox.Session, flask_caching: str) -> None:
     """Flask-Caching's own ``GenericCacheTests`` (from its sdist) against our backend, default configuration."""
     pin = () if flask_caching == "latest" else (f"flask-caching=={flask_caching}", "cachelib==0.9.0")
@@ -303,8 +481,8 @@ def peer_flask(session: nox.Session, flask_caching: str) -> None:
     )
 
 
-@nox.session(name="peer-aiocache", python=PYTHONS)
-@nox.parametrize("aiocache", ["0.12.0", "latest"])
+@nox.session(name="peer-aiocache")
+@nox.parametrize(("python", "aiocache"), _pairs(AIOCACHE))
 def peer_aiocache(session: nox.Session, aiocache: str) -> None:
     """aiocache's own acceptance tests (from its sdist: the generic cache, decorator and lock classes) against our
     backend, default configuration, with the pytest / pytest-asyncio / pytest-mock versions aiocache pins for them

@@ -14,7 +14,10 @@ Must not import anything outside the standard library (nor any other module of s
     │   └── ReentrantCallError               get_or_set of a key from inside that key's own builder
     ├── TransportError
     │   ├── BrokerConnectError               could not connect (refused, TLS, auth)
+    │   │   └── CredentialsRefusedError      the broker kept refusing our credentials: the client stopped
     │   ├── ConnectionLostError              the connection dropped while the call was in flight
+    │   │   └── SessionLostError             the broker lost our MQTT session: the call's outcome is unknown
+    │   ├── SessionTakenOverError            another connection uses our client id: the client stopped
     │   ├── PublishRefusedError              the broker refused the request's PUBLISH (an ACL)
     │   ├── ServiceUnavailableError          nothing serves the state store on that broker (now)
     │   ├── WriteBufferFullError             the connection's write backlog is at its bound: nothing sent
@@ -63,6 +66,7 @@ __all__ = [
     "CodecError",
     "ConfigurationError",
     "ConnectionLostError",
+    "CredentialsRefusedError",
     "DecodeError",
     "EncodeError",
     "FencingTokenLowerVersionError",
@@ -87,6 +91,8 @@ __all__ = [
     "RpcStatusError",
     "ServiceError",
     "ServiceUnavailableError",
+    "SessionLostError",
+    "SessionTakenOverError",
     "StateStoreError",
     "TimestampSkewError",
     "TransportError",
@@ -146,6 +152,29 @@ class BrokerConnectError(TransportError):
 
 class ConnectionLostError(TransportError):
     """The connection dropped while the request was in flight."""
+
+
+class SessionLostError(ConnectionLostError):
+    """The client reconnected and the broker no longer had its MQTT session (CONNACK session present = 0: the
+    broker restarted without persistence, or the session expired): what the call had sent may or may not have
+    been carried out, and its response is gone. Only the calls in flight at that moment fail so; the client
+    goes on (it subscribes and registers its watches again)."""
+
+
+class SessionTakenOverError(TransportError):
+    """Another connection with this client's id took its session (MQTT reason code 0x8E): two processes use
+    one client id. The client stops reconnecting (the two would take the session from each other in a loop)
+    and every call raises this error; ``client_id`` names the duplicate id."""
+
+    def __init__(self, message: str, *, client_id: str = "") -> None:
+        super().__init__(message)
+        self.client_id = client_id
+
+
+class CredentialsRefusedError(BrokerConnectError):
+    """The broker refused this client's credentials (bad user name or password, not authorized, bad
+    authentication method) at every reconnect of a few tries, the token re-read each time. The client stops
+    reconnecting and every call raises this error."""
 
 
 class RequestTimeoutError(TransportError, TimeoutError):

@@ -21,13 +21,19 @@
 
 Tests using any of them (``store_backend`` on its ``broker`` param) are marked ``broker`` automatically
 (``-m "not broker"`` runs the rest).
+
+The event loop: asyncio's own, or uvloop with ``SSKV_LOOP=uvloop`` (``nox -s uvloop``): its policy is set before
+any loop is made, so every test's and fixture's loop and the blocking twins' loop thread are uvloop's; a missing
+uvloop is a usage error, not a quiet fallback. The report header names the loop.
 After the session, no mosquitto or emulator child may remain: the suite errors at teardown if one does
 (it is killed first), and ``atexit`` hooks sweep up after a crash.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import NoReturn
@@ -56,6 +62,39 @@ from tests._support.store_backend import NAMES, StoreBackend
 # by the benchmarks.
 settings.register_profile("sskv", deadline=None)
 settings.load_profile("sskv")
+
+#: ``SSKV_LOOP``: the event loop every async test runs on (see the module docstring)
+LOOPS = ("asyncio", "uvloop")
+
+
+def selected_loop() -> str:
+    """The loop ``SSKV_LOOP`` asks for (``asyncio`` when unset)."""
+    loop = os.environ.get("SSKV_LOOP", "").strip() or "asyncio"
+    if loop not in LOOPS:
+        raise pytest.UsageError(f"SSKV_LOOP={loop!r}: one of {', '.join(LOOPS)}")
+    return loop
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # the policy, not pytest-asyncio's loop_factories hook: the policy also reaches the loops made outside the
+    # tests (sskv_mapping._blocking's loop thread, asyncio.run in a helper) and works with every pytest-asyncio
+    # from the declared floor (0.24) on; policies are deprecated from Python 3.14 only
+    if selected_loop() == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            raise pytest.UsageError("SSKV_LOOP=uvloop but uvloop is not installed (pip install uvloop)") from None
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def pytest_report_header() -> str:
+    loop = selected_loop()
+    if loop == "uvloop":
+        import uvloop
+
+        return f"event loop: uvloop {uvloop.__version__} (SSKV_LOOP=uvloop)"
+    return "event loop: asyncio's own (SSKV_LOOP=uvloop runs the suites on uvloop)"
+
 
 BROKER_FIXTURES = frozenset(
     {

@@ -302,14 +302,68 @@ def test_every_module_says_what_it_must_not_import_and_keeps_to_it(name: str) ->
     assert checked, f"{name}: no phrase of {sentence!r} is known to this test; add it to PHRASES"
 
 
+#: A class is as big as its concepts: count what it holds (instance attributes and annotated fields), not its
+#: lines, which a docstring or a comment moves. Past this many, split it along its concepts (see _watches,
+#: _keeper, the emulator's outbox).
+ATTRIBUTE_BUDGET = 15
+#: The classes over the budget today, each with its count: it may shrink, never grow. Splitting them is the
+#: house step's work (StreamConnection's output batching and flow control as one private object, first).
+OVER_BUDGET = {
+    "AsyncStateStoreCache": 16,
+    "AsyncStateStoreClient": 18,
+    "EmulatorServer": 18,
+    "ConnectionKeeper": 19,
+    "MqttSession": 19,
+    "StoredKeyIndex": 21,
+    "NamespaceStore": 22,
+    "StreamConnection": 29,
+}
+
+
+def _attributes(cls: ast.ClassDef) -> set[str]:
+    names = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    methods = [n for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    for method in methods:
+        for node in ast.walk(method):
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign | ast.AugAssign)
+                else []
+            )
+            for target in targets:
+                names.update(
+                    e.attr
+                    for e in ast.walk(target)
+                    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self"
+                )
+    return names
+
+
+def test_the_attribute_count_sees_self_assignments_and_fields() -> None:
+    cls = ast.parse(
+        "class C:\n    f: int\n    def m(self):\n        self.a = 1\n        self.b, x = 2, 3\n        y = 4"
+    )
+    assert _attributes(cls.body[0]) == {"f", "a", "b"}  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_no_class_is_over_450_lines(name: str) -> None:
-    # a newcomer owns a class in a day: past this size, split it along its concepts (see _watches, _keeper)
+def test_no_class_holds_more_than_its_budget(name: str) -> None:
     tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
-    sizes = {
-        n.name: n.end_lineno - n.lineno + 1 for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.end_lineno
-    }
-    assert {cls: size for cls, size in sizes.items() if size > 450} == {}
+    counts = {n.name: len(_attributes(n)) for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    over = {cls: n for cls, n in counts.items() if n > OVER_BUDGET.get(cls, ATTRIBUTE_BUDGET)}
+    assert over == {}, f"split these along their concepts (budget {ATTRIBUTE_BUDGET} attributes): {over}"
+
+
+def test_the_over_budget_list_is_current() -> None:
+    # a class that shrank (or went) leaves the list, so the ratchet holds it where it now is
+    counts: dict[str, int] = {}
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name in OVER_BUDGET:
+                counts[node.name] = len(_attributes(node))
+    assert counts == OVER_BUDGET
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

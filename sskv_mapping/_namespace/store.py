@@ -107,9 +107,6 @@ class NamespaceStore(Generic[V]):
         )
         #: how many idle watches were released so far
         self.watches_released = 0
-        # a new key's watch, started beside its SET and not waited for (one per write in progress: bounded by the
-        # callers and the client's max_in_flight); close() lets them end before releasing the watches
-        self._new_watches: set[asyncio.Task[None]] = set()
         # Re-reads entries before they outlive the local cache's max_staleness (see _revalidate_loop).
         self._revalidator: asyncio.Task[None] | None = None
         #: cached entries re-read in the background so far (to keep them within max_staleness)
@@ -180,8 +177,6 @@ class NamespaceStore(Generic[V]):
         if self._revalidator is not None:
             self._revalidator.cancel()
             self._revalidator = None
-        while self._new_watches:
-            await asyncio.wait(list(self._new_watches))
         subs, self._watches = list(self._watches.values()), {}
         await gather_bounded((self._release_watch(sub) for sub in subs), _RELEASE_FAN_OUT)
         await self._releasing.wait()
@@ -222,12 +217,6 @@ class NamespaceStore(Generic[V]):
             del self._watching[data_key]
         if len(self._watches) > self.watch_limit:
             self._release_idle_watches(keep=data_key)
-
-    async def _watch_quietly(self, data_key: bytes) -> None:
-        try:
-            await self._ensure_watch(data_key)
-        except StateStoreError as exc:  # the key is just not cached; the next read watches it again
-            log.debug("watching %r failed: %s", data_key, exc)
 
     def _release_idle_watches(self, keep: bytes) -> None:
         """Stop watching every key the cache does not hold (nor reads now), except ``keep`` (about to be).
@@ -424,18 +413,17 @@ class NamespaceStore(Generic[V]):
         if isinstance(value, Encoded):
             value = value.value
         ttl_ms = ttl_to_ms(ttl)
-        # The key's watch (for the local cache) starts beside the write and is not waited for: a new key is one
-        # round trip of waiting (scan) or its listing's then one (index). Only a key watched before the SET was sent
-        # may be cached with the written value (a change after it is surely notified); else the next read fetches it.
-        # A fenced write watches first, as before: its entry keeps the token it was written with (``entry()``).
+        # What the local cache keeps on a write: the written value only if the key is watched already (it was
+        # read before, or written fenced), since only a key watched before the SET was sent is surely notified of a
+        # later change. A write never starts a watch: a key is watched once it is read. A write-only burst is then
+        # one SET per key (in SCAN mode) -- no KEYNOTIFY per key, and none to STOP again when the watches pass
+        # their limit (a 100k-key fill sent 2 requests per key plus ~80k STOPs) -- and a new key is one round trip.
+        # The price: the first read of a key written but never read is a miss (KEYNOTIFY, then GET), as for any
+        # key this process has not read yet. A fenced write watches first, as before: its entry keeps the token it
+        # was written with (``entry()``).
         if fencing_token is not None:
             await self._ensure_watch(data_key)
         watched = self._watch_active(data_key)
-        if self.cache is not None and data_key not in self._watches and data_key not in self._watching:
-            # not waited for: nothing written now is cached unwatched; a read joins the registration under way
-            task = asyncio.get_running_loop().create_task(self._watch_quietly(data_key))
-            self._new_watches.add(task)
-            task.add_done_callback(self._new_watches.discard)
         if listed and self.index is not None:  # listed before the data exists: see _index's invariants
             # a value too large to store must not leave its key listed: refused before the index entry is written
             exact_ttl = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)

@@ -75,6 +75,21 @@ class HybridLogicalClock:
         parts = text.split(":")
         if len(parts) != 3:
             raise ProtocolError(f"malformed HLC {text[:80]!r}: expected wall:counter:node")
+        w, c, node = parts
+        # the usual form (every request's __ts): plain ASCII digits and an ASCII node id, taken in one test; anything
+        # else (a '+', a non-ASCII id, an error to report) goes the checking way below, with the same result
+        if (
+            w.isdigit()
+            and c.isdigit()
+            and w.isascii()
+            and c.isascii()
+            and node.isascii()
+            and len(w) <= _MAX_DIGITS
+            and len(c) <= _MAX_DIGITS
+        ):
+            wall, counter = int(w), int(c)
+            if wall <= _MAX_U64 and counter <= _MAX_U64:
+                return cls(wall, counter, node)
         wall = _uint(parts[0], "wall time", text)
         counter = _uint(parts[1], "counter", text)
         try:  # a str may carry lone surrogates (argv, JSON "\ud800"); the HLC goes on the wire as UTF-8

@@ -23,9 +23,12 @@ __all__ = [
     "AUTH_CONTINUE",
     "AUTH_REAUTHENTICATE",
     "AUTH_SUCCESS",
+    "BAD_CREDENTIALS",
     "DISCONNECT",
+    "DISCONNECT_END_SESSION",
     "MAX_PACKET",
     "PINGREQ",
+    "SESSION_TAKEN_OVER",
     "Auth",
     "Connack",
     "PacketSplitter",
@@ -67,6 +70,13 @@ PINGREQ_TYPE, PINGRESP, DISCONNECT_TYPE, AUTH = 12, 13, 14, 15
 PINGREQ = b"\xc0\x00"
 #: DISCONNECT with reason 0 (normal disconnection) and no properties
 DISCONNECT = b"\xe0\x00"
+#: DISCONNECT with reason 0 and Session Expiry Interval 0: the clean end of a persistent session (the broker
+#: frees it now instead of keeping it for the expiry the CONNECT asked for, MQTT 5 3.14.2.2.2)
+DISCONNECT_END_SESSION = b"\xe0\x07\x00\x05\x11\x00\x00\x00\x00"
+#: CONNACK/DISCONNECT reason codes the client reacts to: another connection took our client id's session,
+#: and the refusals of credentials
+SESSION_TAKEN_OVER = 0x8E
+BAD_CREDENTIALS = frozenset({0x86, 0x87, 0x8C})
 
 _REASONS = {
     0x00: "Success",
@@ -134,11 +144,15 @@ def connect_packet(
     auth_data: bytes | None = None,
     receive_maximum: int | None = None,
     maximum_packet_size: int | None = None,
+    clean_start: bool = True,
+    session_expiry: int = 0,
 ) -> bytes:
-    """CONNECT, MQTT 5, clean start, no will. Authentication: user name/password and/or an enhanced
+    """CONNECT, MQTT 5, no will. Authentication: user name/password and/or an enhanced
     authentication method with its data (``K8S-SAT`` and the token). ``receive_maximum`` (property 0x21) and
-    ``maximum_packet_size`` (0x27) are our own limits, declared to the broker when given."""
-    flags = 0x02  # clean start
+    ``maximum_packet_size`` (0x27) are our own limits, declared to the broker when given. ``clean_start`` (the
+    flag) and ``session_expiry`` (property 0x11, seconds, sent when not 0): whether the broker resumes the
+    session it keeps for this client id, and how long it keeps it after the connection ends."""
+    flags = 0x02 if clean_start else 0x00
     payload = mqtt_str(client_id)
     if username is not None:
         flags |= 0x80
@@ -147,6 +161,10 @@ def connect_packet(
         flags |= 0x40
         payload += mqtt_bytes(password.encode() if isinstance(password, str) else bytes(password))
     props = b""
+    if session_expiry:
+        if not 0 < session_expiry <= 0xFFFFFFFF:
+            raise MalformedPacketError(f"Session Expiry Interval must be 0..4294967295, not {session_expiry}")
+        props += b"\x11" + session_expiry.to_bytes(4, "big")
     if receive_maximum is not None:
         if not 0 < receive_maximum <= 0xFFFF:
             raise MalformedPacketError(f"Receive Maximum must be 1..65535, not {receive_maximum}")

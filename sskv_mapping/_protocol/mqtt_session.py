@@ -8,6 +8,12 @@ and events in, bytes and events out -- h11 under httpcore is the model: the asyn
 (``_transport/stream.py``) keeps the socket, the futures and the timers, and asks this object what to send and
 what an inbound packet means.
 
+The session outlives its connection when the broker keeps it (CleanStart=0 and a Session Expiry): after a drop,
+:meth:`disconnected` keeps the QoS 1 publishes not yet acknowledged (and those still queued), the next
+connection's transport takes the session over (:meth:`adopt`), and once its CONNACK says the broker resumed the
+session, :meth:`resume` hands back those publishes again, with DUP=1 and their packet ids, in the order they were
+first sent (MQTT 5 §4.4, [MQTT-4.4.0-1]); a CONNACK without the session fails them instead (:meth:`lost`).
+
 Every waiter is an opaque *token* of the caller's choosing (the transport's futures); the session only keeps
 them and hands them back, with the packet that concerns them, so that it can be property-tested and fuzzed
 like the codecs, with no event loop.
@@ -48,7 +54,8 @@ class MqttSession(Generic[T]):
     the Receive Maximum), :meth:`request_id` (SUBSCRIBE/UNSUBSCRIBE). Inbound: :meth:`feed` (the whole packets
     of a read), :meth:`connack`, :meth:`puback` then :meth:`release` (what the freed quota lets go),
     :meth:`acknowledged_request`, :meth:`pingresp`. Time: :meth:`tick` every :attr:`tick_interval` seconds.
-    End: :meth:`lost` (every token still held).
+    Across a reconnect: :meth:`disconnected`, then the next connection's :meth:`adopt` and :meth:`resume`. End:
+    :meth:`lost` (every token still held).
     """
 
     __slots__ = (
@@ -67,6 +74,7 @@ class MqttSession(Generic[T]):
         "queued_bytes",
         "reads",
         "receive_maximum",
+        "resent",
         "send_quota",
         "splitter",
         "writes",
@@ -88,8 +96,9 @@ class MqttSession(Generic[T]):
         self.send_quota = _BROKER_RECEIVE_MAXIMUM
         self.max_packet_size: int | None = None
         self.splitter = packets.PacketSplitter(max_inbound_packet_size)
-        #: QoS 1 publishes: packet id -> token, until the PUBACK
-        self.inflight: dict[int, T] = {}
+        #: QoS 1 publishes: packet id -> (token, the PUBLISH as sent), until the PUBACK; insertion order is the
+        #: order they left in, the order a resumed session sends them again in
+        self.inflight: dict[int, tuple[T, bytes]] = {}
         #: QoS 1 publishes beyond the broker's Receive Maximum: (topic field, payload, properties, token)
         self.queued: collections.deque[tuple[bytes, bytes, bytes, T]] = collections.deque()
         #: the size of what ``queued`` holds (the transport counts it in its write backlog)
@@ -99,6 +108,8 @@ class MqttSession(Generic[T]):
         #: reads and writes so far: the transport counts them (an integer add on the hot path, no clock read)
         self.reads = 0
         self.writes = 0
+        #: publishes sent again (DUP=1) by resumed sessions, this one's predecessors included
+        self.resent = 0
         self._reads_seen = 0
         self._writes_seen = 0
         self._heard_at = 0.0
@@ -115,8 +126,13 @@ class MqttSession(Generic[T]):
         password: str | bytes | None = None,
         auth_method: str | None = None,
         auth_data: bytes | None = None,
+        clean_start: bool = True,
+        session_expiry: int = 0,
     ) -> bytes:
-        """The CONNECT, with our keepalive, Receive Maximum and Maximum Packet Size."""
+        """The CONNECT, with our keepalive, Receive Maximum, session flags and -- only when it is a limit lower
+        than MQTT's own -- our Maximum Packet Size (absent means "no limit but the protocol's"; a strict broker
+        refuses the protocol's ceiling as a value)."""
+        maximum = self.max_inbound_packet_size
         return packets.connect_packet(
             client_id,
             keepalive=self.keepalive,
@@ -125,7 +141,9 @@ class MqttSession(Generic[T]):
             auth_method=auth_method,
             auth_data=auth_data,
             receive_maximum=self.receive_maximum,
-            maximum_packet_size=self.max_inbound_packet_size,
+            maximum_packet_size=maximum if maximum < packets.MAX_PACKET + 5 else None,
+            clean_start=clean_start,
+            session_expiry=session_expiry,
         )
 
     def publish(self, topic_field: bytes, payload: bytes, qos: int, properties: bytes, token: T) -> bytes | None:
@@ -144,8 +162,9 @@ class MqttSession(Generic[T]):
             self.queued_bytes += remaining
             return None
         packet_id = self._packet_id()
-        self.inflight[packet_id] = token
-        return packets.publish_packet(topic_field, payload, 1, packet_id, properties)
+        packet = packets.publish_packet(topic_field, payload, 1, packet_id, properties)
+        self.inflight[packet_id] = (token, packet)
+        return packet
 
     def check_size(self, remaining: int) -> None:
         """Raise :class:`ValueTooLargeError` if a packet of Remaining Length ``remaining`` may not be sent."""
@@ -211,7 +230,8 @@ class MqttSession(Generic[T]):
         """A PUBACK: ``(the token of that publish, or None if unknown, reason code)``. Call :meth:`release`
         after it: the quota it freed may let queued publishes go."""
         packet_id, reason = packets.decode_ack(body)
-        return self.inflight.pop(packet_id, None), reason
+        entry = self.inflight.pop(packet_id, None)
+        return (None if entry is None else entry[0]), reason
 
     def release(self, abandoned: Callable[[T], bool]) -> list[tuple[bytes, T]]:
         """The queued publishes the broker's Receive Maximum now lets go, as ``(PUBLISH, token)``; those whose
@@ -224,8 +244,9 @@ class MqttSession(Generic[T]):
             if abandoned(token):
                 continue
             packet_id = self._packet_id()
-            inflight[packet_id] = token
-            out.append((packets.publish_packet(field, payload, 1, packet_id, props), token))
+            packet = packets.publish_packet(field, payload, 1, packet_id, props)
+            inflight[packet_id] = (token, packet)
+            out.append((packet, token))
         return out
 
     def acknowledged_request(self, body: bytes) -> tuple[T | None, list[int]]:
@@ -278,10 +299,71 @@ class MqttSession(Generic[T]):
     # -- the end ----------------------------------------------------------------------------------------------
 
     def lost(self) -> list[T]:
-        """The connection is gone: every token still held (in flight, queued, awaiting a SUBACK), once."""
-        tokens = [*self.inflight.values(), *(entry[3] for entry in self.queued), *self._acks.values()]
+        """The connection is gone, and the session with it: every token still held (in flight, queued,
+        awaiting a SUBACK), once."""
+        tokens = [*(entry[0] for entry in self.inflight.values()), *(entry[3] for entry in self.queued)]
+        tokens += self._acks.values()
         self.inflight.clear()
         self.queued.clear()
         self.queued_bytes = 0
         self._acks.clear()
         return tokens
+
+    def disconnected(self, keep: Callable[[T], bool]) -> list[T]:
+        """The connection is gone but the broker keeps the session: the QoS 1 publishes not yet acknowledged
+        (and those queued for the Receive Maximum) whose token ``keep`` accepts stay, to be sent again by the
+        next connection (:meth:`adopt`, :meth:`resume`); every other token is returned, once (the SUBACK waits,
+        the publishes not kept). What belonged to the connection (reassembly, keepalive, the broker's limits)
+        starts again."""
+        out = list(self._acks.values())
+        self._acks.clear()
+        for packet_id, (token, _) in list(self.inflight.items()):
+            if not keep(token):
+                del self.inflight[packet_id]
+                out.append(token)
+        if self.queued and not all(keep(entry[3]) for entry in self.queued):
+            kept: collections.deque[tuple[bytes, bytes, bytes, T]] = collections.deque()
+            for entry in self.queued:
+                if keep(entry[3]):
+                    kept.append(entry)
+                else:
+                    self.queued_bytes -= len(entry[0]) + len(entry[1]) + len(entry[2]) + 2
+                    out.append(entry[3])
+            self.queued = kept
+        self.splitter = packets.PacketSplitter(self.max_inbound_packet_size)
+        self._ping_sent = None
+        self.send_quota = _BROKER_RECEIVE_MAXIMUM
+        self.max_packet_size = None
+        return out
+
+    def adopt(self, previous: MqttSession[T]) -> None:
+        """Before CONNECT: take over what ``previous`` (the session of the connection that dropped, after its
+        :meth:`disconnected`, or one whose connect failed after it adopted) kept -- the publishes to send again
+        and the packet ids they hold."""
+        self.inflight, previous.inflight = previous.inflight, {}
+        self.queued, previous.queued = previous.queued, collections.deque()
+        self.queued_bytes, previous.queued_bytes = previous.queued_bytes, 0
+        self._next_id = previous._next_id
+        self.resent = previous.resent
+
+    def resume(self, session_present: bool, abandoned: Callable[[T], bool]) -> tuple[list[bytes], list[T]]:
+        """After a successful CONNACK on a connection that :meth:`adopt`-ed a session: ``(the PUBLISHes to send
+        again, the tokens lost)``.
+
+        Session present: every publish still in flight goes again, DUP=1 and with its packet id, in the order it
+        first left ([MQTT-4.4.0-1]; those whose token is ``abandoned`` are dropped: their caller gave up), then
+        what the broker's (new) Receive Maximum lets go of the queue. Not present (the broker lost the session):
+        nothing is sent again -- the outcome of each is unknown -- and every token held is returned, once."""
+        if not session_present:
+            return [], self.lost()
+        out: list[bytes] = []
+        for packet_id, (token, packet) in list(self.inflight.items()):
+            if abandoned(token):
+                del self.inflight[packet_id]
+                continue
+            dup = bytes((packet[0] | 0x08,)) + packet[1:]
+            self.inflight[packet_id] = (token, dup)
+            out.append(dup)
+        self.resent += len(out)
+        out += [packet for packet, _ in self.release(abandoned)]
+        return out, []

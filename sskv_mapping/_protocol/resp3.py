@@ -194,9 +194,45 @@ def parse_reply(data: bytes) -> Reply:
     return value
 
 
+def _parse_request_fast(data: bytes) -> list[bytes] | None:
+    """A well-formed request's arguments, or ``None`` for anything unusual (which the general parser then answers,
+    with its exact error). Every request the emulator serves passes here: one flat loop, no recursion, no tuples
+    (the general parser was about a third of the emulator core's instructions per GET). It accepts only what
+    :func:`_parse` accepts, with the same result: plain decimal lengths (no sign, at most 10 digits for a bulk
+    string, 3 for the count), each bulk string followed by its CRLF, nothing after the last."""
+    end = data.find(b"\r\n", 1)
+    raw = data[1:end]
+    if end < 0 or not raw.isdigit() or len(raw) > 3:
+        return None
+    pos = end + 2
+    args: list[bytes] = []
+    for _ in range(int(raw)):
+        if data[pos : pos + 1] != b"$":
+            return None
+        end = data.find(b"\r\n", pos + 1)
+        raw = data[pos + 1 : end]
+        if end < 0 or not raw.isdigit() or len(raw) > 10:
+            return None
+        pos = end + 2
+        stop = pos + int(raw)
+        if data[stop : stop + 2] != b"\r\n":
+            return None
+        args.append(data[pos:stop])
+        pos = stop + 2
+    return args if pos == len(data) else None
+
+
 def parse_request(data: bytes) -> list[bytes]:
     """Parse a request: exactly one array of bulk strings, nothing after it (the emulator uses this)."""
     data = bytes(data)
+    if data[:1] == b"*":
+        fast = _parse_request_fast(data)
+        if fast is not None:
+            return fast
+    return _parse_request_general(data)
+
+
+def _parse_request_general(data: bytes) -> list[bytes]:
     if data[:1] != b"*":
         raise ProtocolError("a request must be an array")
     value, pos = _parse(data, 0, MAX_DEPTH - 1)  # depth: elements may not be arrays

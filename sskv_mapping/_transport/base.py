@@ -39,8 +39,34 @@ class Connection(Protocol):
         :class:`~sskv_mapping.errors.ValueTooLargeError` before anything is sent; the connection stays up."""
         ...
 
+    @property
+    def session_present(self) -> bool:
+        """Whether the broker resumed a session it kept for our client id (CONNACK session present)."""
+        ...
+
+    @property
+    def keeps_session(self) -> bool:
+        """Whether the publishes in flight at a drop survive it: the next connection (:meth:`carry_over`) sends
+        again what was not acknowledged when the broker kept the session, so the calls waiting for their
+        responses keep waiting. False: the calls in flight at a drop fail with ``ConnectionLostError``."""
+        ...
+
+    @property
+    def closed_by_broker(self) -> bool:
+        """Whether the broker ended the connection without a word (a clean TCP close, no DISCONNECT): what an
+        MQTT 5 broker that does not send 0x8E (mosquitto 2.0.11) does to the older of two connections with one
+        client id. False where the transport cannot tell."""
+        ...
+
+    def carry_over(self, previous: Connection) -> None:
+        """Before :meth:`connect`: this connection follows ``previous`` (dropped, or whose connect failed): it
+        asks for the broker's session (CleanStart=0) and, where :attr:`keeps_session`, takes over the publishes
+        ``previous`` had not seen acknowledged, to send them again (DUP=1) when the broker resumes the session,
+        or fail them with ``SessionLostError`` when it does not."""
+
     async def connect(self) -> None:
-        """Open the connection (TCP, TLS, CONNECT/CONNACK); a refusal raises ``BrokerConnectError``."""
+        """Open the connection (TCP, TLS, CONNECT/CONNACK); a refusal raises ``BrokerConnectError``
+        (``CredentialsRefusedError`` for refused credentials, ``SessionTakenOverError`` for 0x8E)."""
 
     async def subscribe(self, filters: Iterable[str], qos: int = 1, timeout: float = 10.0) -> None:
         """Subscribe to ``filters`` and wait for the SUBACK."""
@@ -96,10 +122,12 @@ class Connection(Protocol):
         ...
 
     async def wait_closed(self) -> None:
-        """Return once the connection has closed or dropped."""
+        """Return once the connection has closed; raise ``ConnectionLostError`` if it dropped
+        (``SessionTakenOverError`` when the broker said another connection took our session)."""
 
-    async def close(self) -> None:
-        """Disconnect and release the socket; calls in flight fail with ``ConnectionLostError``."""
+    async def close(self, *, end_session: bool = True) -> None:
+        """Disconnect and release the socket; calls in flight fail with ``ConnectionLostError``.
+        ``end_session``: the DISCONNECT tells the broker to free the session now (Session Expiry 0)."""
 
 
 #: How a client makes its connection: ``factory(settings, on_message) -> Connection`` (the transport plug point).

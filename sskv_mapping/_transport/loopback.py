@@ -22,7 +22,7 @@ from typing import Any
 from .._protocol.mqtt_packets import packet_size
 from .._protocol.mqtt_publish import mqtt_str, publish_properties
 from ..errors import BrokerConnectError, ClientStateError, ConnectionLostError, ValueTooLargeError
-from .base import InboundMessage, MessageHandler
+from .base import Connection, InboundMessage, MessageHandler
 from .settings import ConnectionSettings
 
 __all__ = ["LoopbackBroker", "LoopbackConnection", "topic_matches"]
@@ -162,6 +162,24 @@ class LoopbackConnection:
                 limit=limit,
             )
 
+    @property
+    def session_present(self) -> bool:
+        """Always False: the loopback broker keeps no session beyond its connection."""
+        return False
+
+    @property
+    def keeps_session(self) -> bool:
+        """False: nothing outlives a loopback connection (the calls in flight at a drop fail)."""
+        return False
+
+    @property
+    def closed_by_broker(self) -> bool:
+        """False: a loopback connection is dropped, never closed by its broker."""
+        return False
+
+    def carry_over(self, previous: Connection) -> None:
+        """A reconnect; nothing to take over (see :attr:`keeps_session`)."""
+
     async def connect(self) -> None:
         if self._closed is not None:
             raise ClientStateError("LoopbackConnection.connect() may be called once")
@@ -256,7 +274,7 @@ class LoopbackConnection:
             raise ClientStateError("not connected")
         await asyncio.shield(self._closed)
 
-    async def close(self) -> None:
+    async def close(self, *, end_session: bool = True) -> None:
         self.broker.detach(self, clean=True)
         if self._closed is not None:
             if not self._closed.done():

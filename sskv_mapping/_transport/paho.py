@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import ssl
@@ -38,6 +39,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
+from .._protocol.mqtt_packets import BAD_CREDENTIALS, SESSION_TAKEN_OVER
 from .._protocol.mqtt_publish import InboundMessage, varint
 from .._protocol.mqtt_publish import publish_properties as _property_bytes
 from ..errors import (
@@ -45,12 +47,15 @@ from ..errors import (
     ClientStateError,
     ConfigurationError,
     ConnectionLostError,
+    CredentialsRefusedError,
     PublishRefusedError,
     RequestTimeoutError,
     ServiceUnavailableError,
+    SessionTakenOverError,
     TransportError,
     ValueTooLargeError,
 )
+from .base import Connection
 from .settings import ConnectionSettings
 from .tls import read_sat_token, ssl_context
 
@@ -112,6 +117,8 @@ class PahoHooks:
         self.refusals: dict[int, asyncio.Future[Any]] = {}
         #: the server's Maximum Packet Size from CONNACK (None: it stated none, or no CONNACK yet)
         self.max_packet_size: int | None = None
+        #: CONNACK's session present flag
+        self.session_present = False
         # aiomqtt's pending-publish table: only its own publish() fills it, and we never call that one.
         self._aiomqtt_pending_publishes: dict[int, Any] = client._pending_publishes  # noqa: SLF001
         # aiomqtt's own callbacks, called on from ours (paho types them as a union of its callback API versions)
@@ -162,6 +169,7 @@ class PahoHooks:
         client._max_inflight_messages = limit  # noqa: SLF001
         size = getattr(properties, "MaximumPacketSize", None) if properties is not None else None
         self.max_packet_size = size if isinstance(size, int) and size > 0 else None
+        self.session_present = bool(getattr(flags, "session_present", False))
         self._aiomqtt_on_connect(client, userdata, flags, reason_code, properties)
 
     def _on_disconnect(self, client: paho_client.Client, userdata: Any, *args: Any) -> None:
@@ -302,12 +310,41 @@ def _reraise_lost_cancel() -> None:
 
 def _connect_properties(settings: ConnectionSettings) -> Properties | None:
     token = read_sat_token(settings)
-    if token is None:
+    if token is None and not settings.session_expiry:
         return None
     props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
-    props.AuthenticationMethod = "K8S-SAT"
-    props.AuthenticationData = token
+    if settings.session_expiry:
+        props.SessionExpiryInterval = settings.session_expiry
+    if token is not None:
+        props.AuthenticationMethod = "K8S-SAT"
+        props.AuthenticationData = token
     return props
+
+
+def _end_session_on_disconnect(paho: paho_client.Client) -> None:
+    """aiomqtt's ``__aexit__`` calls paho's ``disconnect()`` with no arguments: make that one DISCONNECT carry
+    Session Expiry 0, so that the broker frees the session now (the instance attribute shadows the method)."""
+    disconnect = paho.disconnect
+    props = Properties(PacketTypes.DISCONNECT)  # type: ignore[no-untyped-call]
+    props.SessionExpiryInterval = 0
+    paho.disconnect = functools.partial(disconnect, properties=props)  # type: ignore[method-assign]
+
+
+def _refusal(
+    settings: ConnectionSettings, exc: BaseException | None, text: str
+) -> SessionTakenOverError | CredentialsRefusedError | None:
+    """The typed error for a reason code that no reconnect heals (0x8E, refused credentials), else None."""
+    rc = exc.rc if isinstance(exc, aiomqtt.MqttCodeError) else None
+    code = rc.value if isinstance(rc, ReasonCode) else None
+    if code == SESSION_TAKEN_OVER:
+        return SessionTakenOverError(
+            f"{text}: Session taken over (0x8E): another connection uses the client id {settings.client_id!r} -- "
+            "give each process its own client id",
+            client_id=settings.client_id,
+        )
+    if code in BAD_CREDENTIALS:
+        return CredentialsRefusedError(f"{text}: {exc}")
+    return None
 
 
 class PahoConnection:
@@ -328,6 +365,7 @@ class PahoConnection:
         self._watch_task: asyncio.Task[None] | None = None
         self._closed: asyncio.Future[None] | None = None
         self._closing = False
+        self._carried = False
 
     @property
     def client_id(self) -> str:
@@ -341,6 +379,28 @@ class PahoConnection:
     def max_packet_size(self) -> int | None:
         """The broker's Maximum Packet Size from CONNACK; None before CONNACK or when it stated none."""
         return self._hooks.max_packet_size if self._hooks is not None else None
+
+    @property
+    def session_present(self) -> bool:
+        """Whether the broker resumed a session it kept for our client id (CONNACK session present)."""
+        return self._hooks is not None and self._hooks.session_present
+
+    @property
+    def keeps_session(self) -> bool:
+        """False: each connection is a new paho client, which cannot send again what the previous one had not
+        seen acknowledged, so the calls in flight at a drop fail (the broker still keeps the session: the
+        subscriptions, and the messages queued while away)."""
+        return False
+
+    @property
+    def closed_by_broker(self) -> bool:
+        """False: paho does not tell a clean close from a reset (only a 0x8E DISCONNECT is seen)."""
+        return False
+
+    def carry_over(self, previous: Connection) -> None:
+        """Before :meth:`connect`: a reconnect, which asks the broker for the session (CleanStart=0). What
+        ``previous`` had in flight is not taken over (see :attr:`keeps_session`)."""
+        self._carried = True
 
     def __repr__(self) -> str:
         state = "connected" if self.connected else "not connected"
@@ -360,7 +420,7 @@ class PahoConnection:
             username=s.username,
             password=s.password,
             protocol=aiomqtt.ProtocolVersion.V5,
-            clean_start=True,
+            clean_start=s.clean_start and not self._carried,
             keepalive=s.keepalive,
             properties=_connect_properties(s),
             tls_context=ssl_context(s),
@@ -380,6 +440,9 @@ class PahoConnection:
             async with asyncio.timeout(s.connect_timeout):
                 await client.__aenter__()
         except (aiomqtt.MqttError, OSError, ssl.SSLError, TimeoutError) as exc:
+            refused = _refusal(s, exc, f"could not connect to {s.url}")
+            if refused is not None:
+                raise refused from exc
             why = str(exc) or f"no CONNACK within the connect timeout ({s.connect_timeout:g} s)"
             raise BrokerConnectError(f"could not connect to {s.url}: {why}") from exc
         try:
@@ -410,7 +473,11 @@ class PahoConnection:
             if self._closing:
                 self._closed.set_result(None)
             else:
-                self._closed.set_exception(ConnectionLostError(f"connection to {self.settings.url} lost: {exc}"))
+                taken = _refusal(self.settings, exc, "the broker disconnected us")
+                if isinstance(taken, SessionTakenOverError):
+                    self._closed.set_exception(taken)
+                else:
+                    self._closed.set_exception(ConnectionLostError(f"connection to {self.settings.url} lost: {exc}"))
 
     def _fail_acks(self) -> None:
         if self._hooks is not None:
@@ -553,12 +620,15 @@ class PahoConnection:
             return RequestTimeoutError(f"{what} timed out on {self.settings.url}")
         return ConnectionLostError(f"{what} failed on {self.settings.url}: {exc}")
 
-    async def close(self) -> None:
-        """Disconnect cleanly (DISCONNECT); safe to call twice and after a drop."""
+    async def close(self, *, end_session: bool = True) -> None:
+        """Disconnect cleanly (DISCONNECT, with Session Expiry 0 when ``end_session``: the broker frees the
+        session now); safe to call twice and after a drop."""
         client, self._client = self._client, None
         self._closing = True
         self._fail_acks()
         if client is not None:
+            if end_session and self.settings.session_expiry:
+                _end_session_on_disconnect(paho_client_of(client))
             with contextlib.suppress(aiomqtt.MqttError, OSError, TimeoutError):
                 async with asyncio.timeout(5):
                     await client.__aexit__(None, None, None)

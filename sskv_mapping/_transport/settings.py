@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,25 +38,6 @@ log = logging.getLogger("sskv_mapping.transport")
 #: The location that means "from the ``AIO_*`` environment variables" wherever a broker URL is accepted.
 ENV_LOCATION = "env:"
 
-_session_note_lock = threading.Lock()
-_session_noted = False
-
-
-def _note_clean_session(clean_start: bool, session_expiry: int) -> None:
-    """Say once per process that a persistent session was asked for and a clean one is used."""
-    global _session_noted
-    with _session_note_lock:
-        if _session_noted:
-            return
-        _session_noted = True
-    log.info(
-        "clean_start=%s, session_expiry=%d asked for (the Azure IoT Operations SDKs' default is a persistent "
-        "session): sskv_mapping does not resume sessions, it connects with a clean session each time and "
-        "re-subscribes and re-registers its watches itself",
-        clean_start,
-        session_expiry,
-    )
-
 
 def generate_client_id(prefix: str = "sskv") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
@@ -86,7 +66,7 @@ def _seconds(name: str, raw: str) -> float:
     return value
 
 
-def _flag(name: str, raw: str) -> bool:  # for yes/no options (e.g. a clean_start row)
+def _flag(name: str, raw: str) -> bool:
     value = {"true": True, "1": True, "false": False, "0": False}.get(raw.lower())
     if value is None:
         raise ConfigurationError(f"broker URL option {name} must be true or false")
@@ -102,6 +82,8 @@ URL_QUERY_OPTIONS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "connect_timeout": ("connect_timeout", _seconds),
     "receive_maximum": ("receive_maximum", _whole(1, 65535)),
     "sat_token_file": ("sat_token_file", _text),
+    "clean_start": ("clean_start", _flag),
+    "session_expiry": ("session_expiry", _whole(0, 0xFFFFFFFF)),
 }
 
 #: Names that look like options but are not the URL's to give: why, said in the error.
@@ -205,13 +187,15 @@ class ConnectionSettings:
     #: How often (seconds) the token file is read for a rotated token (more often for a token that lives less
     #: than 8 of these); a JWT's source is also read a margin before its ``exp``. See ``_transport/sat.py``.
     sat_poll_interval: float = 5.0
-    #: What the Azure IoT Operations settings ask for (``AIO_MQTT_CLEAN_START``, default false there). Read and
-    #: validated; the connection is always made with a clean session (sessions are not resumed: the client
-    #: re-subscribes and re-registers its watches after each connect), and asking for anything else is said once
-    #: in the log.
-    clean_start: bool = True
-    #: ``AIO_MQTT_SESSION_EXPIRY`` (seconds, 0..2**32-1): read and validated like ``clean_start``.
-    session_expiry: int = 0
+    #: CleanStart of the first CONNECT (``AIO_MQTT_CLEAN_START``): False, as the Azure IoT Operations SDKs
+    #: connect, resumes a session the broker kept for this client id. Every reconnect asks for the session
+    #: (CleanStart=0) whatever this says.
+    clean_start: bool = False
+    #: How long (seconds, 0..2**32-1) the broker keeps the session after a connection ends
+    #: (``AIO_MQTT_SESSION_EXPIRY``): the requests in flight at a network blip are sent again and answered
+    #: after the reconnect. 0: the session ends with each connection and a blip fails the calls in flight.
+    #: ``close()`` always ends the session (DISCONNECT with Session Expiry 0).
+    session_expiry: int = 3600
 
     def __post_init__(self) -> None:
         if not self.client_id or ":" in self.client_id:
@@ -246,8 +230,6 @@ class ConnectionSettings:
             raise ConfigurationError(f"session_expiry must be whole seconds, not {self.session_expiry!r}")
         if not 0 <= self.session_expiry <= 0xFFFFFFFF:
             raise ConfigurationError(f"session_expiry must be between 0 and 4294967295, not {self.session_expiry}")
-        if not self.clean_start or self.session_expiry:
-            _note_clean_session(self.clean_start, self.session_expiry)
 
     def replace(self, **changes: object) -> ConnectionSettings:
         """A copy with ``changes`` applied (and checked like the original)."""
@@ -269,8 +251,8 @@ class ConnectionSettings:
         - ``AIO_MQTT_PASSWORD_FILE``: a file holding the password (read now; one trailing line break dropped)
         - ``AIO_MQTT_CLIENT_ID``: client id (default, also when empty: a generated ``sskv-...`` id)
         - ``AIO_MQTT_KEEP_ALIVE``: keepalive seconds, default 60
-        - ``AIO_MQTT_CLEAN_START`` (default ``false``) and ``AIO_MQTT_SESSION_EXPIRY`` (default 3600): read
-          and validated; sessions are not resumed, a clean session is used, and the log says so once
+        - ``AIO_MQTT_CLEAN_START`` (default ``false``) and ``AIO_MQTT_SESSION_EXPIRY`` (default 3600): the
+          session (see the fields ``clean_start`` and ``session_expiry``)
 
         A variable set to the empty string counts as unset. A bad value raises :class:`ConfigurationError`
         naming the variable. ``overrides`` replace fields afterwards (e.g. ``connect_timeout``).

@@ -32,7 +32,15 @@ Here instead:
   (by bytes received: PINGREQ after half an interval without a read, the link dropped when its PINGRESP does
   not come within half an interval more, whatever was written), the
   broker's Receive Maximum (QoS 1 publishes beyond it wait for PUBACKs), SUBSCRIBE/UNSUBSCRIBE with their
-  acknowledgements, DISCONNECT. Reconnection is the client's (:mod:`sskv_mapping.client._keeper`).
+  acknowledgements, DISCONNECT. Reconnection is the client's (:mod:`sskv_mapping.client._keeper`);
+* **persistent session** (``clean_start``/``session_expiry`` in the settings; by default CleanStart=0 and 3600 s,
+  as the SDKs connect): a drop keeps the QoS 1 publishes not yet acknowledged, the next connection takes them
+  over (:meth:`StreamConnection.carry_over`) and, when its CONNACK says the broker kept the session, sends them
+  again with DUP=1 and their packet ids; when it did not, their futures fail with
+  :class:`~sskv_mapping.errors.SessionLostError`. A reconnect always asks for the session (CleanStart=0); the
+  first connect follows ``clean_start``. :meth:`close` ends the session (DISCONNECT with Session Expiry 0). A
+  broker that says another connection took our session (0x8E) ends the connection with
+  :class:`~sskv_mapping.errors.SessionTakenOverError`.
 
 Must not import aiomqtt/paho nor anything above ``_transport``.
 """
@@ -45,7 +53,7 @@ import functools
 import logging
 import socket
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .._protocol import mqtt_packets as packets
 from .._protocol.mqtt_publish import InboundMessage, MalformedPacketError, decode_publish, mqtt_str, publish_properties
@@ -55,12 +63,16 @@ from ..errors import (
     ClientStateError,
     ConfigurationError,
     ConnectionLostError,
+    CredentialsRefusedError,
     PublishRefusedError,
     RequestTimeoutError,
     ServiceUnavailableError,
+    SessionLostError,
+    SessionTakenOverError,
     TransportError,
     WriteBufferFullError,
 )
+from .base import Connection
 from .sat import SatSession
 from .settings import ConnectionSettings
 from .tls import read_sat_token, server_name, ssl_context
@@ -137,6 +149,52 @@ def _abandoned(token: _Token) -> bool:
     return token[0] is not None and token[0].done()
 
 
+def _unwaited(token: _Token) -> bool:
+    """Kept across a reconnect: a publish nobody awaits the PUBACK of (a request, whose caller waits for the
+    response; a reply of the emulator). A ``publish()`` caller is told of the drop instead."""
+    return not token[1]
+
+
+def _resume(session: MqttSession[_Token], present: bool, settings: ConnectionSettings) -> list[bytes]:
+    """A reconnect's CONNACK: what to send again (the broker kept the session), or nothing and every future held
+    failed with :class:`SessionLostError` (it did not)."""
+    resend, lost = session.resume(present, _abandoned)
+    if lost:
+        gone = SessionLostError(
+            f"the broker at {settings.url} no longer had the session of {settings.client_id!r}: a request sent "
+            "before the reconnect may or may not have been carried out"
+        )
+        for waiter, _ in lost:
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(gone)
+    return resend
+
+
+def _fail_waits(session: MqttSession[_Token], kept: bool, lost: TransportError) -> None:
+    """The connection is gone: the PUBACK waits of ``publish()`` and the SUBACK/UNSUBACK waits fail now. A
+    refusal future belongs to its requester, whose pending call the client fails when it learns of the drop
+    (wait_closed). ``kept`` (a session the broker keeps): the publishes nobody awaits the PUBACK of (requests,
+    replies) stay in the session for the next connection (carry_over), to be sent again if the broker resumes
+    it."""
+    for waiter, waited in session.disconnected(_unwaited) if kept else session.lost():
+        if waited and waiter is not None and not waiter.done():
+            waiter.set_exception(lost)
+
+
+def _refused(settings: ConnectionSettings, reason: int, text: str) -> BrokerConnectError | SessionTakenOverError:
+    """The typed error for a CONNACK refusal (or a DISCONNECT) with ``reason``."""
+    what = f"{packets.reason_name(reason)} (0x{reason:02X})"
+    if reason == packets.SESSION_TAKEN_OVER:
+        return SessionTakenOverError(
+            f"{text}: {what}: another connection uses the client id {settings.client_id!r} -- give each process "
+            "its own client id",
+            client_id=settings.client_id,
+        )
+    if reason in packets.BAD_CREDENTIALS:
+        return CredentialsRefusedError(f"{text}: {what}")
+    return BrokerConnectError(f"{text}: {what}")
+
+
 def _acknowledged(token: _Token, reason: int) -> None:
     """A PUBACK for the publish of ``token``: resolve or fail its future."""
     waiter, waited = token
@@ -164,10 +222,19 @@ def _tune_socket(sock: Any) -> Callable[[], None] | None:
     socket options, but we can ACK at once: setting TCP_QUICKACK sends the pending ACK now. Linux leaves quick-ACK
     mode as it sees fit, so it is set again after every read (one setsockopt, ~1 us, per read callback); setting
     it before the read would not do, the kernel decided on the delayed ACK when the data came.
+
+    ``sock`` is the transport's ``get_extra_info("socket")``: asyncio's loop gives a ``TransportSocket``, uvloop a
+    ``PseudoSocket``, both of which take ``setsockopt`` (also under TLS: the SSL transport passes the TCP one on).
+    A loop that gives no socket (None), or one that refuses the option, runs untuned: correct, only slower
+    against a Nagle-on broker (logged at debug level).
     """
-    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+    if getattr(sock, "family", None) not in (socket.AF_INET, socket.AF_INET6):
         return None
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except (OSError, AttributeError) as exc:  # AttributeError: a loop's socket stand-in without setsockopt
+        log.debug("TCP_NODELAY not set on %r: %s", sock, exc)
+        return None
     if _TCP_QUICKACK is None:
         return None
     return functools.partial(sock.setsockopt, socket.IPPROTO_TCP, _TCP_QUICKACK, 1)
@@ -214,7 +281,27 @@ class _WriteFlow(asyncio.Protocol):
             ) from None
 
 
-class StreamConnection(_WriteFlow):
+class _SessionCarry:
+    """The MQTT session across connections, for :class:`StreamConnection`: whether it outlives a drop, and the
+    next connection taking over what the previous one had not seen acknowledged (``carry_over``)."""
+
+    settings: ConnectionSettings
+    _session: MqttSession[_Token]
+    _carried: bool  # carry_over() took a previous connection's session: a reconnect (CleanStart=0)
+
+    @property
+    def keeps_session(self) -> bool:
+        """Whether a publish in flight at a drop is sent again by the next connection (a session expiry)."""
+        return self.settings.session_expiry > 0
+
+    def carry_over(self, previous: Connection) -> None:
+        """Before :meth:`connect`: follow ``previous`` (see :meth:`Connection.carry_over`)."""
+        self._carried = True
+        if isinstance(previous, _SessionCarry):
+            self._session.adopt(previous._session)  # noqa: SLF001 - the same class
+
+
+class StreamConnection(_WriteFlow, _SessionCarry):
     """One MQTT 5 connection (see the module docstring). Not reusable: after it closes or drops, make a new one.
 
     ``on_message`` is called on the event loop thread for every inbound PUBLISH, inside the read callback; it
@@ -232,8 +319,13 @@ class StreamConnection(_WriteFlow):
             max_inbound_packet_size=settings.max_inbound_packet_size,
         )
         self._connack: asyncio.Future[packets.Connack] | None = None
+        self._carried = False
+        self.session_present = False  #: whether the broker resumed the session it kept (CONNACK)
+        self.closed_by_broker = False  #: the broker closed the socket without a word (no DISCONNECT, no error)
+        self._fatal: TransportError | None = None  # what the broker said that ends the client (0x8E)
         self._closed: asyncio.Future[None] | None = None
         self._closing = False
+        self._ending = False  # close() ends the session: nothing is kept for a next connection
         self._started = False
         # output: packets queued since the last write, and whether a write is due
         self._out: list[bytes] = []
@@ -263,7 +355,13 @@ class StreamConnection(_WriteFlow):
 
     @property
     def connected(self) -> bool:
-        return self._transport is not None and self._closed is not None and not self._closed.done()
+        transport = self._transport
+        return (
+            transport is not None
+            and not transport.is_closing()
+            and self._closed is not None
+            and not self._closed.done()
+        )
 
     @property
     def max_packet_size(self) -> int | None:
@@ -293,12 +391,19 @@ class StreamConnection(_WriteFlow):
             password=s.password,
             auth_method="K8S-SAT" if token is not None else None,
             auth_data=token,
+            clean_start=s.clean_start and not self._carried,
+            session_expiry=s.session_expiry,
         )
         try:
             async with asyncio.timeout(s.connect_timeout):
-                await loop.create_connection(lambda: self, s.host, s.port, ssl=ctx, server_hostname=server_name(s))
-                assert self._transport is not None
-                self._transport.write(connect)
+                # the transport create_connection returns (not self._transport: the broker may already have closed
+                # the connection, connection_lost then cleared it); a closed one is a connect failure, not a crash
+                transport, _ = await loop.create_connection(
+                    lambda: self, s.host, s.port, ssl=ctx, server_hostname=server_name(s)
+                )
+                if transport.is_closing():
+                    raise ConnectionResetError("the connection closed before CONNECT could be sent")
+                transport.write(connect)
                 _log_connect(s, token is not None)
                 connack = await asyncio.shield(self._connack)
                 log.debug("%s: received CONNACK (%s)", s.client_id, packets.reason_name(connack.reason))
@@ -313,8 +418,12 @@ class StreamConnection(_WriteFlow):
             raise
         if connack.reason >= 0x80:
             self._abort()
-            raise BrokerConnectError(f"could not connect to {s.url}: {packets.reason_name(connack.reason)}")
+            raise _refused(s, connack.reason, f"could not connect to {s.url}")
         session = self._session
+        self.session_present = connack.session_present
+        if self._carried:
+            for packet in _resume(session, connack.session_present, s):
+                self._send(packet)
         session.start(loop.time())
         if session.tick_interval > 0:
             self._keepalive_handle = loop.call_later(session.tick_interval, self._keepalive)
@@ -331,7 +440,10 @@ class StreamConnection(_WriteFlow):
     # -- asyncio.Protocol ---------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # Any loop's stream transport: asyncio's, or uvloop's TCPTransport / SSL transport, which has the same
+        # methods (write, set_write_buffer_limits, pause_reading...) without subclassing asyncio.Transport -- so no
+        # isinstance check here, only the static type (create_connection hands a stream protocol a stream transport)
+        transport = cast("asyncio.Transport", transport)
         self._transport = transport
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
         self._quickack = _tune_socket(transport.get_extra_info("socket"))
@@ -386,6 +498,8 @@ class StreamConnection(_WriteFlow):
                 elif kind == packets.DISCONNECT_TYPE:
                     reason, text = packets.decode_disconnect(body)
                     self._lost_reason = f"the broker disconnected us: {text or packets.reason_name(reason)}"
+                    if reason == packets.SESSION_TAKEN_OVER:
+                        self._fatal = _refused(self.settings, reason, "the broker disconnected us")
                     if self._transport is not None:
                         self._transport.close()
                     return
@@ -438,6 +552,7 @@ class StreamConnection(_WriteFlow):
             self._flush_handle.cancel()
             self._flush_handle = None
         reason = self._lost_reason or (str(exc) if exc else "the broker closed the connection")
+        self.closed_by_broker = exc is None and not self._lost_reason and not self._closing
         if self._connack is not None and not self._connack.done():
             if exc is not None and not isinstance(exc, ConnectionError):
                 self._connack.set_exception(exc)  # a TLS alert, ...: its own text
@@ -446,12 +561,8 @@ class StreamConnection(_WriteFlow):
             else:
                 self._connack.set_exception(ConnectionResetError("the broker closed the connection before CONNACK"))
             self._connack.exception()  # retrieved here: connect() may already have given up
-        # The PUBACK waits of publish() and the SUBACK/UNSUBACK waits fail now. A refusal future belongs to its
-        # requester, whose pending call the client fails when it learns of the drop (wait_closed).
-        lost = ConnectionLostError(f"connection to {self.settings.url} lost: {reason}")
-        for waiter, waited in self._session.lost():
-            if waited and waiter is not None and not waiter.done():
-                waiter.set_exception(lost)
+        lost: TransportError = self._fatal or ConnectionLostError(f"connection to {self.settings.url} lost: {reason}")
+        _fail_waits(self._session, self.keeps_session and not self._ending and self._fatal is None, lost)
         if self._closed is not None and not self._closed.done():
             if self._closing:
                 self._closed.set_result(None)
@@ -644,12 +755,16 @@ class StreamConnection(_WriteFlow):
             raise ClientStateError("not connected")
         await asyncio.shield(self._closed)
 
-    async def close(self) -> None:
-        """Disconnect cleanly (DISCONNECT); safe to call twice and after a drop."""
+    async def close(self, *, end_session: bool = True) -> None:
+        """Disconnect cleanly (DISCONNECT); safe to call twice and after a drop. ``end_session``: the broker
+        frees the session now (Session Expiry 0 in the DISCONNECT) instead of keeping it for its expiry."""
         self._closing = True
         transport = self._transport
         if transport is not None and not transport.is_closing():
-            self._out.append(packets.DISCONNECT)
+            self._ending = end_session
+            self._out.append(
+                packets.DISCONNECT_END_SESSION if end_session and self.keeps_session else packets.DISCONNECT
+            )
             self._flush()
             transport.close()
         if self._closed is not None:

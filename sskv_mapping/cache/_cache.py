@@ -351,7 +351,8 @@ class AsyncStateStoreCache(Generic[V]):
         A network failure raises a :class:`~sskv_mapping.TransportError`; it is never mistaken for a miss.
         """
         key = text_key(key, "cache key")
-        await self._ready()
+        if not (self._opened and not self._closed and self._generation.live()):
+            await self._ready()  # the usual case above costs no coroutine: get() is the face's hot path
         with self._stats.timed("get"):
             entry = await self._store.read(key)
         if entry.value is ABSENT:

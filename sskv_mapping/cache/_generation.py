@@ -184,6 +184,11 @@ class NamespaceGeneration:
             return state
         return await self._change(lambda state: state or GenerationState(new_generation()))
 
+    def live(self) -> bool:
+        """Whether the watched copy may be used now without a round trip (its watch is live)."""
+        sub = self._sub
+        return sub is not None and sub.active and self.state is not None
+
     async def ensure_current(self) -> str:
         """The generation to use now: the watched copy while its watch is live, else read from the store."""
         sub = self._sub

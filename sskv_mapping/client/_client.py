@@ -46,7 +46,6 @@ from ..errors import (
     ClientStateError,
     ClockDriftError,
     ConfigurationError,
-    ConnectionLostError,
     ProtocolError,
     StateStoreError,
     ValueTooLargeError,
@@ -355,6 +354,7 @@ class AsyncStateStoreClient:
             on_drop=self._dropped,
             on_reconnect=self._reconnected,
             name=settings.client_id,
+            fail_calls=lambda exc: self._sender.pending.fail_all(exc),  # a drop without a session, a session lost
         )
         self._watches = Watches(
             self._request,
@@ -368,6 +368,8 @@ class AsyncStateStoreClient:
         #: responses whose version was too far ahead of this machine's clock to merge (its clock is behind)
         self.clock_drift_warnings = 0
         self.bad_notifications = 0
+        #: messages kept in the session for a previous process with this client id: dropped, never matched
+        self.previous_session_messages = 0
         self._scan = ScanSupport(self._keeper)
         self._closed = asyncio.Event()
         in_child_after_fork(self._forget_parent_connection)
@@ -413,6 +415,18 @@ class AsyncStateStoreClient:
     def reconnects(self) -> int:
         """Reconnects done since :meth:`connect`."""
         return self._keeper.reconnects
+
+    @property
+    def sessions_lost(self) -> int:
+        """Reconnects that found the broker without this client's MQTT session (it restarted, or the session
+        expired): the calls in flight then failed with :class:`SessionLostError`; the client went on."""
+        return self._keeper.sessions_lost
+
+    @property
+    def failure(self) -> StateStoreError | None:
+        """Why the client stopped for good (state ``FAILED``): :class:`SessionTakenOverError` (another process
+        uses this client id) or :class:`CredentialsRefusedError`; ``None`` otherwise."""
+        return self._keeper.failure
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.client_id!r} {self.settings.url} {self.state.value}>"
@@ -477,7 +491,6 @@ class AsyncStateStoreClient:
 
     def _dropped(self) -> None:
         self._scan.forget()  # the next connection may reach another service version
-        self._sender.pending.fail_all(ConnectionLostError(f"connection to {self.settings.url} lost"))
         self._watches.dropped()  # the service dropped our registrations
         if not self._reconnect:
             self._watches.lost_for_good()  # no reconnect will restore them: the watches' iterations end
@@ -714,6 +727,10 @@ class AsyncStateStoreClient:
     # -- inbound ------------------------------------------------------------------------------------------
 
     def _on_message(self, message: InboundMessage) -> None:
+        if self._keeper.state is ConnectionState.CONNECTING:
+            # before our first connect completes, nothing is ours: kept by the broker for a previous process
+            self.previous_session_messages += 1
+            return
         if message.topic == self._sender.response_topic:
             self._sender.pending.resolve(message)
             return

@@ -2,9 +2,19 @@
 supervisor that notices a drop and reconnects with backoff, and waiting for a usable connection.
 
 The client keeps its connection alive here, whatever the transport: on a drop, :class:`ConnectionKeeper`
-reports it (``on_drop``: fail what is in flight, mark the watches lost), reconnects with jittered exponential
-backoff, re-subscribes, and reports it back (``on_reconnect``: restore the watches). Each connection is a
-fresh :class:`~sskv_mapping._transport.base.Connection`; none is reused.
+reports it (``on_drop``: mark the watches lost; ``fail_calls``: what is in flight, unless the session is kept),
+reconnects with jittered exponential backoff, re-subscribes, and reports it back (``on_reconnect``: restore the
+watches). Each connection is a fresh :class:`~sskv_mapping._transport.base.Connection`; none is reused, but
+each reconnect's connection takes over its predecessor's MQTT session (``carry_over``): the requests not yet
+acknowledged are sent again when the broker kept the session. When it did not (CONNACK session present = 0 on a
+reconnect: the broker restarted, the session expired), ``fail_calls`` fails the calls that were in flight
+(:class:`~sskv_mapping.errors.SessionLostError`), :attr:`ConnectionKeeper.sessions_lost` counts it and the
+listeners hear ``SESSION_LOST`` before ``CONNECTED``; new calls go on.
+
+What no reconnect heals ends the client instead of looping: another connection took our client id's session
+(0x8E) at once, refused credentials after :data:`CREDENTIAL_TRIES` consecutive refusals (the token re-read for
+each). The state becomes ``FAILED``, :attr:`ConnectionKeeper.failure` holds the typed error, and every call
+raises it.
 
 Must not import aiomqtt/paho, nor the layers above the client.
 """
@@ -13,17 +23,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import enum
 import logging
 from collections.abc import Callable, Sequence
 
 from .._transport.backoff import Backoff
 from .._transport.base import Connection
-from ..errors import ClientStateError, ConnectionLostError, StateStoreError, TransportError
+from ..errors import (
+    ClientStateError,
+    ConnectionLostError,
+    CredentialsRefusedError,
+    SessionLostError,
+    SessionTakenOverError,
+    StateStoreError,
+    TransportError,
+)
 
 __all__ = ["ConnectionKeeper", "ConnectionState", "StateListener"]
 
 log = logging.getLogger("sskv_mapping.client")
+
+#: Consecutive reconnects refused for their credentials (a SAT file is re-read for each) before the client
+#: stops: a token rotated a moment late heals on the next try; a revoked one does not.
+CREDENTIAL_TRIES = 3
+#: A broker that does not send 0x8E (mosquitto 2.0.11) closes the older of two connections with one client id
+#: without a word: this many connections in a row closed so, each within TAKEOVER_LIFETIME seconds of its
+#: connect and each followed by a reconnect that found the session kept, are taken for a session taken over
+#: (two processes taking the session from each other; a restarting broker loses sessions or refuses us).
+TAKEOVER_CLOSES = 3
+TAKEOVER_LIFETIME = 10.0
 
 
 class ConnectionState(enum.Enum):
@@ -33,6 +62,11 @@ class ConnectionState(enum.Enum):
     CONNECTING = "connecting"
     CONNECTED = "connected"
     RECONNECTING = "reconnecting"
+    #: between RECONNECTING and CONNECTED when the broker no longer had the session: the calls in flight failed
+    SESSION_LOST = "session lost"
+    #: the broker refused us for good (session taken over by another connection, credentials refused): the
+    #: client stopped reconnecting and every call raises the error in ``client.failure``
+    FAILED = "failed"
     CLOSED = "closed"
 
 
@@ -53,6 +87,7 @@ class ConnectionKeeper:
         on_drop: Callable[[], None],
         on_reconnect: Callable[[], None],
         name: str,
+        fail_calls: Callable[[BaseException], object] = lambda exc: None,
     ) -> None:
         self._new_connection = new_connection
         self._subscriptions = list(subscriptions)
@@ -61,6 +96,7 @@ class ConnectionKeeper:
         self._backoff = backoff
         self._on_drop = on_drop
         self._on_reconnect = on_reconnect
+        self._fail_calls = fail_calls
         self._name = name
         self.conn: Connection | None = None
         self._connected_evt: asyncio.Event | None = None
@@ -69,6 +105,12 @@ class ConnectionKeeper:
         self._listeners: list[StateListener] = []
         #: reconnects done
         self.reconnects = 0
+        #: reconnects that found the broker without our session (the calls in flight then failed)
+        self.sessions_lost = 0
+        #: why the client stopped for good (state FAILED), else None
+        self.failure: TransportError | None = None
+        self._closed_streak = 0  # connections in a row the broker closed without a word soon after connect
+        self._connected_at = 0.0
 
     @property
     def state(self) -> ConnectionState:
@@ -92,16 +134,29 @@ class ConnectionKeeper:
             except Exception:
                 log.exception("state listener failed")
 
-    async def _open(self) -> Connection:
-        conn = self._new_connection()
+    async def _open(self, conn: Connection) -> Connection:
         await conn.connect()
         try:
-            # Responses and notifications in one SUBSCRIBE, acknowledged before the first request.
+            # Responses and notifications in one SUBSCRIBE, acknowledged before the first request (a resumed
+            # session has them already: SUBSCRIBE again is harmless, and covers a session the broker lost).
             await conn.subscribe(self._subscriptions, qos=1)
         except BaseException:
-            await conn.close()
+            await conn.close(end_session=False)
             raise
         return conn
+
+    def _fail(self, exc: TransportError) -> None:
+        """Stop for good: FAILED, every caller (now and later) gets ``exc``."""
+        log.error("%s: not reconnecting: %s", self._name, exc)
+        self.failure = exc
+        self._fail_calls(copy.copy(exc))
+        self._set_state(ConnectionState.FAILED)
+        if self._connected_evt is not None:
+            self._connected_evt.set()  # wake waiters: they see FAILED
+
+    def _raise_failure(self) -> None:
+        if self.failure is not None:
+            raise copy.copy(self.failure)
 
     async def connect(self) -> None:
         """Connect; raises :class:`BrokerConnectError` if the broker cannot be reached or refuses us."""
@@ -113,11 +168,12 @@ class ConnectionKeeper:
         self._connected_evt = asyncio.Event()
         self._set_state(ConnectionState.CONNECTING)
         try:
-            conn = await self._open()
+            conn = await self._open(self._new_connection())
         except BaseException:
             self._set_state(ConnectionState.DISCONNECTED)
             raise
         self.conn = conn
+        self._connected_at = loop.time()
         self._connected_evt.set()
         self._set_state(ConnectionState.CONNECTED)
         self._supervisor = loop.create_task(self._supervise(conn), name=f"sskv-supervisor-{self._name}")
@@ -151,39 +207,101 @@ class ConnectionKeeper:
 
     async def _supervise(self, conn: Connection) -> None:
         while True:
+            fatal: TransportError | None = None
             try:
                 await conn.wait_closed()
                 return  # closed on purpose
+            except SessionTakenOverError as exc:
+                fatal = exc
             except TransportError as exc:
                 log.warning("connection to %s lost: %s", self._url, exc)
+            silent = (
+                conn.closed_by_broker and asyncio.get_running_loop().time() - self._connected_at < TAKEOVER_LIFETIME
+            )
+            fatal = fatal or self._taken_over_silently(silent)
             assert self._connected_evt is not None
             self._connected_evt.clear()
             self.conn = None
+            # With a session that outlives the connection, the calls in flight keep waiting (within their own
+            # deadlines): what was not acknowledged is sent again, and the responses wait in the session.
+            kept = fatal is None and self._reconnect and conn.keeps_session
+            if not kept and fatal is None:
+                self._fail_calls(ConnectionLostError(f"connection to {self._url} lost"))
             self._on_drop()
             with contextlib.suppress(Exception):
-                await conn.close()
+                await conn.close(end_session=False)
+            if fatal is not None:
+                self._fail(fatal)
+                return
             if not self._reconnect:
                 self._set_state(ConnectionState.DISCONNECTED)
                 self._connected_evt.set()  # wake waiters: they see DISCONNECTED and fail
                 return
             self._set_state(ConnectionState.RECONNECTING)
-            conn = await self._reconnect_with_backoff()
+            try:
+                conn = await self._reconnect_with_backoff(conn)
+            except (SessionTakenOverError, CredentialsRefusedError) as exc:
+                self._fail(exc)
+                return
+            self._closed_streak = self._closed_streak + 1 if silent and conn.session_present else 0
+            if kept and not conn.session_present:
+                # The broker lost the session: what was in flight may or may not have been carried out, and
+                # its response is gone. Only those calls fail; the listeners hear it before CONNECTED.
+                self.sessions_lost += 1
+                log.warning("%s: the broker at %s no longer had our session", self._name, self._url)
+                self._fail_calls(
+                    SessionLostError(
+                        f"the broker at {self._url} no longer had the session of {self._name!r} after a reconnect: "
+                        "the request may or may not have been carried out"
+                    )
+                )
+                self._set_state(ConnectionState.SESSION_LOST)
             self.conn = conn
+            self._connected_at = asyncio.get_running_loop().time()
             self.reconnects += 1
             self._connected_evt.set()
             self._set_state(ConnectionState.CONNECTED)
             self._on_reconnect()
 
-    async def _reconnect_with_backoff(self) -> Connection:
+    def _taken_over_silently(self, silent: bool) -> SessionTakenOverError | None:
+        """At a drop: a session taken over by a broker that says nothing (see :data:`TAKEOVER_CLOSES`), else None.
+        ``silent``: the broker closed the connection without a word soon after its connect. The streak counts
+        such closes each followed by a reconnect that found the session kept (a restarting broker loses
+        sessions or refuses us); the last close of the streak ends it without reconnecting, so the other
+        process keeps the session."""
+        if not silent or self._closed_streak < TAKEOVER_CLOSES - 1:
+            return None
+        return SessionTakenOverError(
+            f"the broker at {self._url} closed our connection right after each of {self._closed_streak + 1} "
+            f"connects: another connection with the client id {self._name!r} takes the session (session taken "
+            "over) -- give each process its own client id",
+            client_id=self._name,
+        )
+
+    async def _reconnect_with_backoff(self, previous: Connection) -> Connection:
+        """A new connection, subscribed; each attempt takes over the session of the one before (``previous``,
+        then the attempt that failed). Raises what no retry heals."""
         backoff = self._backoff()
-        attempt = 0
+        attempt = refused = 0
         while True:
             attempt += 1
+            conn = self._new_connection()
+            conn.carry_over(previous)
+            previous = conn
             try:
-                conn = await self._open()
+                await self._open(conn)
                 log.info("reconnected to %s after %d attempt(s)", self._url, attempt)
                 return conn
+            except SessionTakenOverError:
+                raise
+            except CredentialsRefusedError as exc:
+                refused += 1
+                if refused >= CREDENTIAL_TRIES:
+                    raise
+                log.warning("reconnect attempt %d: credentials refused (%d of %d): %s", attempt, refused,
+                            CREDENTIAL_TRIES, exc)  # fmt: skip
             except StateStoreError as exc:
+                refused = 0
                 log.debug("reconnect attempt %d failed: %s", attempt, exc)
             await asyncio.sleep(backoff.next())  # jittered: a crowd of clients does not come back in lock step
 
@@ -191,8 +309,9 @@ class ConnectionKeeper:
         """The connection, waiting up to ``timeout`` while it is being re-established."""
         if self._state is ConnectionState.CLOSED:
             raise ClientStateError("this client was closed")
+        self._raise_failure()
         conn = self.conn
-        if conn is not None and self._state is ConnectionState.CONNECTED:
+        if conn is not None and self._state is ConnectionState.CONNECTED and conn.connected:
             return conn
         if self._connected_evt is None:
             raise ClientStateError("not connected: call connect() or use 'async with'")
@@ -205,9 +324,15 @@ class ConnectionKeeper:
                         raise ClientStateError("this client was closed")
                     if state is ConnectionState.DISCONNECTED:
                         raise ConnectionLostError(f"disconnected from {self._url} (reconnect is off)")
+                    if state is ConnectionState.FAILED:
+                        self._raise_failure()
                     conn = self.conn
                     if conn is not None and state is ConnectionState.CONNECTED:
-                        return conn
+                        if conn.connected:
+                            return conn
+                        # it dropped a moment ago and the supervisor has not run yet: let it notice
+                        await asyncio.sleep(0)
+                        continue
                     await self._connected_evt.wait()
         except TimeoutError:
             raise ConnectionLostError(f"not connected to {self._url} (reconnecting)") from None

@@ -7,6 +7,12 @@ call's deadline), publishes the request once with its correlation data and heade
 sends again what the broker delivered to nobody (PUBACK 0x10, a definite "not sent") until the service is back
 -- or, where the service never answered this client (a bare broker), says so within about a second.
 
+Across a network blip a call keeps waiting (within its own deadline): the connection's MQTT session outlives the
+socket, the transport sends again the request the broker had not acknowledged (DUP=1, same packet id) and the
+broker delivers the response it kept in the session. A request that found the connection already gone was not
+sent at all, and is published on the next connection. Only a session the broker lost fails the calls then in
+flight (``SessionLostError``, from the client).
+
 Must not import aiomqtt/paho, nor the layers above (codecs, mapping, cache, emulator).
 """
 
@@ -23,7 +29,13 @@ from .._transport.backoff import Backoff
 from .._transport.base import Connection, InboundMessage
 from .._transport.rpc import PendingCalls
 from .._transport.settings import ConnectionSettings
-from ..errors import RequestTimeoutError, ServiceUnavailableError, ValueTooLargeError, WriteBufferFullError
+from ..errors import (
+    ConnectionLostError,
+    RequestTimeoutError,
+    ServiceUnavailableError,
+    ValueTooLargeError,
+    WriteBufferFullError,
+)
 from ._keeper import ConnectionKeeper
 
 __all__ = ["RequestSender"]
@@ -44,6 +56,10 @@ def _no_service(cmd: _Base[Any], settings: ConnectionSettings, answered_before: 
     if not answered_before and settings.host in _LOCAL_HOSTS:
         text += " (is the emulator running? start it with: sskv emulator)"
     return text
+
+
+class _NotSent(Exception):
+    """The connection was gone before the request could be published: nothing was sent, send it on the next."""
 
 
 class _Expired(Exception):
@@ -95,6 +111,14 @@ class RequestSender:
                 conn = await keeper.connection(None if deadline is None else max(deadline - loop.time(), 0.001))
             try:
                 message = await self._send_once(cmd, payload, conn, timeout, deadline, fencing_token, persist)
+            except _NotSent:
+                if deadline is not None and loop.time() >= deadline:
+                    raise RequestTimeoutError(
+                        f"{cmd.VERB.decode()} not sent within {timeout} s: not connected to {self.settings.url}"
+                    ) from None
+                # a yield, not a wait: the keeper sees the drop within an iteration or two, then we wait for it
+                await asyncio.sleep(0)
+                continue
             except ServiceUnavailableError:
                 # PUBACK 0x10: the broker delivered the request to nobody -- a definite "not sent", not an
                 # unknown outcome -- so it is safe to send it again once the service (re)subscribes.
@@ -182,6 +206,9 @@ class RequestSender:
                     message_expiry=expiry,
                     timeout=3600.0 if deadline is None else max(deadline - loop.time(), 0.001),
                 )
+            except ConnectionLostError:  # the connection is gone (the keeper is about to see it): nothing sent
+                self.requests_sent -= 1
+                raise _NotSent from None
             return await fut
         except _Expired:
             raise RequestTimeoutError(

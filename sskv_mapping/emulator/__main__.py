@@ -104,7 +104,9 @@ def add_emulator_arguments(parser: argparse.ArgumentParser, *, broker_address: b
         parser.add_argument("--port", type=_port, default=1883, help="broker port (default %(default)s)")
     parser.add_argument(
         "--client-id",
-        help="MQTT client id of the emulator (default: sskv-emulator-<random>; must be unique on the broker)",
+        help="MQTT client id of the emulator (default: sskv-emulator-<random>; must be unique on the broker). "
+        "With an id given, the MQTT session outlives the connection: requests sent while the emulator reconnects, "
+        "or restarts with the same id, are served",
     )
     parser.add_argument(
         "--max-keys",
@@ -198,8 +200,15 @@ async def serve(args: argparse.Namespace, host: str, port: int) -> int:
     from .duplicates import DEFAULT_MAX_ENTRIES
     from .server import EmulatorServer
 
+    # The MQTT session outlives a dropped connection (requests published while it reconnects are queued by the
+    # broker and served after), but only under a stable --client-id: a random id's session would outlive a
+    # crashed process and swallow requests nobody serves, where the broker otherwise answers "no subscriber"
+    # (PUBACK 0x10) and clients send again once a new emulator is up.
     settings = ConnectionSettings(
-        host=host, port=port, client_id=args.client_id or f"sskv-emulator-{uuid.uuid4().hex[:12]}"
+        host=host,
+        port=port,
+        client_id=args.client_id or f"sskv-emulator-{uuid.uuid4().hex[:12]}",
+        session_expiry=3600 if args.client_id else 0,
     )
     server = EmulatorServer(
         settings,

@@ -218,8 +218,12 @@ class EmulatorServer:
 
     async def _serve(self) -> None:
         backoff = Backoff(_RECONNECT_MIN_S, _RECONNECT_MAX_S, jitter=False)
+        previous: Connection | None = None
         while not self._stop.is_set():
             conn = self._factory(self.settings, self._on_message)
+            if previous is not None:  # the session's replies not yet acknowledged go again (a kept session)
+                conn.carry_over(previous)
+            previous = conn
             if isinstance(conn, StreamConnection):
                 # no new requests while our replies cannot leave: the reply backlog stays bounded
                 conn.read_flow_control = True
@@ -232,7 +236,7 @@ class EmulatorServer:
             except (TransportError, OSError) as exc:
                 self._conn = None
                 with contextlib.suppress(Exception):
-                    await conn.close()
+                    await conn.close(end_session=False)
                 if not self._ready.is_set():
                     raise TransportError(f"cannot serve on {self.settings.url}: {exc}") from exc
                 delay = backoff.next()

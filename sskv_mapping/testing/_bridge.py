@@ -64,6 +64,31 @@ class LoopBridgeConnection:
         """The loopback broker's maximum packet size (``None``: no limit)."""
         return self._inner.max_packet_size
 
+    @property
+    def bridged(self) -> Connection:
+        """The connection on the store's loop that this one talks to."""
+        return self._inner
+
+    @property
+    def session_present(self) -> bool:
+        """Whether the loopback broker kept a session (it never does: see the loopback connection)."""
+        return self._inner.session_present
+
+    @property
+    def keeps_session(self) -> bool:
+        """Whether anything outlives the connection (on the loopback, nothing)."""
+        return self._inner.keeps_session
+
+    @property
+    def closed_by_broker(self) -> bool:
+        """Whether the broker closed the connection (a loopback connection is only ever dropped)."""
+        return self._inner.closed_by_broker
+
+    def carry_over(self, previous: Connection) -> None:
+        """A reconnect takes over its predecessor's session: passed on to the connection on the store's loop."""
+        inner = previous.bridged if isinstance(previous, LoopBridgeConnection) else previous
+        self._inner.carry_over(inner)
+
     def _direct(self) -> bool:
         return self._client_loop is self._store_loop
 
@@ -166,6 +191,6 @@ class LoopBridgeConnection:
         """Return once the loopback connection has closed or dropped."""
         await self._there(self._inner.wait_closed)
 
-    async def close(self) -> None:
-        """Close the loopback connection on the store's loop."""
-        await self._there(self._inner.close)
+    async def close(self, *, end_session: bool = True) -> None:
+        """Close the loopback connection on the store's loop (``end_session``: as the connection it bridges)."""
+        await self._there(lambda: self._inner.close(end_session=end_session))

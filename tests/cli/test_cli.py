@@ -697,8 +697,9 @@ def test_password_is_read_from_the_environment_and_never_printed(password_url: t
         assert done.returncode == EXIT_MISS and b"found" in done.stdout + done.stderr, done
     for done in (wrong_human, wrong_json, missing):
         assert done.returncode == EXIT_CONNECTION, done
-    assert "BrokerConnectError" in one_line_error(wrong_human)
-    assert json.loads(wrong_json.stdout)["error"] == "BrokerConnectError"
+    # refused credentials: the BrokerConnectError that says which (CredentialsRefusedError), exit 3 as any
+    assert "CredentialsRefusedError" in one_line_error(wrong_human)
+    assert json.loads(wrong_json.stdout)["error"] == "CredentialsRefusedError"
     check = sskv("get", "--url", url, "--username", "alice", k, env=good)
     assert check.stdout == b"secret-kept\n"
 

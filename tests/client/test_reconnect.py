@@ -8,11 +8,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sskv_mapping import ConnectionLostError, KeyOperation, RequestTimeoutError
+from sskv_mapping import ConnectionLostError, KeyOperation, RequestTimeoutError, ServiceUnavailableError
 from sskv_mapping._transport.base import Connection, InboundMessage, MessageHandler
+from sskv_mapping._transport.factory import fast_path
 from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
+from sskv_mapping.errors import SessionLostError
 
 pytestmark = pytest.mark.broker
 
@@ -160,9 +162,13 @@ async def test_lost_notification_is_repaired_by_the_reconnect_reread(
         assert live.value == b"v3" and not live.synthetic
 
 
-async def test_in_flight_calls_fail_with_connection_lost(stack: object, stack_url: tuple[str, int]) -> None:
+async def test_in_flight_calls_fail_with_connection_lost_without_a_session(
+    stack: object, stack_url: tuple[str, int]
+) -> None:
+    """session_expiry=0: nothing outlives the connection, so a call in flight at a drop fails at once."""
     host, port = stack_url
-    async with AsyncStateStoreClient(host, port, timeout=5) as a:
+    settings = ConnectionSettings(host, port, session_expiry=0)
+    async with AsyncStateStoreClient(settings=settings, timeout=5) as a:
         states = StateWatcher(a)
         stack.emulator.pause()  # type: ignore[attr-defined]  # requests now wait for an answer forever
         try:
@@ -174,3 +180,37 @@ async def test_in_flight_calls_fail_with_connection_lost(stack: object, stack_ur
             assert len(a._sender.pending) == 0
         finally:
             stack.emulator.resume()  # type: ignore[attr-defined]
+
+
+@pytest.mark.skipif(not fast_path(), reason="paho cannot keep a call in flight across a drop: it fails at the drop")
+async def test_a_lost_session_fails_only_the_calls_in_flight(stack: object, stack_url: tuple[str, int]) -> None:
+    """The broker SIGKILLed and restarted (it loses every session): the call in flight fails with the typed
+    unknown-outcome error, the counter and the state event say so, and the next call goes on."""
+    host, port = stack_url
+    async with AsyncStateStoreClient(host, port, timeout=20, backoff_max=0.2) as a:
+        states = StateWatcher(a)
+        stack.emulator.pause()  # type: ignore[attr-defined]  # the request stays unanswered
+        try:
+            call = asyncio.ensure_future(a.set(unique(), b"v"))
+            await asyncio.to_thread(stack.broker.kill)  # type: ignore[attr-defined]
+            await states.wait_for(ConnectionState.RECONNECTING)
+            assert not call.done()  # a drop alone fails nothing: the call waits within its deadline
+            await asyncio.to_thread(stack.broker.start)  # type: ignore[attr-defined]
+            with pytest.raises(SessionLostError):
+                await asyncio.wait_for(call, 15)
+            await states.wait_for(ConnectionState.CONNECTED)
+        finally:
+            stack.emulator.resume()  # type: ignore[attr-defined]
+        assert a.sessions_lost == 1
+        seen = states.seen
+        assert seen.index(ConnectionState.SESSION_LOST) == len(seen) - 2  # then CONNECTED
+        key = unique()
+        async with asyncio.timeout(15):  # the emulator reconnects on its own: a call may find it away a moment
+            while True:
+                try:
+                    await a.set(key, b"after")
+                    break
+                except ServiceUnavailableError:
+                    continue
+        entry = await a.get(key)
+        assert entry is not None and entry.value == b"after"

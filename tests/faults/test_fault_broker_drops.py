@@ -54,8 +54,9 @@ async def _timed(call: asyncio.Future[object] | object, longest: list[float]) ->
 async def test_broker_drops_messages(fault_report: FaultRow) -> None:
     fault_report.scenario = "f. broker drops messages (stock mosquitto queue limits)"
     fault_report.load = (
-        f"{GETS:,} concurrent gets from one client; {WRITERS} writers filling {FILL_KEYS:,} keys through a "
-        f"{FILL_CACHE}-entry local cache; a reader stalled while another process rewrites {STALL_KEYS:,} cached keys"
+        f"{GETS:,} concurrent gets from one client; {WRITERS} writers filling (and reading back) {FILL_KEYS:,} keys "
+        f"through a {FILL_CACHE}-entry local cache; a reader stalled while another process rewrites "
+        f"{STALL_KEYS:,} cached keys"
     )
     with MosquittoBroker(extra_config=[FAST_SYS]) as broker:
         emulator = start_emulator(broker.host, broker.port)
@@ -76,6 +77,7 @@ async def test_broker_drops_messages(fault_report: FaultRow) -> None:
                     while not queue.empty():
                         i = queue.get_nowait()
                         await _timed(d.set(f"k{i}", i), longest)
+                        await _timed(d.get(f"k{i}"), longest)  # read back: watched (a write alone is not)
 
                 await asyncio.gather(*(writer() for _ in range(WRITERS)))
                 assert d._store.watches_released > 0

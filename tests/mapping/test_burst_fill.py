@@ -1,5 +1,6 @@
-"""A dict whose small local cache is filled far past its watch limit by 64 concurrent writers, on a mosquitto
-with its default queue limits: no error and nothing dropped by the broker.
+"""A dict whose small local cache is filled far past its watch limit by 64 concurrent writers, each reading back
+what it wrote (a read watches the key; a write alone does not), on a mosquitto with its default queue limits: no
+error and nothing dropped by the broker.
 
 Before: crossing the watch limit (2 x local_cache_size) released every idle watch at once, a KEYNOTIFY STOP task
 per watch; with the writers' own requests that burst overflowed the broker's per-session queue (1,000), requests
@@ -39,6 +40,7 @@ async def test_64_writers_fill_a_small_cached_dict_past_its_watch_limit_with_not
                     while not queue.empty():
                         i = queue.get_nowait()
                         await d.set(f"k{i}", i)
+                        assert await d.get(f"k{i}") == i  # the read watches the key (a write alone does not)
 
                 await asyncio.gather(*(writer() for _ in range(WRITERS)))  # any error fails the test
                 store = d._store

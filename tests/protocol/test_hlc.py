@@ -480,3 +480,31 @@ def test_hlc_clock_only_moves_forward(steps: list[tuple[int, HybridLogicalClock 
             assert after.wall_ms - wall.now <= MAX_DRIFT_MS
         else:
             assert after == before
+
+
+@given(st.text(alphabet="0123456789+:-ab\u00e9\u0663\u00b2 ", max_size=30))
+@example("1:2:node")
+@example("+1:2:node")
+@example("1:2:n\u00e9")
+@example("\u0663:2:node")
+@example("99999999999999999999999:0:n")
+@example("18446744073709551616:0:n")
+@example("18446744073709551615:18446744073709551615:n")
+def test_parse_answers_as_the_checking_way_on_any_text(text: str) -> None:
+    """The quick path for the usual form gives what the field-by-field checks give, errors included."""
+    from sskv_mapping._protocol import hlc
+
+    def checked(t: str) -> HybridLogicalClock | type[ProtocolError]:
+        parts = t.split(":")
+        if len(parts) != 3:
+            return ProtocolError
+        try:
+            return HybridLogicalClock(hlc._uint(parts[0], "w", t), hlc._uint(parts[1], "c", t), parts[2])
+        except ProtocolError:
+            return ProtocolError
+
+    try:
+        got: HybridLogicalClock | type[ProtocolError] = HybridLogicalClock.parse(text)
+    except ProtocolError:
+        got = ProtocolError
+    assert got == checked(text)

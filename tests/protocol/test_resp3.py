@@ -446,3 +446,41 @@ def test_mutated_requests_raise_only_protocol_error(data: bytes) -> None:
     except ProtocolError:
         return
     assert all(type(a) is bytes for a in args)
+
+
+# -- the request fast path: never a different answer from the general parser ------------------------------
+
+
+def _general(data: bytes) -> list[bytes] | type[ProtocolError]:
+    try:
+        return resp3._parse_request_general(data)
+    except ProtocolError:
+        return ProtocolError
+
+
+@FUZZ
+@given(mutated(st.lists(values_or_nasty, max_size=6).map(lambda args: encode_request(*args))) | garbage)
+@example(b"*1\r\n$-1\r\n")
+@example(b"*1\r\n$+3\r\nGET\r\n")
+@example(b"*1\r\n$03\r\nGET\r\n")
+@example(b"*01\r\n$3\r\nGET\r\n")
+@example(b"*1\r\n*1\r\n$1\r\nx\r\n")
+@example(b"*0\r\n")
+@example(b"*2\r\n$3\r\nGET\r\n")
+@example(b"*1\r\n$3\r\nGETX\r\n")
+def test_the_request_fast_path_accepts_only_what_the_general_parser_accepts_with_the_same_result(
+    data: bytes,
+) -> None:
+    fast = resp3._parse_request_fast(data) if data[:1] == b"*" else None
+    if fast is not None:
+        assert _general(data) == fast
+    try:
+        answer: list[bytes] | type[ProtocolError] = parse_request(data)
+    except ProtocolError:
+        answer = ProtocolError
+    assert answer == _general(data)  # parse_request, fast path or not, answers as the general parser
+
+
+@given(st.lists(values_or_nasty, max_size=8))
+def test_every_encoded_request_takes_the_fast_path(args: list[bytes]) -> None:
+    assert resp3._parse_request_fast(encode_request(*args)) == args

@@ -4,13 +4,13 @@ each bad value. Pure: no broker (the real connection from the environment: ``cli
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
 
 from sskv_mapping import ConfigurationError
-from sskv_mapping._transport import settings as settings_module
+from sskv_mapping._protocol import mqtt_packets as packets
+from sskv_mapping._protocol.mqtt_session import MqttSession
 from sskv_mapping._transport.settings import ConnectionSettings, TlsSettings
 
 BASE = {"AIO_BROKER_HOSTNAME": "aio-broker"}
@@ -156,16 +156,20 @@ def test_a_bad_password_file_value_is_not_quoted(tmp_path: Path) -> None:
     assert "secret" not in str(caught.value).replace(str(secret), "")
 
 
-def test_a_persistent_session_asked_for_is_logged_once(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    monkeypatch.setattr(settings_module, "_session_noted", False)
-    with caplog.at_level(logging.INFO, logger="sskv_mapping.transport"):
-        for _ in range(3):
-            ConnectionSettings.from_environment(env())  # clean_start=false, session_expiry=3600 by default
-    said = [r for r in caplog.records if "clean session" in r.getMessage()]
-    assert len(said) == 1
-    assert "clean_start=False" in said[0].getMessage() and "session_expiry=3600" in said[0].getMessage()
+def test_the_session_settings_reach_the_connect() -> None:
+    """AIO_MQTT_CLEAN_START / AIO_MQTT_SESSION_EXPIRY are what the CONNECT says (they were read and ignored)."""
+    for values, flags, expiry in (
+        (env(), 0x00, 3600),
+        (env(AIO_MQTT_CLEAN_START="true", AIO_MQTT_SESSION_EXPIRY="60"), 0x02, 60),
+        (env(AIO_MQTT_SESSION_EXPIRY="0"), 0x00, None),
+    ):
+        s = ConnectionSettings.from_environment(values)
+        session: MqttSession[None] = MqttSession()
+        packet = session.connect_packet(s.client_id, clean_start=s.clean_start, session_expiry=s.session_expiry)
+        [(_, body)] = packets.PacketSplitter().feed(packet)
+        assert body[7] == flags
+        props, _ = packets._properties(body, 10)
+        assert props.get(0x11) == expiry
 
 
 def test_clean_start_and_session_expiry_are_validated_in_code_too() -> None:
@@ -173,7 +177,7 @@ def test_clean_start_and_session_expiry_are_validated_in_code_too() -> None:
         with pytest.raises(ConfigurationError):
             ConnectionSettings(**bad)  # type: ignore[arg-type]
     plain = ConnectionSettings()
-    assert (plain.clean_start, plain.session_expiry) == (True, 0)  # what is used on the wire
+    assert (plain.clean_start, plain.session_expiry) == (False, 3600)  # the SDKs' persistent session
 
 
 # -- connection strings -------------------------------------------------------------------------------------------

@@ -92,7 +92,8 @@ async def test_a_link_that_goes_silent_under_traffic_is_noticed_within_one_and_a
     proxy: tuple[FreezingProxy, int], emulator: object
 ) -> None:
     p, port = proxy
-    settings = ConnectionSettings("127.0.0.1", port, keepalive=KEEPALIVE)
+    # no session: the calls in flight at the drop fail at once, which is how this test sees the drop noticed
+    settings = ConnectionSettings("127.0.0.1", port, keepalive=KEEPALIVE, session_expiry=0)
     loop = asyncio.get_running_loop()
     async with AsyncStateStoreClient(settings=settings, timeout=60, backoff_max=0.2) as client:
         key = f"dead-link-{uuid.uuid4().hex[:8]}"

@@ -259,3 +259,132 @@ def test_server_keep_alive_replaces_ours() -> None:
     session: MqttSession[None] = MqttSession(keepalive=60)
     session.connack(_connack(keepalive=4))
     assert (session.keepalive, session.tick_interval) == (4, 0.5)
+
+
+# -- a session that outlives its connection ------------------------------------------------------------------------
+
+# ops of the resumable session: as above, plus ("cut", present) -- the connection drops, the next connection
+# adopts the session and the broker's CONNACK says whether it kept it -- and ("giveup", i): the caller of the i-th
+# (mod) publish in flight gives up (its token is abandoned: not sent again)
+resume_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("pub"), st.sampled_from([1, 1, 1, 0])),
+        st.tuples(st.just("ack"), st.integers(0, 1000)),
+        st.tuples(st.just("cut"), st.sampled_from([1, 1, 0])),
+        st.tuples(st.just("giveup"), st.integers(0, 1000)),
+    ),
+    max_size=120,
+)
+
+
+def _is_dup(packet: bytes) -> bool:
+    return bool(packet[0] & 0x08)
+
+
+@settings(max_examples=300, deadline=None)
+@given(quota=st.integers(1, 6), steps=resume_ops)
+def test_a_resumed_session_sends_again_what_was_unacknowledged(quota: int, steps: list[tuple[str, int]]) -> None:
+    """Across any sequence of cuts: a resumed session sends again exactly the publishes in flight whose caller
+    still waits, in the order they first left, with DUP=1 and their packet ids; then what waited for the
+    quota. A lost session sends nothing again and returns every token held. Every token comes back exactly once
+    (PUBACK, lost, or given up), and packet ids stay unique among what is in flight."""
+    session: MqttSession[int] = MqttSession()
+    session.connack(_connack(receive_maximum=quota))
+    by_id: dict[int, int] = {}  # what the broker has seen leave and not acknowledged: packet id -> token
+    order: list[int] = []  # packet ids in the order they (first) left
+    issued: list[int] = []
+    returned: list[int] = []
+    abandoned: set[int] = set()
+    token = 0
+    for op, arg in steps:
+        if op == "pub":
+            token += 1
+            packet = session.publish(FIELD, b"v", arg, b"\x00", token)
+            if arg == 0:
+                continue
+            issued.append(token)
+            if packet is not None:
+                assert not _is_dup(packet)
+                pid = _packet_id(packet)
+                assert pid not in by_id
+                by_id[pid] = token
+                order.append(pid)
+        elif op == "ack" and by_id:
+            pid = sorted(by_id)[arg % len(by_id)]
+            acked, _ = session.puback(_puback(pid))
+            assert acked == by_id.pop(pid)
+            order.remove(pid)
+            returned.append(acked)
+            for packet, released in session.release(lambda t: t in abandoned):
+                rid = _packet_id(packet)
+                assert rid not in by_id and not _is_dup(packet)
+                by_id[rid] = released
+                order.append(rid)
+        elif op == "giveup" and by_id:
+            abandoned.add(by_id[sorted(by_id)[arg % len(by_id)]])
+        elif op == "cut":
+            assert session.disconnected(lambda t: True) == []  # no SUBACK waits here: nothing to fail now
+            successor: MqttSession[int] = MqttSession()
+            successor.adopt(session)
+            assert not session.inflight and not session.queued  # moved, not copied
+            session = successor
+            session.connack(_connack(receive_maximum=quota))
+            queued_before = [entry[3] for entry in session.queued]
+            resend, lost = session.resume(bool(arg), lambda t: t in abandoned)
+            if not arg:
+                assert resend == []
+                assert sorted(lost) == sorted([*by_id.values(), *queued_before])
+                returned += lost
+                by_id.clear()
+                order.clear()
+                continue
+            assert lost == []
+            expected = [pid for pid in order if by_id[pid] not in abandoned]
+            again = [p for p in resend if _is_dup(p)]
+            assert [_packet_id(p) for p in again] == expected  # same ids, first-sent order
+            for pid in order:
+                if by_id[pid] in abandoned:
+                    returned.append(by_id.pop(pid))  # given up: forgotten, not sent again
+            order = list(expected)
+            for packet in resend[len(again) :]:  # then what waited for the quota, as new publishes
+                rid = _packet_id(packet)
+                assert rid not in by_id
+                by_id[rid] = session.inflight[rid][0]
+                order.append(rid)
+        assert set(session.inflight) == set(by_id)
+        assert len(set(by_id)) == len(by_id)
+    left = session.lost()
+    assert sorted(returned + left) == sorted(issued)
+
+
+def test_a_lost_connection_fails_its_subscribe_waits_but_keeps_its_publishes() -> None:
+    session: MqttSession[str] = MqttSession()
+    first = session.publish(FIELD, b"1", 1, b"\x00", "request")
+    assert first is not None
+    sub = session.request_id("subscribe")
+    waited = session.publish(FIELD, b"2", 1, b"\x00", "publish() caller")
+    assert session.disconnected(lambda t: t != "publish() caller") == ["subscribe", "publish() caller"]
+    nxt: MqttSession[str] = MqttSession()
+    nxt.adopt(session)
+    resend, lost = nxt.resume(True, lambda t: False)
+    assert lost == [] and resend == [bytes((first[0] | 0x08,)) + first[1:]]
+    assert waited is not None and _packet_id(waited) not in nxt.inflight
+    assert nxt.request_id("again") != _packet_id(first) and sub  # a fresh id, never one still in flight
+
+
+def test_the_connect_packet_pinned() -> None:
+    """What a default client sends (CleanStart=0, Session Expiry 3600, Receive Maximum 256, no Maximum Packet
+    Size): byte for byte."""
+    packet = MqttSession[None]().connect_packet("me", clean_start=False, session_expiry=3600)
+    assert packet == bytes.fromhex("101700044d5154540500003c081100000e1021010000026d65")
+    clean = MqttSession[None]().connect_packet("me")
+    assert clean == bytes.fromhex("101200044d5154540502003c0321010000026d65")
+    limited = MqttSession[None](max_inbound_packet_size=4096).connect_packet("me")
+    assert limited == bytes.fromhex("101700044d5154540502003c08210100270000100000026d65")
+
+
+def test_the_disconnect_that_ends_the_session() -> None:
+    [(first, body)] = packets.PacketSplitter().feed(packets.DISCONNECT_END_SESSION)
+    assert first >> 4 == packets.DISCONNECT_TYPE and body[0] == 0
+    props, _ = packets._properties(body, 1)
+    assert props == {0x11: 0}

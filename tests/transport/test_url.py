@@ -79,6 +79,8 @@ EXAMPLES: dict[str, tuple[str, object]] = {
     "connect_timeout": ("2.5", 2.5),
     "receive_maximum": ("64", 64),
     "sat_token_file": ("/var/run/token", "/var/run/token"),
+    "clean_start": ("true", True),
+    "session_expiry": ("0", 0),
 }
 
 

@@ -1,0 +1,253 @@
+"""Instructions per operation, counted: a cost measure that the machine's load cannot move.
+
+Run:  python benchmarks/bench_instructions.py [--only NAME ...] [--small 100] [--large 600] [--tool callgrind]
+      python benchmarks/bench_instructions.py --list
+
+Each measure runs in a child process of its own (this script with ``--child NAME``) under valgrind's callgrind
+(or ``perf stat -e instructions:u`` with ``--tool perf``, where the kernel allows it), twice: once doing the
+operation ``--small`` times and once ``--large`` times, after the same set-up and warm-up. The difference of the two
+totals divided by ``large - small`` is the cost of one operation: the interpreter's start-up, the imports and the
+set-up are the same in both runs and cancel out. Everything runs in one process over the in-process store
+(:class:`~sskv_mapping.emulator.inprocess.InProcessStateStore`: the real client, emulator server and core on the
+loopback broker, no sockets), so a round trip's figure is the client's work plus the emulator's, with no broker.
+
+The counts are exact for a given interpreter and build and repeat to within a fraction of a percent (hash seeds
+are fixed); wall-clock time on a shared machine moves by tens of percent. They are the measure to quote for "did
+this change make the path cheaper"; latency over a real broker still needs ``bench_rpc.py``'s same-run ratios.
+
+Without valgrind (and without ``--tool perf``) the script says so and exits 0 having measured nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+Op = Callable[[], Awaitable[object]]
+
+#: name -> what it measures (the order of the table)
+MEASURES: dict[str, str] = {
+    "client-get": "client `get` of an existing key, round trip over the in-process loopback",
+    "client-set": "client `set` of an existing key, round trip over the in-process loopback",
+    "dict-hit": "`AsyncStateStoreDict.get`, local cache hit",
+    "dict-get-nocache": "`AsyncStateStoreDict.get`, no local cache (a round trip)",
+    "dict-miss": "`AsyncStateStoreDict.get` of a key not cached yet (GET + the key's watch)",
+    "dict-set-new": "`AsyncStateStoreDict.set` of a new key, SCAN listing",
+    "cache-hit": "`AsyncStateStoreCache.get`, local cache hit",
+    "cache-get-nocache": "`AsyncStateStoreCache.get`, no local cache (a round trip)",
+    "cache-miss-nocache": "`AsyncStateStoreCache.get` of an absent key, no local cache (a round trip)",
+    "core-get": "`EmulatorCore.handle` of a GET (parse, look up, encode the reply)",
+    "core-set": "`EmulatorCore.handle` of a SET (parse, HLC merge and tick, store, encode)",
+    "server-get": "the emulator server's request path for a GET (properties, core, reply headers, publish)",
+    "server-set": "the emulator server's request path for a SET",
+}
+
+WARM_UP = 50
+
+
+async def _setup(name: str, stack: AsyncExitStack) -> Op:
+    """Build what ``name`` needs on a fresh in-process store and return the operation to repeat."""
+    from sskv_mapping._protocol.hlc import HybridLogicalClock, system_clock_ms
+    from sskv_mapping._protocol.mqtt_publish import InboundMessage
+    from sskv_mapping.cache import AsyncStateStoreCache
+    from sskv_mapping.emulator.inprocess import InProcessStateStore
+    from sskv_mapping.mapping import AsyncStateStoreDict
+
+    store = await stack.enter_async_context(InProcessStateStore())
+    client = await stack.enter_async_context(store.client())
+    await client.set("bench", b"x" * 16)
+
+    if name == "client-get":
+        return lambda: client.get("bench")
+    if name == "client-set":
+        return lambda: client.set("bench", b"y" * 16)
+    if name.startswith("dict-"):
+        size = 0 if name == "dict-get-nocache" else 10_000
+        # max_staleness=None: no revalidator, whose background re-reads follow the wall clock (valgrind's slowness
+        # and the machine's load), not the operation
+        d: AsyncStateStoreDict[str] = AsyncStateStoreDict(
+            client, namespace="bench-dict", local_cache_size=size, max_staleness=None
+        )
+        stack.push_async_callback(d.close)
+        await d.set("k", "v" * 16)
+        if name in ("dict-hit", "dict-get-nocache"):
+            return lambda: d.get("k")
+        counter = iter(range(10**9))
+        if name == "dict-miss":
+            return lambda: d.get(f"absent-{next(counter)}")
+        return lambda: d.set(f"new-{next(counter)}", "v" * 16)
+    if name.startswith("cache-"):
+        size = 0 if name.endswith("nocache") else 10_000
+        c: AsyncStateStoreCache[str] = AsyncStateStoreCache(
+            client, namespace="bench-cache", default_ttl=None, local_cache_size=size, max_staleness=None
+        )
+        stack.push_async_callback(c.close)
+        await c.set("k", "v" * 16)
+        if name == "cache-miss-nocache":
+            return lambda: c.get("absent")
+        return lambda: c.get("k")
+
+    from sskv_mapping._protocol import headers
+    from sskv_mapping._protocol.commands import Get, Set
+
+    get_payload = Get(b"bench").encode()
+    set_payload = Set(b"bench", b"z" * 16, None, None).encode()
+
+    # one request timestamp for the whole run (an older one is merged without effect): what the requester does to
+    # make a fresh one is not the emulator's work
+    props = {headers.TIMESTAMP: str(HybridLogicalClock(system_clock_ms(), 0, "bench-requester"))}
+
+    if name in ("core-get", "core-set"):
+        core = store.core
+        payload = get_payload if name == "core-get" else set_payload
+
+        async def core_op() -> object:
+            return core.handle("bench-requester", payload, props)
+
+        return core_op
+
+    server = store.server
+    payload = get_payload if name == "server-get" else set_payload
+
+    user_properties = tuple(props.items())
+
+    async def server_op() -> object:
+        message = InboundMessage(
+            topic="statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke",
+            payload=payload,
+            qos=1,
+            correlation_data=b"0123456789abcdef",
+            response_topic="clients/bench-requester/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke/response",
+            content_type=None,
+            user_properties=user_properties,
+        )
+        server._handle_request(message)
+        return None
+
+    return server_op
+
+
+async def _child(name: str, ops: int) -> None:
+    async with AsyncExitStack() as stack:
+        op = await _setup(name, stack)
+        for _ in range(WARM_UP):
+            await op()
+        for _ in range(ops):
+            await op()
+        await asyncio.sleep(0)  # let the last replies' bookkeeping run in both runs alike
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(ROOT)}
+
+
+def _count_callgrind(name: str, ops: int, workdir: Path) -> int:
+    out = workdir / f"{name}-{ops}.callgrind"
+    cmd = [
+        "valgrind",
+        "--tool=callgrind",
+        f"--callgrind-out-file={out}",
+        sys.executable,
+        __file__,
+        "--child",
+        name,
+        "--ops",
+        str(ops),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} ({ops} ops) failed under callgrind:\n{proc.stderr[-2000:]}")
+    for line in out.read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise RuntimeError(f"no totals in {out}")
+
+
+def _count_perf(name: str, ops: int, workdir: Path) -> int:
+    cmd = ["perf", "stat", "-x,", "-e", "instructions:u", sys.executable, __file__, "--child", name]
+    proc = subprocess.run([*cmd, "--ops", str(ops)], capture_output=True, text=True, env=_env(), check=False)
+    for line in proc.stderr.splitlines():
+        fields = line.split(",")
+        if len(fields) > 2 and fields[2].startswith("instructions") and fields[0].isdigit():
+            return int(fields[0])
+    raise RuntimeError(f"perf stat gave no instruction count for {name}:\n{proc.stderr[-2000:]}")
+
+
+def _perf_works() -> bool:
+    if shutil.which("perf") is None:
+        return False
+    proc = subprocess.run(
+        ["perf", "stat", "-x,", "-e", "instructions:u", "true"], capture_output=True, text=True, check=False
+    )
+    return proc.returncode == 0 and re.search(r"^\d+,", proc.stderr, re.MULTILINE) is not None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="measures: " + ", ".join(MEASURES))
+    ap.add_argument("--only", nargs="+", choices=list(MEASURES), metavar="NAME", help="measure only these")
+    ap.add_argument("--small", type=int, default=100, help="operations in the shorter run (default 100)")
+    ap.add_argument("--large", type=int, default=600, help="operations in the longer run (default 600)")
+    ap.add_argument("--tool", choices=["callgrind", "perf"], default="callgrind", help="how to count instructions")
+    ap.add_argument("--list", action="store_true", help="list the measures and exit")
+    ap.add_argument("--child", choices=list(MEASURES), help=argparse.SUPPRESS)
+    ap.add_argument("--ops", type=int, default=0, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        asyncio.run(_child(args.child, args.ops))
+        return 0
+    if args.list:
+        for name, what in MEASURES.items():
+            print(f"{name:20} {what}")
+        return 0
+    if args.large <= args.small:
+        ap.error("--large must be more than --small")
+    if args.tool == "callgrind" and shutil.which("valgrind") is None:
+        print("valgrind is not installed (e.g. `apt-get install valgrind`): nothing measured.")
+        return 0
+    if args.tool == "perf" and not _perf_works():
+        print(
+            "`perf stat -e instructions:u` does not work here (no perf, or no counters in this VM): nothing measured."
+        )
+        return 0
+    count = _count_callgrind if args.tool == "callgrind" else _count_perf
+    names = args.only or list(MEASURES)
+    print(
+        f"python {platform.python_version()} on {platform.machine()}; {args.tool}; per op = (I({args.large}) - ", end=""
+    )
+    print(f"I({args.small})) / {args.large - args.small}", flush=True)
+    results: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="sskv-instr-") as tmp:
+        for name in names:
+            small = count(name, args.small, Path(tmp))
+            large = count(name, args.large, Path(tmp))
+            results[name] = (large - small) / (args.large - args.small)
+            print(f"  {name}: {results[name]:,.0f} instructions per op", flush=True)
+    print()
+    print("| measure | instructions per op | ratio |")
+    print("|---|---:|---|")
+    base = results.get("client-get")
+    for name, per_op in results.items():
+        ratio = ""
+        if base and name.startswith(("dict-", "cache-")) and not name.endswith("hit"):
+            ratio = f"{per_op / base:.2f}x client `get`"
+        if name.endswith("-hit") and base:
+            ratio = f"{base / per_op:.0f}x cheaper than client `get`"
+        print(f"| {name}: {MEASURES[name]} | {per_op:,.0f} | {ratio} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
