@@ -157,8 +157,8 @@ class _Instruments:
             unit="{request}",
             description="Requests the broker delivered to nobody (the service away) and that were sent again",
         )
-        # Hook: a client that counts the persistent sessions the broker did not keep exposes ``sessions_lost``;
-        # until one does, this instrument reports nothing (no made-up zeros).
+        # ``sessions_lost``: the client's count of reconnects where the broker no longer had its session (read
+        # with getattr: a client object without the counter reports nothing rather than a made-up zero)
         meter.create_observable_counter(
             "sskv.client.sessions_lost",
             observe(

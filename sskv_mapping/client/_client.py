@@ -34,7 +34,6 @@ from .._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
 from .._protocol.hlc import HybridLogicalClock as Hlc
 from .._protocol.mqtt_publish import mqtt_str, publish_properties, varint
 from .._protocol.notifications import KeyEvent, parse_notification
-from .._telemetry import ClientTelemetry
 from .._telemetry import attach as attach_telemetry
 from .._transport.backoff import Backoff
 from .._transport.base import Connection, ConnectionFactory, InboundMessage
@@ -294,8 +293,6 @@ class AsyncStateStoreClient:
             so much per session and drops the rest silently (mosquitto: 20 in flight + 1,000 queued). Default 256.
     """
 
-    _telemetry: ClientTelemetry | None = None  # OpenTelemetry (set at connect); None: a request costs one test
-
     def __init__(
         self,
         host: str = "127.0.0.1",
@@ -457,7 +454,7 @@ class AsyncStateStoreClient:
 
     async def connect(self) -> None:
         """Connect; raises :class:`BrokerConnectError` if the broker cannot be reached or refuses us."""
-        self._telemetry = self._sender.telemetry = attach_telemetry(self)  # OpenTelemetry, or None
+        self._sender.telemetry = attach_telemetry(self)  # OpenTelemetry, or None: then a request costs one test
         await self._keeper.connect()
 
     async def close(self) -> None:
@@ -511,9 +508,10 @@ class AsyncStateStoreClient:
         self, cmd: _Base[Any], *, timeout: float | None, fencing_token: Hlc | None = None, persist: bool = False
     ) -> tuple[bytes, HybridLogicalClock | None]:
         """:meth:`_send_request`, in a client span when OpenTelemetry is on (sskv_mapping/_telemetry.py)."""
-        if self._telemetry is None:
+        telemetry = self._sender.telemetry
+        if telemetry is None:
             return await self._send_request(cmd, timeout=timeout, fencing_token=fencing_token, persist=persist)
-        return await self._telemetry.request(self._send_request, cmd, timeout, fencing_token, persist)
+        return await telemetry.request(self._send_request, cmd, timeout, fencing_token, persist)
 
     async def _send_request(
         self,

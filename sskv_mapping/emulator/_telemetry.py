@@ -7,7 +7,7 @@ notification a producer span linked to the span of the write (or expiry) that ca
 sskv emulator``, or an application that runs the emulator in-process), or when ``SSKV_EMULATOR_OTEL_SPANS`` names a
 file: the emulator then configures the SDK itself (``opentelemetry-sdk`` needed) and writes one JSON line per
 finished span there -- what the tests read back, and a quick look without a collector. Otherwise
-:func:`server_telemetry` returns ``None`` and serving a request costs one attribute test.
+:data:`current` is ``None`` and serving a request costs one attribute test.
 
 Must not import aiomqtt/paho; OpenTelemetry only inside :func:`server_telemetry`.
 """
@@ -25,7 +25,7 @@ from .._telemetry import DB_SYSTEM
 from .._transport.base import InboundMessage
 from ..errors import ConfigurationError, ProtocolError
 
-__all__ = ["SPANS_FILE_ENV", "ServerTelemetry", "server_telemetry"]
+__all__ = ["SPANS_FILE_ENV", "ServerTelemetry", "current", "refresh", "server_telemetry"]
 
 #: a file the emulator writes its finished spans to, one JSON object a line (it configures the SDK itself)
 SPANS_FILE_ENV = "SSKV_EMULATOR_OTEL_SPANS"
@@ -95,6 +95,20 @@ def server_telemetry(environ: dict[str, str] | os._Environ[str] | None = None) -
     if type(provider).__name__ in _NO_PROVIDER:
         return None
     return ServerTelemetry(provider)
+
+
+#: the process's emulator tracing (its providers are the process's): set by :func:`refresh`, read per request
+current: ServerTelemetry | None = None
+
+
+def refresh() -> None:
+    """Look at OpenTelemetry again (each emulator server does when it is made): a provider set since counts."""
+    global current
+    if current is not None and os.environ.get(SPANS_FILE_ENV):
+        return  # the process's own provider, writing to that file, is made once
+    found = server_telemetry()
+    if found is None or current is None or found.provider is not current.provider:
+        current = found
 
 
 class ServerTelemetry:

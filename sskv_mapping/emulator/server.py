@@ -64,7 +64,7 @@ from .._transport.factory import new_connection
 from .._transport.settings import ConnectionSettings
 from .._transport.stream import StreamConnection
 from ..errors import StateStoreError, TransportError
-from ._telemetry import ServerTelemetry, server_telemetry
+from . import _telemetry as otel
 from .broker import LOG_TOPIC_FILTER, parse_connection_log
 from .core import CoreResult, EmulatorCore, Notification
 from .outbox import Outbox
@@ -172,8 +172,7 @@ class EmulatorServer:
         #: Called after every request served and every expiry, while an inspector page listens (``None``
         #: otherwise: then serving a request costs one attribute test and builds nothing for it).
         self.tap: RequestTap | None = None
-        #: OpenTelemetry in this process (emulator/_telemetry.py), or ``None``: then a request costs one test
-        self.telemetry: ServerTelemetry | None = server_telemetry()
+        otel.refresh()  # OpenTelemetry in this process, looked at again (emulator/_telemetry.py)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -302,10 +301,10 @@ class EmulatorServer:
     def _on_message(self, message: InboundMessage) -> None:
         try:
             if message.topic == REQUEST_TOPIC:
-                if self.telemetry is None:
+                if otel.current is None:
                     self._handle_request(message)
                 else:  # OpenTelemetry: the request in a server span continuing the caller's trace
-                    self.telemetry.serve(self._handle_request, message)
+                    otel.current.serve(self._handle_request, message)
             elif message.topic.startswith(_LOG_TOPIC_PREFIX):
                 self._handle_log(message.payload)
         except Exception:  # never let one message stop the service
@@ -419,8 +418,8 @@ class EmulatorServer:
     # -- outbound (sskv_mapping.emulator.outbox) --------------------------------------------------------------
 
     def _publish_notifications(self, notes: list[Notification]) -> None:
-        if self.telemetry is not None:  # a producer span per notification, linked to the write's span
-            self.telemetry.notified([(note.topic, note.payload) for note in notes])
+        if otel.current is not None:  # a producer span per notification, linked to the write's span
+            otel.current.notified([(note.topic, note.payload) for note in notes])
         self.outbox.notify(notes)
 
     def _publish(

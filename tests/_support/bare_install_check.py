@@ -66,7 +66,7 @@ def _telemetry_problems() -> list[str]:
     async def run() -> list[str]:
         found = []
         async with InProcessStateStore() as store, store.client() as client:
-            if client._telemetry is not None:
+            if client._sender.telemetry is not None:
                 found.append("a client without the otel extra has telemetry")
             async with AsyncStateStoreCache(client, namespace="bare", local_cache_size=8) as cache:
                 await cache.set("k", 1)
