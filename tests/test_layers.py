@@ -315,7 +315,7 @@ OVER_BUDGET = {
     "ConnectionKeeper": 19,
     "MqttSession": 19,
     "StoredKeyIndex": 21,
-    "NamespaceStore": 22,
+    "NamespaceStore": 21,
     "StreamConnection": 29,
 }
 
