@@ -9,6 +9,7 @@ import bisect
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -95,7 +96,7 @@ class CacheCounters:
             rec[2] = max(rec[2], seconds)
             rec[3][bucket] += 1
 
-    def timed(self, op: str) -> _Timed:
+    def timed(self, op: str) -> AbstractContextManager[None]:
         """Observe how long the ``with`` block took as one ``op``, also when it raises."""
         return _Timed(self, op)
 

@@ -37,6 +37,7 @@ ELSEWHERE = {
     "doc/reference/connection-settings.md": "Azure/iot-operations-sdks: the AIO_* settings table",
     "doc/dev/adr/0034-state-store-scan.md": "Azure/iot-operations-sdks: the SCAN design record",
     "m.py": "a module the layer and burst scans write into tmp_path",
+    "test_readme_taste.py": "where tests/docs/test_readme_examples.py writes the README's pytest block, in tmp_path",
     "test_sskv_statestore_cache.py": "the name run_pytest_suite.py gives its copy inside a framework's suite",
 }
 

@@ -13,7 +13,10 @@ import pytest
 from sskv_mapping.emulator.broker import MosquittoBroker
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+ALL_BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+#: a block of pytest tests (the plugin's taste) runs under pytest, as a user's test file would
+TEST_BLOCKS = [block for block in ALL_BLOCKS if "def test_" in block]
+BLOCKS = [block for block in ALL_BLOCKS if "def test_" not in block]
 README_BROKER = "mqtt://127.0.0.1:1883"
 
 pytestmark = pytest.mark.broker
@@ -31,3 +34,17 @@ def test_a_readme_example_runs(index: int, mosquitto: MosquittoBroker, emulator:
     done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("index", range(len(TEST_BLOCKS)), ids=[f"tests{i + 1}" for i in range(len(TEST_BLOCKS))])
+def test_a_readme_test_example_passes_under_pytest(index: int, tmp_path: Path) -> None:
+    (tmp_path / "test_readme_taste.py").write_text(TEST_BLOCKS[index], encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert re.search(r"\b[1-9]\d* passed\b", done.stdout), done.stdout[-2000:]
