@@ -135,6 +135,8 @@ class CacheStats:
     size: int
     maxsize: int
     reads_in_flight: int
+    #: entries dropped to make room for others (0 with a local ``ttl``: cachetools ages those itself)
+    evictions: int = 0
 
 
 class ReadTicket:
@@ -307,9 +309,12 @@ class _EvictingLRU(LRUCache[bytes, Any]):
     def __init__(self, maxsize: int, evicted: Callable[[bytes, None], object]) -> None:
         super().__init__(maxsize)
         self._evicted = evicted
+        #: entries dropped to make room
+        self.evictions = 0
 
     def popitem(self) -> tuple[bytes, Any]:
         key, value = super().popitem()
+        self.evictions += 1
         self._evicted(key, None)
         return key, value
 
@@ -801,6 +806,7 @@ class LocalCache(Generic[V]):
                 size=len(self._entries),
                 maxsize=self._entries.maxsize,
                 reads_in_flight=self._reads.tickets,
+                evictions=getattr(self._entries.data, "evictions", 0),
             )
 
     def __len__(self) -> int:

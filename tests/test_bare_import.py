@@ -13,7 +13,8 @@ from pathlib import Path
 
 BLOCKER = """
 import sys
-BLOCKED = {"msgpack", "django", "flask", "flask_caching", "litestar", "aiocache", "fastapi", "starlette", "aiohttp"}
+BLOCKED = {"msgpack", "django", "flask", "flask_caching", "litestar", "aiocache", "fastapi", "starlette", "aiohttp",
+           "opentelemetry"}
 class _Block:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCKED:
@@ -31,3 +32,15 @@ def test_bare_install_imports_and_integrations_name_their_extra() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "bare install: ok" in proc.stdout
+
+
+def test_importing_the_library_imports_no_opentelemetry_even_where_it_is_installed() -> None:
+    # the API is looked at when a client connects, not when the library is imported (it is installed here)
+    code = (
+        "import sys, sskv_mapping, sskv_mapping.cache, sskv_mapping.mapping, sskv_mapping.emulator.server\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'opentelemetry'))\n"
+        "import importlib.util; assert importlib.util.find_spec('opentelemetry.trace') is not None"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -31,6 +31,7 @@ from .._keys import check_namespace, text_key, utf8
 from .._protocol.commands import SetCondition, VDeleteResult
 from .._protocol.hlc import HybridLogicalClock
 from .._protocol.notifications import KeyEvent
+from .._telemetry import watch_store
 from .._ttl import ttl_to_ms
 from ..client._client import AsyncStateStoreClient, ConnectionState, KeySubscription, SetResult
 from ..codecs import Codec, decode_value, encode_value
@@ -115,6 +116,7 @@ class NamespaceStore(Generic[V]):
         self.index: KeyIndex | None = None if index is None else index(self)
         self._was_down = False
         self._started = False
+        watch_store(self)  # OpenTelemetry reads the local cache's counters while this store lives
         self._closed = False
         # Listened to from the start, not from start(): a dict used without ``async with``/open() must still
         # stop serving its cache when the connection drops and clear it on reconnect.

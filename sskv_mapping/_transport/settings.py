@@ -177,6 +177,10 @@ class ConnectionSettings:
     #: soon as its header is read. The default is MQTT's own ceiling: a GET must be able to return the largest
     #: value a client could set (up to the client's ``max_payload``, 255 MiB by default, plus the headers).
     max_inbound_packet_size: int = MAX_PACKET_SIZE
+    #: Put the current OpenTelemetry span's ``traceparent``/``tracestate`` on each request as MQTT 5 user
+    #: properties (no documented effect on the service, docs/design/protocol.md §10). Only when OpenTelemetry is
+    #: on; the ``SSKV_OTEL_PROPAGATION=0`` environment variable turns it off too (docs/observability.md).
+    trace_context: bool = True
     #: K8S-SAT from a callable instead of a file (a token that lives elsewhere): called, on the event loop (it
     #: must not block), for each CONNECT and when a re-authentication is due; returns the current token.
     sat_token_provider: Callable[[], str | bytes] | None = None

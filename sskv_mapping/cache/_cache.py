@@ -42,6 +42,7 @@ from .._namespace.fanout import gather_bounded
 from .._namespace.key_locks import KeyLocks
 from .._namespace.store import Encoded, NamespaceStore
 from .._protocol.commands import SetCondition
+from .._telemetry import watch_cache
 from .._ttl import TtlArg, TtlConvention, check_ttl, expire_now, translate_ttl
 from ..client._client import (
     DEFAULT_BROKER_URL,
@@ -166,7 +167,7 @@ class AsyncStateStoreCache(Generic[V]):
         )
         self._ledger = PersistentLedger(client, ns, self._generation, lease=lease, lock_timeout=lock_timeout)
         self._locks = KeyLocks(client, ns, lease=lease, timeout=lock_timeout)
-        self._stats = CacheCounters(clock)
+        self._stats = watch_cache(self, CacheCounters(clock))  # OpenTelemetry reads them while the cache lives
         self._writer: EntryWriter[V] = EntryWriter(self._store, self._ledger, self._locks, self._prefix_of)
         self._sweeper = Sweeper(self._generation, self._ledger, self._writer, namespace)
         self._flight = SingleFlight(self._store.read, self._writer.store_nx, self._locks, self._stats, self._ready)

@@ -31,8 +31,10 @@ from .._keys import escape_glob, scan_pattern, store_key
 from .._protocol import headers, limits, topics
 from .._protocol.commands import Delete, Get, KeyNotify, Set, SetCondition, VDelete, VDeleteResult, _Base
 from .._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
+from .._protocol.hlc import HybridLogicalClock as Hlc
 from .._protocol.mqtt_publish import mqtt_str, publish_properties, varint
 from .._protocol.notifications import KeyEvent, parse_notification
+from .._telemetry import attach as attach_telemetry
 from .._transport.backoff import Backoff
 from .._transport.base import Connection, ConnectionFactory, InboundMessage
 from .._transport.factory import new_connection
@@ -84,6 +86,7 @@ CONNECTION_OPTIONS: tuple[str, ...] = (
     "sat_token_file",
     "keepalive",
     "connect_timeout",
+    "trace_context",
     "sat_token_provider",
     "sat_poll_interval",
 )
@@ -451,6 +454,7 @@ class AsyncStateStoreClient:
 
     async def connect(self) -> None:
         """Connect; raises :class:`BrokerConnectError` if the broker cannot be reached or refuses us."""
+        self._sender.telemetry = attach_telemetry(self)  # OpenTelemetry, or None: then a request costs one test
         await self._keeper.connect()
 
     async def close(self) -> None:
@@ -501,6 +505,15 @@ class AsyncStateStoreClient:
         return _check_timeout(timeout)
 
     async def _request(
+        self, cmd: _Base[Any], *, timeout: float | None, fencing_token: Hlc | None = None, persist: bool = False
+    ) -> tuple[bytes, HybridLogicalClock | None]:
+        """:meth:`_send_request`, in a client span when OpenTelemetry is on (sskv_mapping/_telemetry.py)."""
+        telemetry = self._sender.telemetry
+        if telemetry is None:
+            return await self._send_request(cmd, timeout=timeout, fencing_token=fencing_token, persist=persist)
+        return await telemetry.request(self._send_request, cmd, timeout, fencing_token, persist)
+
+    async def _send_request(
         self,
         cmd: _Base[Any],
         *,

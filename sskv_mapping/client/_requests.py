@@ -24,6 +24,7 @@ from typing import Any
 from .._protocol import headers, limits, topics
 from .._protocol.commands import _Base
 from .._protocol.hlc import HlcClock, HybridLogicalClock
+from .._telemetry import ClientTelemetry
 from .._transport.backoff import Backoff
 from .._transport.base import Connection, InboundMessage
 from .._transport.rpc import PendingCalls
@@ -86,6 +87,8 @@ class RequestSender:
         self.undelivered_resends = 0
         # whether the state store ever answered this client: a broker where it never did fails fast
         self.service_answered = False
+        #: OpenTelemetry on this client's connection, or ``None`` (sskv_mapping/_telemetry.py; set at connect)
+        self.telemetry: ClientTelemetry | None = None
 
     async def send(
         self,
@@ -152,6 +155,8 @@ class RequestSender:
         timer: asyncio.TimerHandle | None = None
         try:
             props = headers.request_properties(self.settings.client_id, self._hlc.tick(), fencing_token, persist)
+            if self.telemetry is not None:  # W3C trace context, and the request's resends counted
+                self.telemetry.published(props)
             if deadline is None:
                 expiry = 3600
             else:

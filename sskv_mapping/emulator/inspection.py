@@ -45,6 +45,7 @@ __all__ = [
     "list_watches",
     "role_of",
     "show_bytes",
+    "trace_id_of",
 ]
 
 #: the longest value text sent in a listing (more of the value is one ``/api/key`` request away)
@@ -335,9 +336,29 @@ def _reply_text(payload: bytes) -> str:
     )
 
 
-def describe_request(at_ms: int, client_id: str | None, request: bytes | None, result: CoreResult) -> dict[str, Any]:
-    """One line of the live feed: the request (``None``: an expiry on the timer), its reply and notifications."""
+def trace_id_of(traceparent: str | None) -> str | None:
+    """The trace id of a W3C ``traceparent`` (``00-<32 hex>-<16 hex>-<2 hex>``), ``None`` if it is not one."""
+    if traceparent is None:
+        return None
+    parts = traceparent.split("-")
+    if len(parts) < 4 or len(parts[1]) != 32 or parts[1] == "0" * 32:
+        return None
+    try:
+        int(parts[1], 16)
+    except ValueError:
+        return None
+    return parts[1].lower()
+
+
+def describe_request(
+    at_ms: int, client_id: str | None, request: bytes | None, result: CoreResult, traceparent: str | None = None
+) -> dict[str, Any]:
+    """One line of the live feed: the request (``None``: an expiry on the timer), its reply and notifications, and
+    the trace id of its ``traceparent`` user property (``trace_id``, when it carried a valid one)."""
     event: dict[str, Any] = {"at_ms": at_ms, "client": client_id}
+    trace_id = trace_id_of(traceparent)
+    if trace_id is not None:
+        event["trace_id"] = trace_id
     if request is None:
         event["op"] = "EXPIRE"
     else:

@@ -130,7 +130,7 @@ class Inspector:
         self.writable = writable
         self.url = ""
         self._pages: set[_Page] = set()
-        self._raw: list[tuple[int, str | None, bytes | None, CoreResult]] = []
+        self._raw: list[tuple[int, str | None, bytes | None, CoreResult, str | None]] = []
         self._budget = _PER_FLUSH
         self._skipped = 0
         self._flush_handle: asyncio.TimerHandle | None = None
@@ -190,10 +190,10 @@ class Inspector:
 
     # -- the live feed (hot path while a page is open) --------------------------------------------------
 
-    def _tap(self, client_id: str | None, request: bytes | None, result: CoreResult) -> None:
+    def _tap(self, client_id: str | None, request: bytes | None, result: CoreResult, traceparent: str | None) -> None:
         if self._budget > 0:
             self._budget -= 1
-            self._raw.append((self.core.now_ms(), client_id, request, result))
+            self._raw.append((self.core.now_ms(), client_id, request, result, traceparent))
         else:
             self._skipped += 1
         if self._flush_handle is None:

@@ -64,6 +64,7 @@ from .._transport.factory import new_connection
 from .._transport.settings import ConnectionSettings
 from .._transport.stream import StreamConnection
 from ..errors import StateStoreError, TransportError
+from . import _telemetry as otel
 from .broker import LOG_TOPIC_FILTER, parse_connection_log
 from .core import CoreResult, EmulatorCore, Notification
 from .outbox import Outbox
@@ -71,8 +72,8 @@ from .outbox import Outbox
 __all__ = ["EmulatorServer", "RequestTap", "client_id_from_response_topic"]
 
 #: What :attr:`EmulatorServer.tap` is called with after each request served: the requester's client id, the request
-#: payload (``None``: keys expired on the timer) and the core's answer.
-RequestTap = Callable[[str | None, bytes | None, CoreResult], None]
+#: payload (``None``: keys expired on the timer), the core's answer and the request's W3C ``traceparent`` (if any).
+RequestTap = Callable[[str | None, bytes | None, CoreResult, str | None], None]
 
 log = logging.getLogger("sskv_mapping.emulator")
 
@@ -171,6 +172,7 @@ class EmulatorServer:
         #: Called after every request served and every expiry, while an inspector page listens (``None``
         #: otherwise: then serving a request costs one attribute test and builds nothing for it).
         self.tap: RequestTap | None = None
+        otel.refresh()  # OpenTelemetry in this process, looked at again (emulator/_telemetry.py)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -299,7 +301,10 @@ class EmulatorServer:
     def _on_message(self, message: InboundMessage) -> None:
         try:
             if message.topic == REQUEST_TOPIC:
-                self._handle_request(message)
+                if otel.current is None:
+                    self._handle_request(message)
+                else:  # OpenTelemetry: the request in a server span continuing the caller's trace
+                    otel.current.serve(self._handle_request, message)
             elif message.topic.startswith(_LOG_TOPIC_PREFIX):
                 self._handle_log(message.payload)
         except Exception:  # never let one message stop the service
@@ -395,7 +400,7 @@ class EmulatorServer:
         self._after_change()
         tap = self.tap
         if tap is not None:
-            tap(client_id, message.payload, result)
+            tap(client_id, message.payload, result, props.get("traceparent"))
 
     def handle_local(self, payload: bytes, props: dict[str, str]) -> CoreResult:
         """Serve one request that did not come over MQTT (the inspector's writes): the core answers it, and its
@@ -407,12 +412,14 @@ class EmulatorServer:
         self._after_change()
         tap = self.tap
         if tap is not None:
-            tap(props.get(headers.SOURCE_ID), payload, result)
+            tap(props.get(headers.SOURCE_ID), payload, result, props.get("traceparent"))
         return result
 
     # -- outbound (sskv_mapping.emulator.outbox) --------------------------------------------------------------
 
     def _publish_notifications(self, notes: list[Notification]) -> None:
+        if otel.current is not None:  # a producer span per notification, linked to the write's span
+            otel.current.notified([(note.topic, note.payload) for note in notes])
         self.outbox.notify(notes)
 
     def _publish(
@@ -463,7 +470,7 @@ class EmulatorServer:
                 self._after_change()
                 tap = self.tap
                 if tap is not None:
-                    tap(None, None, CoreResult(b"", None, notes))
+                    tap(None, None, CoreResult(b"", None, notes), None)
             except Exception:
                 log.exception("expiring keys failed")
                 await asyncio.sleep(0.1)  # do not spin on a persistent failure

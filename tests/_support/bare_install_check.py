@@ -1,7 +1,8 @@
 """Run in an environment (or under a blocker) without any optional extra.
 
 Checks: ``import sskv_mapping`` and its core modules work; each integration raises an ImportError that
-names its ``pip install 'sskv-mapping[extra]'`` line. Exit status 0 when all holds.
+names its ``pip install 'sskv-mapping[extra]'`` line; a client, a cache and the emulator run without OpenTelemetry
+and import none of it. Exit status 0 when all holds.
 """
 
 from __future__ import annotations
@@ -47,10 +48,36 @@ def main() -> int:
             problems.append(f"MsgpackCodec: {exc}")
     else:
         problems.append("MsgpackCodec() worked without msgpack")
+    problems += _telemetry_problems()
     for p in problems:
         print(p)
     print("bare install: ok" if not problems else "bare install: FAILED")
     return 1 if problems else 0
+
+
+def _telemetry_problems() -> list[str]:
+    """Without the otel extra: a client connects and serves requests with no instrumentation, and nothing of
+    OpenTelemetry is imported -- by the client, the faces or the emulator (docs/observability.md)."""
+    import asyncio
+
+    from sskv_mapping.cache import AsyncStateStoreCache
+    from sskv_mapping.emulator.inprocess import InProcessStateStore
+
+    async def run() -> list[str]:
+        found = []
+        async with InProcessStateStore() as store, store.client() as client:
+            if client._sender.telemetry is not None:
+                found.append("a client without the otel extra has telemetry")
+            async with AsyncStateStoreCache(client, namespace="bare", local_cache_size=8) as cache:
+                await cache.set("k", 1)
+                if await cache.get("k") != 1:
+                    found.append("the cache did not read back its value")
+        return found
+
+    found = asyncio.run(run())
+    if any(name == "opentelemetry" or name.startswith("opentelemetry.") for name in sys.modules):
+        found.append("opentelemetry was imported without the otel extra")
+    return found
 
 
 if __name__ == "__main__":
