@@ -161,7 +161,10 @@ def types(session: nox.Session) -> None:
     """mypy --strict on the package, checked against this session's Python (``--python-version``: the stdlib
     and typing of that version, and the frameworks that install there, e.g. Django 6 on 3.12+)."""
     # cachetools ships its own annotations (py.typed) since 7.1: no stub package
-    session.install(".[msgpack,django,flask,litestar,aiocache,fastapi,inspect]", "mypy>=1.8")
+    # the emulator's span export (SSKV_EMULATOR_OTEL_SPANS) imports the SDK, which the otel extra leaves to the app
+    session.install(
+        ".[msgpack,django,flask,litestar,aiocache,fastapi,inspect,otel]", "opentelemetry-sdk>=1.27", "mypy>=1.8"
+    )
     session.run("mypy", "--python-version", str(session.python), "sskv_mapping")
 
 
