@@ -201,6 +201,10 @@ def broker(session: nox.Session) -> None:
 
 #: the suites that need no framework: protocol, client, transport, emulator (and its inspector), dict, cache,
 #: locks, election, codecs, security...; ``core`` and ``uvloop`` run them
+#: what the framework-free suites need: the codecs, the inspector, OpenTelemetry (tests/telemetry reads spans back
+#: through the SDK's in-memory exporters), the security tests' certificates and the inspector's HTTP client
+CORE_EXTRAS = ("msgpack", "inspect", "otel")
+CORE_DEPS = ("cryptography>=41", "httpx>=0.24", "opentelemetry-sdk>=1.27")
 CORE_IGNORE = ["--ignore=tests/integrations", "--ignore=tests/docs", "--ignore=tests/peer", "--ignore=tests/fuzz"]
 #: warnings our own modules cause (the module a DeprecationWarning is attributed to is ours: the caller of the
 #: deprecated asyncio/datetime/typing API) fail the run; a regular expression, hence -o, not -W (which matches
@@ -213,7 +217,7 @@ def core(session: nox.Session) -> None:
     """The suites that need no framework, in-process and over mosquitto + the emulator (fault suite excluded),
     with any DeprecationWarning raised from our modules an error; a small install (no frameworks, no docs)
     so that CI can run it on 3.13 beside the test command."""
-    _install(session, "msgpack", "inspect", deps=("cryptography>=41", "httpx>=0.24"))
+    _install(session, *CORE_EXTRAS, deps=CORE_DEPS)
     session.run(*PYTEST, *OUR_DEPRECATIONS_FAIL, "-m", "not faults", *CORE_IGNORE, "tests", *session.posargs)
 
 
@@ -222,7 +226,7 @@ def ci_newest(session: nox.Session) -> None:
     """What ``.ci/run`` runs on the newest Python, a selection that fits CI's time (``core`` runs all of it):
     every test of the ``core`` suites that needs no broker, and the request path over mosquitto + the emulator
     (tests/transport, tests/client); any DeprecationWarning raised from our modules is an error."""
-    _install(session, "msgpack", "inspect", deps=("cryptography>=41", "httpx>=0.24"))
+    _install(session, *CORE_EXTRAS, deps=CORE_DEPS)
     session.run(*PYTEST, *OUR_DEPRECATIONS_FAIL, "-m", "not broker and not faults", *CORE_IGNORE, "tests")
     session.run(*PYTEST, *OUR_DEPRECATIONS_FAIL, "-m", "broker and not faults", "tests/transport", "tests/client")
 
