@@ -87,6 +87,8 @@ CONNECTION_OPTIONS: tuple[str, ...] = (
     "keepalive",
     "connect_timeout",
     "trace_context",
+    "clean_start",
+    "session_expiry",
     "sat_token_provider",
     "sat_poll_interval",
 )

@@ -7,6 +7,7 @@ Must not import any framework.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import threading
 from collections.abc import Callable
@@ -68,15 +69,20 @@ def settings_from_options(location: Broker | None, options: dict[str, Any]) -> C
     (:meth:`ConnectionSettings.from_url`); a :class:`ConnectionSettings` is taken whole; the options given here
     apply on top. The same path as every face's ``connect()`` (``settings_for``).
 
-    Options understood: ``client_id``, ``username``, ``password``, ``sat_token_file``, ``keepalive``,
-    ``connect_timeout``, and ``tls`` (a :class:`TlsSettings` or a dict of its fields).
+    Options understood: every name in :data:`CONNECTION_OPTIONS` (``client_id``, ``username``, ``password``,
+    ``sat_token_file``, ``keepalive``, ``connect_timeout``, ``trace_context``, ``clean_start``, ``session_expiry``...),
+    with ``tls`` a :class:`TlsSettings` or a dict of its fields. Each is applied: an adapter that accepts a name
+    never drops it.
     """
     conn: dict[str, Any] = {}
-    for name in ("client_id", "username", "password", "sat_token_file", "keepalive", "connect_timeout"):
-        if options.get(name) is not None:
+    for name in CONNECTION_OPTIONS:
+        if name != "tls" and options.get(name) is not None:
             conn[name] = options[name]
     tls = options.get("tls")
     if isinstance(tls, dict):
+        unknown = sorted(set(tls) - {f.name for f in dataclasses.fields(TlsSettings)})
+        if unknown:
+            raise ConfigurationError(f"tls options not known to TlsSettings: {unknown}")
         tls = TlsSettings(**tls)
     if tls is not None:
         conn["tls"] = tls
