@@ -1,9 +1,6 @@
-"""The pure protocol core of the state store (no sockets, no asyncio, no clock it was not handed).
+"""The pure protocol core of the state store: no sockets, no asyncio, no clock it was not handed.
 
-The emulator and the client share it. The exception tree is the leaf module
-:mod:`sskv_mapping.errors`. See ``docs`` in the README and docs/design/protocol.md.
-
-Must not import anything above ``_protocol``.
+The emulator and the client share it; the wire it speaks is docs/design/protocol.md.
 """
 
 from .commands import (

@@ -1,11 +1,6 @@
-"""One small frozen dataclass per state store command.
+"""One small frozen dataclass per state store command, encoded and decoded on both sides.
 
-Must not import anything above ``_protocol``.
-
-Client side: ``cmd.encode()`` gives the request payload and ``cmd.decode(payload)`` turns the reply into a
-value (or raises the mapped :class:`ServiceError`, or :class:`ProtocolError` for a reply that does not fit
-the command). Service side (the emulator): :func:`parse_command` turns a request payload into a command or
-raises the :class:`ServiceError` whose text the service would answer.
+The client encodes a command and decodes its reply; the emulator parses a request with :func:`parse_command`.
 """
 
 from __future__ import annotations

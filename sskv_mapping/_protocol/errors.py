@@ -1,8 +1,4 @@
-"""The service's error texts, matched exactly, to the exception classes of
-:mod:`sskv_mapping.errors` (the tree itself is a leaf module every layer imports).
-
-Must not import anything but the standard library and :mod:`sskv_mapping.errors`.
-"""
+"""The service's error texts, matched exactly, to the exception classes of :mod:`sskv_mapping.errors`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""MQTT 5 user properties and header checks of requests and responses.
-
-Must not import anything above ``_protocol``. User properties are plain ``(name, value)`` pairs here; the
-transport converts them to and from its library's types.
-"""
+"""MQTT 5 user properties and header checks of requests and responses, as plain ``(name, value)`` pairs."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Hybrid logical clocks, the versions and fencing tokens of the state store.
-
-Must not import asyncio, sockets or anything above ``_protocol``; the wall clock is injected.
-
-An HLC is written ``{wallMs:015}:{counter:05}:{nodeId}``; parsers accept unpadded numbers too. Order is
-wall time, then counter, then node id compared byte-wise.
-"""
+"""Hybrid logical clocks, the versions and fencing tokens of the state store (docs/design/protocol.md §5)."""
 
 from __future__ import annotations
 

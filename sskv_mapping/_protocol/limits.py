@@ -1,21 +1,6 @@
-"""The size limits of a key and a value, said before anything is written (docs/reliability.md, "Limits").
+"""The size limits of a key and a value, said before anything is written.
 
-A value travels in three packets: the SET request, the GET reply and the KEYNOTIFY notification to every
-watcher. The notification is the largest around a given value: its topic carries the key in upper-case hex
-after the watcher's client id in hex (``clients/statestore/v1/<service>/<HEX(id)>/command/notify/<HEX(key)>``),
-and an MQTT topic name is at most 65,535 bytes. So:
-
-* **key**: at most :data:`MAX_KEY_BYTES` (32,474) bytes, the longest key whose notification topic fits in 65,535
-  bytes for a watcher whose client id is up to :data:`MAX_WATCHER_ID_BYTES` (256) bytes (the library's generated
-  ids are about 40; an id that long covers a Kubernetes pod name and a prefix);
-* **value**: at most :func:`max_value_bytes` = ``min(broker's Maximum Packet Size, 16 MiB) - 768 - 2 * len(key)``
-  bytes: 16 MiB is our transports' write bound (:data:`WRITE_BOUND`, what one connection may have waiting to be
-  written), 768 bytes cover everything but the value and the hex key in a notification (:data:`NOTIFY_OVERHEAD`).
-  Under it, the notification fits the broker's limit and the request, reply and notification payloads all fit the
-  write bound. (The request's own PUBLISH is also checked exactly against the broker's limit: it carries the
-  writer's client id four times, which a very long id can make the larger packet.)
-
-Pure: no I/O; the emulator and the client share it. Must not import anything above ``_protocol``.
+Why these numbers: docs/design/transport.md, "The session core and the other transports"; users: docs/reliability.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""The MQTT 5 packets a state store client and the emulator exchange with a broker,
-as bytes -- CONNECT/CONNACK, SUBSCRIBE/SUBACK, UNSUBSCRIBE/UNSUBACK, PUBLISH (the properties and the inbound
-decoding are :mod:`~sskv_mapping._protocol.mqtt_publish`'s), PUBACK, PINGREQ/PINGRESP, DISCONNECT, AUTH -- and
-:class:`PacketSplitter`, which cuts a byte stream into whole packets: one ``recv`` of many packets is parsed in
-one go (the transport's receive path, ``_transport/stream.py``).
+"""The MQTT 5 packets a client and the emulator exchange with a broker, as bytes, and :class:`PacketSplitter`.
 
-Only what this project needs of MQTT 5 (QoS 0 and 1, no retained messages, no topic aliases, no will; of enhanced
-authentication, what K8S-SAT needs: the CONNECT's method and data, and the AUTH packets of a re-authentication).
-Anything else that arrives is a :class:`~sskv_mapping._protocol.mqtt_publish.MalformedPacketError`, never another
-exception.
-
-Must not import aiomqtt/paho, asyncio, sockets nor anything above ``_protocol``.
+Only what this project needs of MQTT 5; anything else is a ``MalformedPacketError`` (docs/design/transport.md).
 """
 
 from __future__ import annotations

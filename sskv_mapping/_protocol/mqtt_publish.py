@@ -1,13 +1,6 @@
-"""The MQTT 5 PUBLISH packet this project sends and receives, as bytes.
+"""The MQTT 5 PUBLISH packet this project sends and receives, as bytes (compared with paho's in the tests).
 
-The request path encodes its PUBLISH properties and decodes inbound PUBLISHes here rather than through paho's
-``Properties`` (whose name-table scans were the largest single cost of a round trip): :func:`publish_properties`
-produces the bytes paho's ``Properties.pack()`` would, and :func:`decode_publish` reads what paho's
-``decode_publish`` + aiomqtt's ``Message`` accept into an :class:`InboundMessage` (both compared with paho in
-``tests/transport/test_paho.py``). A packet that does not follow the rules raises
-:class:`MalformedPacketError`, never another exception (``tests/fuzz``).
-
-Standard library only: must not import aiomqtt/paho, asyncio, sockets nor anything above ``_protocol``.
+Design: docs/design/transport.md, "The session core and the other transports".
 """
 
 from __future__ import annotations

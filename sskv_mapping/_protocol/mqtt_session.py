@@ -1,27 +1,6 @@
 """:class:`MqttSession`, the MQTT 5 session state of one client connection, without I/O.
 
-What a connection must remember between packets lives here, and only here: packet identifiers, the QoS 1
-publishes in flight and those waiting for the broker's Receive Maximum, the SUBSCRIBE/UNSUBSCRIBE waiting for
-their acknowledgements, the packet-size limits both ways (the broker's from CONNACK caps what we send, ours
-caps what we accept), the reassembly of the inbound stream, and the keepalive decisions (given ``now``). Bytes
-and events in, bytes and events out -- h11 under httpcore is the model: the asyncio ``Protocol``
-(``_transport/stream.py``) keeps the socket, the futures and the timers, and asks this object what to send and
-what an inbound packet means.
-
-The session outlives its connection when the broker keeps it (CleanStart=0 and a Session Expiry): after a drop,
-:meth:`disconnected` keeps the QoS 1 publishes not yet acknowledged (and those still queued), the next
-connection's transport takes the session over (:meth:`adopt`), and once its CONNACK says the broker resumed the
-session, :meth:`resume` hands back those publishes again, with DUP=1 and their packet ids, in the order they were
-first sent (MQTT 5 §4.4, [MQTT-4.4.0-1]); a CONNACK without the session fails them instead (:meth:`lost`).
-
-Every waiter is an opaque *token* of the caller's choosing (the transport's futures); the session only keeps
-them and hands them back, with the packet that concerns them, so that it can be property-tested and fuzzed
-like the codecs, with no event loop.
-
-Enhanced authentication (AUTH, re-authentication on a live connection) lands here too, beside ``connack``:
-an ``auth(body)`` branch in the transport's dispatch and a ``reauthenticate`` on the connection.
-
-Must not import aiomqtt/paho, asyncio, sockets nor anything above ``_protocol``.
+Bytes and events in, bytes and events out (h11 under httpcore is the model): docs/design/transport.md.
 """
 
 from __future__ import annotations

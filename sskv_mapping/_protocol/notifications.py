@@ -1,7 +1,4 @@
-"""KEYNOTIFY notifications, topic + payload -> :class:`KeyEvent`.
-
-Must not import anything above ``_protocol``.
-"""
+"""KEYNOTIFY notifications, topic + payload -> :class:`KeyEvent` (docs/design/protocol.md §4)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,6 @@
-"""RESP3-style payloads of the state store, bytes in and values out.
+"""RESP3-style payloads of the state store, bytes in and values out; strict, every malformed input a ``ProtocolError``.
 
-Must not import sockets, asyncio or anything above ``_protocol``.
-
-Requests are arrays of bulk strings. Replies are one of:
-
-* ``+<text>\\r\\n``          -> :class:`SimpleString`
-* ``:<int>\\r\\n``           -> ``int``
-* ``$<n>\\r\\n<bytes>\\r\\n`` -> ``bytes``; ``$-1\\r\\n`` -> ``None``
-* ``-ERR <text>\\r\\n``      -> :class:`ErrorReply` (a value, not raised: the command layer decides)
-* ``-1\\r\\n``               -> ``-1`` (the public article's legacy "not applied")
-* ``*<n>\\r\\n`` + n items   -> ``list`` (notifications, SCAN)
-
-Parsing is strict: exact lengths, CRLF terminators, nothing after the value. Every malformed input raises
-:class:`ProtocolError` and nothing else.
+The grammar: docs/design/protocol.md §1 and §2.
 """
 
 from __future__ import annotations

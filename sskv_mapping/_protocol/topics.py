@@ -1,7 +1,4 @@
-"""MQTT topics of the state store and their hex rules.
-
-Must not import anything above ``_protocol``.
-"""
+"""MQTT topics of the state store and their hex rules (docs/design/protocol.md §1 and §4)."""
 
 from __future__ import annotations
 

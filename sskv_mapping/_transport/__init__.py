@@ -1,4 +1,1 @@
-"""The transport package (see :mod:`~sskv_mapping._transport.base`).
-
-Must not import anything above ``_transport``.
-"""
+"""The transport package: the only I/O (see :mod:`~sskv_mapping._transport.base` and docs/design/transport.md)."""

@@ -1,9 +1,4 @@
-"""The one exponential backoff (client reconnects, watch restores, resends of undelivered
-requests, the emulator's reconnects).
-
-Pure: no I/O, no clock; the caller sleeps for what :meth:`Backoff.next` returns. Must not import anything
-above ``errors``.
-"""
+"""The one exponential backoff (reconnects, watch restores, resends); pure, the caller sleeps."""
 
 from __future__ import annotations
 

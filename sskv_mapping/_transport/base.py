@@ -1,12 +1,6 @@
-"""The shape every connection has.
+"""The shape every connection has: the :class:`Connection` Protocol the client is written against.
 
-:class:`~sskv_mapping._transport.paho.PahoConnection` (a real broker) and
-:class:`~sskv_mapping._transport.loopback.LoopbackConnection` (the emulator core in-process, for fast unit
-tests) both satisfy :class:`Connection`; the client is written against this Protocol only.
-:class:`InboundMessage` is defined by the pure PUBLISH codec (``_protocol/mqtt_publish.py``) and re-exported
-here.
-
-Must not import aiomqtt/paho nor anything above ``_transport``.
+Its implementations: ``stream.py`` (the default), ``paho.py`` (the stock one) and ``loopback.py`` (in-process).
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""An in-process stand-in for an MQTT broker, for fast hermetic unit tests.
+"""An in-process stand-in for an MQTT broker, for fast hermetic unit tests (never instead of the real broker).
 
-:class:`LoopbackBroker` routes publishes between :class:`LoopbackConnection` objects on one event loop:
-topic filters with ``+``/``#``, ``$SYS`` topics matched only by ``$SYS`` filters, in-order delivery (each
-delivery is scheduled with ``call_soon``, like a packet arriving later), session take-over by client id,
-and mosquitto's connection log lines on ``$SYS/broker/log/N|E`` so the emulator drops registrations of
-clients that go away. :meth:`LoopbackConnection.drop` simulates a network failure.
-
-It is the "fast" implementation the contract suites run against besides the real mosquitto; it never
-replaces the real broker in tests of the transport itself.
-
-Must not import aiomqtt/paho nor anything above ``_transport``.
+Design: docs/design/transport.md, "The session core and the other transports".
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
 """The stock transport over aiomqtt and paho: the ONLY module that imports them.
 
-The client and the emulator use :class:`~sskv_mapping._transport.stream.StreamConnection`
-(our own MQTT 5 on an asyncio ``Protocol``) unless ``SSKV_MQTT_FASTPATH=0`` is set (``_transport/factory.py``):
-then they use this one, and ``nox -s stock-paho`` runs the client/emulator suites so -- a second, independent
-implementation of the same contract. Tools and tests may also build it directly.
-
-One :class:`PahoConnection` is one MQTT 5 session with a broker, owned by an ``aiomqtt.Client``; paho reads,
-decodes, encodes and writes every packet (PUBLISH properties included: paho's ``Properties``, not our codec, so
-that it is an oracle for ``_protocol/``, not our codec in disguise). Inbound PUBLISHes are converted to plain
-:class:`InboundMessage` values and handed to a callback *synchronously*, from aiomqtt's documented
-``queue_type`` hook. Foreign exceptions are mapped to the sskv_mapping tree here (``raise X from exc``) and never
-leak. What correctness needs and aiomqtt does not do is in :class:`PahoHooks` (PUBACK waits and refusals, Receive
-Maximum, the Maximum Packet Size, a disconnect before CONNACK failing at once): the only code that touches
-aiomqtt's or paho's private names, each listed in ``_INTERNALS`` and marked ``# noqa: SLF001``.
-
-Reconnection is the caller's business (the client layer): a connection that dropped reports it through
-:meth:`PahoConnection.wait_closed` and is then discarded.
-
-Must not import anything above ``_transport``.
+An independent implementation of the same contract, selected by ``SSKV_MQTT_FASTPATH=0`` (docs/design/transport.md).
 """
 
 from __future__ import annotations

@@ -1,27 +1,6 @@
-"""K8S-SAT re-authentication on a live connection.
+"""K8S-SAT re-authentication on a live connection, before the presented token expires.
 
-The Azure IoT Operations broker closes a K8S-SAT client's network connection, without a DISCONNECT, when the
-token it presented expires, unless the client re-authenticates first: an MQTT 5 AUTH packet (reason 0x19,
-method ``K8S-SAT``, the new token as Authentication Data) answered by AUTH 0x00. Kubernetes rewrites a projected
-token's file well before it expires (at 80 % of its life, an hour by default). Here:
-
-* :func:`jwt_times`: a token's ``iat`` and ``exp`` claims, read without verifying the signature (the broker
-  verifies; we only need to know when it will stop accepting the token). A token that is not a JWT with an
-  ``exp`` gives ``None``: it is then re-sent only when its source changes.
-* :class:`RefreshPlan` (pure, the wall-clock time passed in): when to look at the token source next and whether
-  what it holds is worth a re-authentication. The source is read every ``sat_poll_interval`` seconds (a
-  token file: the Go and Rust SDKs' "re-authenticate when the file changes"), and in any case once at
-  :func:`margin` seconds before the presented token's ``exp`` (the .NET SDK's "5 s before exp", scaled), never
-  re-sending the presented token nor trading it for one that expires no later.
-* :class:`SatSession`: one connection's task that follows the plan, and its AUTH exchange (at most one AUTH
-  0x19 awaiting its answer). Success: the connection goes on untouched. Refused, or no answer within the
-  timeout: a warning, :class:`~sskv_mapping.errors.ReauthenticationError`, and the connection is dropped, so
-  that the client's usual reconnect reads the token again for its CONNECT.
-
-The token is read at the moment of sending (:func:`~sskv_mapping._transport.tls.read_sat_token`: the file, or
-the user's ``sat_token_provider``); it never appears in a log line or an error.
-
-Must not import aiomqtt/paho nor anything above ``_transport``.
+Design: docs/design/transport.md, "The session core and the other transports".
 """
 
 from __future__ import annotations

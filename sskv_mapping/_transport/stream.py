@@ -1,48 +1,6 @@
-""":class:`StreamConnection`, one MQTT 5 connection written directly on an asyncio
-``Protocol`` -- the request path's transport (the client's and the emulator's).
+""":class:`StreamConnection`, our MQTT 5 connection on an asyncio ``Protocol``: the default transport.
 
-Why not aiomqtt/paho here (they remain, as :class:`~sskv_mapping._transport.paho.PahoConnection`, the stock
-transport that ``SSKV_MQTT_FASTPATH=0`` selects and that ``nox -s stock-paho`` runs the suites on): paho reads a
-packet in three ``recv`` calls (type, then the remaining length a byte at a time, then the body), handles one
-packet per read callback, and queues each outgoing packet through its own machinery and a thread-safe writer
-hand-off. A connection has one owner of its socket, so keeping paho for CONNECT, TLS or keepalive while reading
-and writing around it is not possible (an established ``ssl.SSLSocket`` cannot be handed to asyncio either).
-Here instead:
-
-* **session**: what MQTT makes a connection remember (packet ids, QoS 1 in flight and the broker's Receive
-  Maximum queue, SUBACK waits, the packet-size limits both ways, reassembly, keepalive decisions) is the pure
-  :class:`~sskv_mapping._protocol.mqtt_session.MqttSession`; this ``Protocol`` keeps the socket, the futures
-  and the timers, and asks the session what to send and what an inbound packet means. Enhanced
-  authentication on the live connection (AUTH, re-authentication) goes the same way: an ``AUTH`` branch in
-  ``data_received``'s dispatch beside CONNACK, the state in the session, a ``reauthenticate`` here;
-* **receive**: ``data_received`` gets whatever the socket had (and re-arms TCP_QUICKACK: a broker on its
-  default settings writes with Nagle on); the session cuts every whole packet out of it, and each is dispatched
-  at once -- a PUBLISH to the handler (a response resolves its future, a notification reaches its watch), a
-  PUBACK to its waiter -- with no extra loop hop; a packet over our Maximum Packet Size drops the connection
-  at its header;
-* **send**: a packet is appended to an output list; the list leaves in one ``write`` at the end of the
-  current ``data_received`` (a handler's responses and the PUBACKs go out together) or, outside it, in one
-  ``call_soon`` callback (the requests a burst of woken tasks makes in one loop iteration leave together);
-  a packet over the broker's Maximum Packet Size is refused before anything is sent (``ValueTooLargeError``);
-  while asyncio pauses our writing, ``publish`` waits and ``publish_nowait`` refuses past a bound
-  (``WriteBufferFullError``);
-* CONNECT with TLS (asyncio's SSL transport, with the TLS settings' context and server name), user name /
-  password or MQTT 5 enhanced authentication (``K8S-SAT``, the token re-read at every connect, and
-  re-authentication with AUTH on the live connection before it expires: ``sat.py``), keepalive
-  (by bytes received: PINGREQ after half an interval without a read, the link dropped when its PINGRESP does
-  not come within half an interval more, whatever was written), the
-  broker's Receive Maximum (QoS 1 publishes beyond it wait for PUBACKs), SUBSCRIBE/UNSUBSCRIBE with their
-  acknowledgements, DISCONNECT. Reconnection is the client's (:mod:`sskv_mapping.client._keeper`);
-* **persistent session** (``clean_start``/``session_expiry`` in the settings; by default CleanStart=0 and 3600 s,
-  as the SDKs connect): a drop keeps the QoS 1 publishes not yet acknowledged, the next connection takes them
-  over (:meth:`StreamConnection.carry_over`) and, when its CONNACK says the broker kept the session, sends them
-  again with DUP=1 and their packet ids; when it did not, their futures fail with
-  :class:`~sskv_mapping.errors.SessionLostError`. A reconnect always asks for the session (CleanStart=0); the
-  first connect follows ``clean_start``. :meth:`close` ends the session (DISCONNECT with Session Expiry 0). A
-  broker that says another connection took our session (0x8E) ends the connection with
-  :class:`~sskv_mapping.errors.SessionTakenOverError`.
-
-Must not import aiomqtt/paho nor anything above ``_transport``.
+Why it exists and each of its concerns: docs/design/transport.md.
 """
 
 from __future__ import annotations

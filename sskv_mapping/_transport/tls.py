@@ -1,10 +1,4 @@
-"""What both transports need to open a connection -- the TLS context from
-:class:`~sskv_mapping._transport.settings.TlsSettings`, the name the broker's certificate is checked against,
-and the K8S-SAT token (re-read at every connect, as the token file is rotated, and by ``sat.py`` for a
-re-authentication).
-
-Must not import aiomqtt/paho nor anything above ``_transport``.
-"""
+"""What both transports need to open a connection: the TLS context, the server name, the K8S-SAT token."""
 
 from __future__ import annotations
 
