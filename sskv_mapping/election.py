@@ -1,19 +1,6 @@
-"""Leader election over a leased lock -- one of several replicas acts, the others wait and watch.
+"""Leader election over a leased lock: one of several replicas acts, the others wait and watch.
 
-The election is the leased lock of docs/design/protocol.md §6 with the candidate's name as the holder value:
-``SET name candidate NEX PX term`` to campaign and to renew, the response ``__ts`` the leader's fencing token,
-``VDEL name candidate`` to resign, KEYNOTIFY on ``name`` to wait and to observe. That is the key and the value
-shape the official .NET ``LeaderElectionClient`` (over its ``LeasedLockClient``: key = the leadership position
-id, value = the candidate name, by default the MQTT client id) writes, so a Python and a .NET replica can stand
-in one election; see the README ("Leader election") for what was checked.
-
-A leader renews its term every ``term * renew_fraction`` seconds. A renewal that fails for a transport reason is
-retried until the term would end by the leader's own clock; a renewal that finds another holder, or a term that
-runs out unrenewed, ends the leadership *before* the service could have given it to anyone else by that clock:
-``is_leader`` turns false, the ``on_lost`` callbacks run and :attr:`lost` is set. The fencing token the old
-leader holds is then refused by the service once a successor has written with its newer token.
-
-Must not import aiomqtt/paho, the emulator or the mapping/cache modules.
+The same keys and values as the .NET ``LeaderElectionClient`` (docs/guide/locks.md, docs/design/protocol.md §6).
 """
 
 from __future__ import annotations

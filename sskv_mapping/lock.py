@@ -1,16 +1,6 @@
-"""Leased locks whose grant is a fencing token (docs/design/protocol.md §6).
+"""Leased locks whose grant is a fencing token (docs/design/protocol.md §6); a lock never fails open.
 
-1. acquire/renew: ``SET lock holder NEX PX lease`` -> ``+OK``: held, and the response ``__ts`` is the
-   fencing token; ``:-1``: someone else holds it.
-2. write under the lock: ``SET key value`` with ``__ft = token`` (:meth:`AsyncLeasedLock.set`).
-3. release: ``VDEL lock holder``.
-4. wait: KEYNOTIFY the lock key first, then retry after each ``DELETE`` (never busy-polling).
-
-The lock never fails open: when it cannot confirm the lease (lost, renew failed, expired by our own
-clock) the caller gets :class:`LockError`, not a pretend lock. The service knows nothing of which lock
-protects which key; the fencing token is what stops a paused former holder.
-
-Must not import aiomqtt/paho, the emulator or the mapping layers.
+How to use them: docs/guide/locks.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """The state store client: :class:`AsyncStateStoreClient` and its blocking twin :class:`StateStoreClient`.
 
-Private parts: ``_client`` (the two clients), ``_keeper`` (the connection and reconnects), ``_requests`` (sending,
-matching responses, resending what reached nobody), ``_in_flight`` (the bound on requests in flight), ``_watches``
-(KEYNOTIFY), ``_scan`` (the SCAN pager).
-
-Must not import: sskv_mapping.mapping, sskv_mapping.cache, sskv_mapping.integrations, sskv_mapping.emulator
+Its private parts: docs/design/architecture.md, "The client's parts".
 """
 
 from ._client import (

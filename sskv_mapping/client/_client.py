@@ -1,16 +1,6 @@
-"""The state store client, :class:`AsyncStateStoreClient`, and its blocking twin
-:class:`StateStoreClient`.
+"""The state store client, :class:`AsyncStateStoreClient`, and its blocking twin :class:`StateStoreClient`.
 
-The async client owns one broker connection (through the ``_transport`` layer; it never sees aiomqtt),
-many requests in flight on it, KEYNOTIFY watches shared per key, and reconnection of its own, whatever the transport:
-the client reconnects with backoff, re-subscribes, re-registers every watched key and — because
-notifications sent while it was away are lost — re-reads each watched key and delivers a synthetic event
-when the key changed meanwhile.
-
-The blocking :class:`StateStoreClient` runs the async client on one background event-loop thread
-(``_blocking.py``); every public async method has a sync twin with the same parameters (a test checks).
-
-Must not import aiomqtt/paho, nor the layers above (codecs, mapping, cache, emulator).
+One connection, many requests in flight, shared watches, its own reconnection (docs/design/architecture.md).
 """
 
 from __future__ import annotations

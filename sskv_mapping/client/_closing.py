@@ -1,14 +1,4 @@
-"""Every wait ends: the one way a wait of the layers above (a lock's, an election's, ``get_or_set``'s, a watch's)
-ends when its client can no longer end it.
-
-A wait for a notification (an ``asyncio.Event`` that only KEYNOTIFY sets, a flight another caller settles) would
-wait forever once the client is closed, or has lost its connection for good (``reconnect=False``): nothing will ever
-set it. :func:`unless_closed` races the wait against the client's ``closed`` event and its state, and raises
-:class:`ClientStateError` as soon as the client closes (:class:`ConnectionLostError` once it gave its connection up)
--- whatever timeout the wait had, so a closed client never reads as "timed out".
-
-Must not import aiomqtt/paho, nor the layers above the client.
-"""
+"""Every wait ends: how a wait of the layers above ends when its client can no longer end it."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
 """The bound on a client's requests awaiting an answer (``AsyncStateStoreClient(max_in_flight=...)``).
 
-A broker keeps only so many messages per session: mosquitto by default 20 in flight and 1,000 queued, and beyond
-that it drops messages *without a word* (its ``$SYS/broker/publish/messages/dropped`` counts them). Every request
-of a client is queued once towards the service's session and its answer once towards ours, so thousands of
-requests started at once lose requests and replies alike, and each lost one is a caller waiting out its timeout.
-:class:`InFlightGate` keeps a client's unanswered requests at or below a bound; past it callers wait their turn,
-first come first served, within their own deadline.
-
-The common case costs one compare and two integer updates (:meth:`InFlightGate.try_enter`,
-:meth:`InFlightGate.leave`); only a caller past the bound makes a future.
-
-Must not import aiomqtt/paho, the transport, nor the layers above (client, codecs, mapping, cache, emulator).
+Why a bound: docs/design/architecture.md, "The client's parts".
 """
 
 from __future__ import annotations

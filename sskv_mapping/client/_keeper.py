@@ -1,22 +1,6 @@
-"""The connection of one client and its life -- connect, the state listeners, the
-supervisor that notices a drop and reconnects with backoff, and waiting for a usable connection.
+"""The connection of one client and its life: connect, notice a drop, reconnect with backoff.
 
-The client keeps its connection alive here, whatever the transport: on a drop, :class:`ConnectionKeeper`
-reports it (``on_drop``: mark the watches lost; ``fail_calls``: what is in flight, unless the session is kept),
-reconnects with jittered exponential backoff, re-subscribes, and reports it back (``on_reconnect``: restore the
-watches). Each connection is a fresh :class:`~sskv_mapping._transport.base.Connection`; none is reused, but
-each reconnect's connection takes over its predecessor's MQTT session (``carry_over``): the requests not yet
-acknowledged are sent again when the broker kept the session. When it did not (CONNACK session present = 0 on a
-reconnect: the broker restarted, the session expired), ``fail_calls`` fails the calls that were in flight
-(:class:`~sskv_mapping.errors.SessionLostError`), :attr:`ConnectionKeeper.sessions_lost` counts it and the
-listeners hear ``SESSION_LOST`` before ``CONNECTED``; new calls go on.
-
-What no reconnect heals ends the client instead of looping: another connection took our client id's session
-(0x8E) at once, refused credentials after :data:`CREDENTIAL_TRIES` consecutive refusals (the token re-read for
-each). The state becomes ``FAILED``, :attr:`ConnectionKeeper.failure` holds the typed error, and every call
-raises it.
-
-Must not import aiomqtt/paho, nor the layers above the client.
+Design: docs/design/architecture.md, "The client's parts"; users: docs/reliability.md.
 """
 
 from __future__ import annotations

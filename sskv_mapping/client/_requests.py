@@ -1,19 +1,6 @@
 """:class:`RequestSender`, how one request reaches the service and its answer comes back.
 
-The concerns of the client's request path, each in one place (httpx's ``send`` chain is the model):
-:meth:`AsyncStateStoreClient._request` checks the arguments, waits for a slot under ``max_in_flight`` and merges
-the response's version into the client's clock; this module sends: it waits for the connection (within the
-call's deadline), publishes the request once with its correlation data and headers, waits for the response, and
-sends again what the broker delivered to nobody (PUBACK 0x10, a definite "not sent") until the service is back
--- or, where the service never answered this client (a bare broker), says so within about a second.
-
-Across a network blip a call keeps waiting (within its own deadline): the connection's MQTT session outlives the
-socket, the transport sends again the request the broker had not acknowledged (DUP=1, same packet id) and the
-broker delivers the response it kept in the session. A request that found the connection already gone was not
-sent at all, and is published on the next connection. Only a session the broker lost fails the calls then in
-flight (``SessionLostError``, from the client).
-
-Must not import aiomqtt/paho, nor the layers above (codecs, mapping, cache, emulator).
+Design: docs/design/architecture.md, "The client's parts"; users: docs/reliability.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
-"""Listing keys with SCAN (docs/design/protocol.md §8) -- the pager behind
-``AsyncStateStoreClient.scan`` / ``scan_pages`` and what the client remembers about the service's support.
+"""Listing keys with SCAN (docs/design/protocol.md §8): the pager behind ``scan`` / ``scan_pages``.
 
-The service picks the pages (empty ones included) and hands back an opaque continuation token; a listing ends
-with the first reply that carries no token. The pager bounds a listing by *time*, never by a page count:
-
-* each page has its own timeout (``page_timeout``, default the client's request timeout);
-* the whole listing has a budget (``timeout``) counted over the time the pager itself waits -- for pages and
-  between retries -- not the time the caller spends between pages, so a slow consumer does not fail a listing;
-* a page that timed out or whose connection dropped is asked again with the *same* token (the SDKs keep the token
-  for exactly this), after a short backoff, while the listing's budget lasts -- unless the connection cannot
-  come back (a client with ``reconnect=False`` that dropped): then the caller hears at once. ``unknown command``
-  on a later page (the service changed under the listing) stays a plain :class:`UnknownCommandError`.
-
-The first page is the capability test: ``unknown command`` there is :class:`UnsupportedCommandError`, remembered
-for the connection (:class:`ScanSupport`), so later listings fail at once without a request; the client forgets it
-when the connection drops (a reconnect may reach a newer service).
-
-Must not import aiomqtt/paho, nor the layers above the client (codecs, mapping, cache, emulator).
+A listing is bounded by time, never by a page count (docs/design/architecture.md, "The client's parts").
 """
 
 from __future__ import annotations

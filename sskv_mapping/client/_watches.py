@@ -1,17 +1,6 @@
-"""KEYNOTIFY watches of one client -- registrations shared per key, delivery of
-notifications with duplicates dropped, and restoring every watch after a reconnect.
+"""KEYNOTIFY watches of one client: shared per key, delivered once and in order, restored after a reconnect.
 
-The client (:mod:`sskv_mapping.client`) owns one :class:`Watches` and hands it what it needs as callables:
-how to send a request, whether the connection is up and which one it is, the default timeout. Because
-notifications sent while a client was away are lost, :meth:`Watches.restore` re-registers each watched key,
-re-reads it, and delivers a synthetic event when the key changed meanwhile.
-
-What a watch promises: its events come in version order, each change at most once, and after a reconnect the
-key's latest value is delivered (by the re-read, or by a newer notification). Notifications flow again as soon as
-the key is registered, before the re-read is answered; a newer one may arrive first, and then the re-read's
-answer is older news and is dropped, never delivered after it (``stale_catch_ups`` counts those).
-
-Must not import aiomqtt/paho, nor the layers above the client (codecs, mapping, cache, emulator).
+What a watch promises: docs/design/architecture.md, "The client's parts".
 """
 
 from __future__ import annotations
