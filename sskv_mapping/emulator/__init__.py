@@ -1,13 +1,6 @@
-"""A faithful local emulator of the Azure IoT Operations state store.
+"""A faithful local emulator of the Azure IoT Operations state store (docs/emulator.md).
 
-* :class:`EmulatorCore` (``core.py``): the service as a pure state machine (no I/O, injected clock).
-* :class:`EmulatorServer` (``server.py``): serves a core over a real MQTT broker.
-* :class:`MosquittoBroker` (``broker.py``): a private mosquitto configured for the emulator.
-
-Run it with ``python -m sskv_mapping.emulator --port 1883`` or ``sskv emulator --with-broker``.
-
-The server and broker are imported lazily, so ``from sskv_mapping.emulator import EmulatorCore`` loads
-no MQTT library. Must not import the client, mapping or cache layers.
+``from sskv_mapping.emulator import EmulatorCore`` loads no MQTT library: the server and broker load lazily.
 """
 
 from __future__ import annotations

@@ -1,16 +1,4 @@
-"""OpenTelemetry in the emulator: it continues the caller's trace (docs/observability.md).
-
-When OpenTelemetry is on in the emulator's process, each request gets a server span, the child of the client span
-whose ``traceparent``/``tracestate`` user properties it carries (W3C "Trace Context: MQTT"), and each change
-notification a producer span linked to the span of the write (or expiry) that caused it. It is on when
-``opentelemetry-api`` is installed and a tracer provider is configured in the process (``opentelemetry-instrument
-sskv emulator``, or an application that runs the emulator in-process), or when ``SSKV_EMULATOR_OTEL_SPANS`` names a
-file: the emulator then configures the SDK itself (``opentelemetry-sdk`` needed) and writes one JSON line per
-finished span there -- what the tests read back, and a quick look without a collector. Otherwise
-:data:`current` is ``None`` and serving a request costs one attribute test.
-
-Must not import aiomqtt/paho; OpenTelemetry only inside :func:`server_telemetry`.
-"""
+"""OpenTelemetry in the emulator: it continues the caller's trace (docs/observability.md, "In the emulator")."""
 
 from __future__ import annotations
 

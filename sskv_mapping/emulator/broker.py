@@ -1,19 +1,6 @@
-"""A private mosquitto broker for tests, demos and the emulator.
+"""A private mosquitto broker for tests, demos and the emulator, which never outlives the Python process.
 
-Standard library only: this module must not import aiomqtt/paho (only the ``_transport/paho.py`` module does) nor
-anything above ``_protocol``. It starts ``mosquitto`` on a loopback port with a generated config in a
-private temporary directory, waits until it really serves, and guarantees the child never outlives the
-Python process (explicit ``stop()``, context manager, and an ``atexit`` sweep).
-
-It also knows how mosquitto 2.0 reports clients coming and going on ``$SYS/broker/log/...``
-(``CONNECTION_LOG_FORMATS``, ``parse_connection_log``): that is how the emulator learns that a client
-went away and drops its KEYNOTIFY registrations, as the real service does.
-
-Example::
-
-    with MosquittoBroker() as broker:
-        print(broker.url)      # mqtt://127.0.0.1:40123
-        broker.restart()       # same port: clients can reconnect to the same address
+It also parses mosquitto's connection log lines, how the emulator learns that a client went away.
 """
 
 from __future__ import annotations

@@ -1,33 +1,6 @@
-"""The state store as a state machine, faithful to docs/design/protocol.md §1-§6.
+"""The state store as a pure state machine, faithful to docs/design/protocol.md §1-§6.
 
-Must not import asyncio, sockets, aiomqtt/paho, the transport or the client: bytes and header values go
-in, response bytes, a version and notifications come out. The wall clock is injected (``now_ms``), so
-tests advance time instead of sleeping; expiry happens lazily whenever a request is handled *and* through
-:meth:`EmulatorCore.expire_due`, which a server calls on a timer (so watchers hear about an expiry even
-when nobody touches the key).
-
-What it models:
-
-* versions: one service hybrid logical clock (node id ``StateStore``); a request's ``__ts`` is merged into
-  it, and every change (SET, DEL, VDEL, expiry) ticks it, so each new version is strictly newer than the
-  key's previous version and than the request's ``__ts``;
-* ``NX`` / ``NEX`` / ``PX``; fencing tokens (§6); KEYNOTIFY registrations per client id (§4) and the
-  ``NOTIFY`` payloads; an optional key quota;
-* the size limits (:mod:`sskv_mapping._protocol.limits`): a SET whose key or value is over them is refused with
-  ``RequestTooLargeError``'s text (its reply or notifications could never be sent), nothing stored;
-* persistence: entries written with ``aio-persistence: true`` can be dumped (:meth:`dump_persistent`) and
-  loaded back (:meth:`load_persistent`); the file itself is the server's business;
-* SCAN (§8) over a sorted key list kept incrementally (:mod:`sskv_mapping.emulator.scan` says how pages and
-  tokens are made); ``scan=False`` answers it ``unknown command``, like an older service;
-* a request sent twice is applied once: handed its correlation data, the core answers a copy of a recent
-  SET/DEL/VDEL from the same client with the first answer and changes nothing
-  (:mod:`sskv_mapping.emulator.duplicates` says which copies and for how long). Whether the real service does
-  is not documented (docs/design/protocol.md §9); the client is safe either way (docs/reliability.md).
-
-Choices where docs/design/protocol.md leaves a cell blank: a DEL/VDEL that deleted answers with ``__ts`` = the version
-of the delete (the same ``__ts`` as its DELETE notification); DEL/VDEL that changed nothing, KEYNOTIFY and
-errors carry no ``__ts``. KEYNOTIFY from a request whose client id is unknown is refused with
-``not authorized`` (its notifications could not be addressed).
+What it models and its choices: docs/design/architecture.md, "The emulator's parts".
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
 """The answers the emulator remembers so that a request sent twice is applied once.
 
-A client that loses its connection after publishing a request, before the broker acknowledged it, sends it
-again after the reconnect (MQTT 5 §4.4: DUP=1, same packet id; the broker forwards both copies: QoS 1 is "at
-least once"). The service may then see one request twice. Applied twice, ``SET NX`` answers "not set" for the
-key it just set, ``VDEL`` "not deleted" for the value it just deleted, a lock's ``SET NEX PX`` renews what it
-just took -- answers the caller would read wrong. :class:`RecentAnswers` keeps the answer the core gave to each
-recent state-changing request, by (requester's client id, correlation data), so that the second copy gets the
-first answer, byte for byte, and changes nothing.
-
-The window is bounded both ways, whichever comes first:
-
-* in **time**: an answer is remembered ``max_age_ms`` (default 60 s, six times the client's default call
-  timeout, which is also the request's message expiry: a copy arriving later is from a call its caller gave up);
-* in **count**: at most ``max_entries`` answers (default 50,000, a few MB), the oldest forgotten first.
-
-A copy is a duplicate only if the request bytes are the same as well (compared by length and hash): a client
-that reuses correlation data for a *different* request gets that request served, not an old answer.
-
-Must not import asyncio, sockets or the transport: the clock is a number handed in (the core's injected one).
+The window and what counts as a copy: docs/design/architecture.md, "The emulator's parts"; docs/emulator.md.
 """
 
 from __future__ import annotations

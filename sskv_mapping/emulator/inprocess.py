@@ -1,18 +1,4 @@
-"""The whole state store in this process, for fast hermetic tests.
-
-:class:`InProcessStateStore` runs the real :class:`~sskv_mapping.emulator.server.EmulatorServer` and
-:class:`~sskv_mapping.emulator.core.EmulatorCore` on a :class:`~sskv_mapping._transport.loopback.LoopbackBroker`
-instead of mosquitto, and hands out clients connected to it. Same service code, no sockets, an injectable
-clock. Think ``fakeredis``::
-
-    async with InProcessStateStore() as store:
-        async with store.client() as client:
-            await client.set("k", b"v")
-
-Tests that are about the transport use the real broker; this is for the layers above it.
-
-Must not import aiomqtt/paho, nor the mapping or cache layers.
-"""
+"""The whole state store in this process (the real server and core on the loopback broker), for fast tests."""
 
 from __future__ import annotations
 

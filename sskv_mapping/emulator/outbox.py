@@ -1,25 +1,6 @@
-"""The emulator's outbound side: its replies and KEYNOTIFY notifications, published in order, never dropped in silence.
+"""The emulator's replies and notifications, published in order, never dropped in silence.
 
-Must not import aiomqtt/paho (it publishes through a ``_transport`` ``Connection``), nor the client, mapping or cache
-layers.
-
-* **replies**: published at once (``Connection.publish_nowait``, no task, no PUBACK awaited). One the connection's
-  write backlog has no room for now (``WriteBufferFullError``: large replies at once, a fan-out) waits its turn and
-  goes out when there is room -- never dropped while what waits is under :data:`_WAITING_BYTES_MAX`; past that the
-  requester is answered ``-ERR`` :class:`~sskv_mapping.errors.OverloadedError` at once. One that could never be sent
-  (over the broker's Maximum Packet Size, or a payload over the 16 MiB write bound: a value stored past the limits)
-  is answered ``-ERR`` :class:`~sskv_mapping.errors.ResponseTooLargeError` instead of silence.
-* **notifications**: the fan-out of one change is bounded per loop iteration: :data:`_FANOUT_CHUNK` go out at once,
-  the rest are drained a chunk at a time, each chunk's last publish awaited (its PUBACK), so the broker's Receive
-  Maximum queue holds about one chunk and a reply to anyone else waits behind one chunk, not the whole fan-out.
-  The payload is encoded once per change (the core shares it), the ``__ts`` property once per change, the key's
-  hex once per change and each watcher's client id's hex once (kept); only the topic is built per watcher.
-  Notifications keep their order (what waits is drained first). Past :data:`_BACKPRESSURE_NOTES` waiting, replies
-  wait behind them too: a writer cannot run ahead of the fan-outs it causes (backpressure, as the read pause gives
-  while the socket is full). At most :data:`_WAITING_NOTES_MAX` wait: past it they are dropped and logged (many
-  writers at once; a notification is never trusted to arrive: clients bound their staleness).
-* cost: a change with N watchers costs the emulator about N x 10 us of CPU (2 shared cores, the transport's
-  per-publish encoding and PUBACKs most of it) and the broker about N x 8.5 us: benchmarks/bench_fanout.py.
+Design: docs/design/architecture.md, "The emulator's parts".
 """
 
 from __future__ import annotations

@@ -1,31 +1,6 @@
-"""SCAN (docs/design/protocol.md §8) -- glob patterns, the sorted key space, pages and tokens.
+"""SCAN (docs/design/protocol.md §8): glob patterns, the sorted key space, pages and tokens.
 
-Must not import asyncio, sockets, aiomqtt/paho, the transport or the client.
-
-The choices where §8 leaves the service's behaviour open (each documented in the README, "Listing keys"):
-
-* **Globs** (the Rust ``glob`` crate's rules, as reported for the service): ``*`` any run of characters (``/``
-  included; ``**`` is the same as ``*``), ``?`` exactly one character, ``[abc]``, ``[a-z]``, ``[!abc]``; inside
-  brackets ``]`` right after ``[`` or ``[!`` is a member, ``-`` first or last is a member, and ``*``, ``?``, ``[``
-  are members, so ``[*]``, ``[?]``, ``[[]`` are the escapes; no backslash escape; case-sensitive; the whole key
-  must match. Matching is per character of the UTF-8 key; a key that is not UTF-8 is still matched, each invalid
-  byte counting as one character (the service is reported to list only UTF-8 keys: the emulator is more lenient).
-  An unclosed ``[`` is an invalid pattern: ``-ERR syntax error`` (as is an empty pattern or an empty token).
-  The pattern is parsed here (these rules, not ``fnmatch``'s); the parsed elements run as an anchored regular
-  expression built from them, so the per-key cost is the C regex engine's.
-* **Order and pages**: the keys are kept in a sorted list (bytes order), updated incrementally with ``bisect`` on
-  every new and removed key, so a page costs what it examines, not the size of the store. A page holds up to
-  ``page_size`` matching keys and examines at most ``max(10 * page_size, 64)`` keys: a sparse pattern gives empty
-  pages with more to come, as the real service does. A pattern's literal prefix (before its first ``*``, ``?``
-  or ``[``) narrows the walk to that prefix's range of the sorted list.
-* **Tokens**: opaque bytes ``0x01 | MAC (8 bytes) | empty pages still to give (1 byte) | 0x00, or 0x01 + the last
-  key examined``; the MAC (keyed BLAKE2b) binds the token to the pattern and to this emulator instance. The next
-  page starts after that key, so a key present for the whole listing is listed exactly once however many keys are
-  added or removed meanwhile. A token that does not verify (another pattern, altered bytes, an earlier emulator
-  process) answers ``-ERR`` :data:`INVALID_TOKEN_TEXT`.
-* **Empty pages**: with ``empty_pages=N``, N empty pages with more to come precede every page of keys (the first
-  included), so clients meet what the service does without luck.
-* Expired keys are never listed (the core purges due keys before every request; a key past its time is skipped).
+The choices where §8 leaves the service open: docs/design/architecture.md, "The emulator's parts".
 """
 
 from __future__ import annotations

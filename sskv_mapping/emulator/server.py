@@ -1,48 +1,6 @@
-"""Serves an :class:`~sskv_mapping.emulator.core.EmulatorCore` over MQTT.
+"""Serves an :class:`~sskv_mapping.emulator.core.EmulatorCore` over MQTT, like the real service.
 
-Must not import aiomqtt/paho (it talks MQTT only through a ``_transport`` ``Connection``), nor the client, mapping
-or cache layers.
-
-What it does, like the real service (docs/design/protocol.md):
-
-* subscribes (QoS 1) to mosquitto's ``$SYS/broker/log/#`` and then to the request topic, and only then
-  reports ready; a "Client X disconnected" log line drops X's KEYNOTIFY registrations; an "Outgoing messages are
-  being dropped for client X" line (X's queue at the broker is full) is logged at WARNING, once per client;
-* for each request, in arrival order: learns the client id from ``__srcId`` (else from a
-  ``clients/{id}/...`` response topic), checks ``__protVer`` (major other than 1 → ``__stat=505`` with
-  ``__supProtMajVer=1``), runs the core, and publishes the response (QoS 1, same correlation data,
-  ``application/octet-stream``, ``__stat=200``, ``__protVer=1.0``, ``__ts``) and then the notifications
-  (QoS 1, ``__ts`` = the change's version); a copy of a recent SET/DEL/VDEL (same correlation data
-  from the same client: a request re-sent after a reconnect) gets the first copy's answer again and changes
-  nothing (:mod:`sskv_mapping.emulator.duplicates`);
-* expires keys on a timer (sleeping until ``core.next_expiry()``), so watchers get DELETE even when nobody
-  touches the key;
-* reconnects (with backoff) when the broker goes away, keeping the store;
-* optionally saves entries written with ``aio-persistence: true`` to a file and loads them at start;
-* lets the inspector (``--inspect``) see each request served: :attr:`EmulatorServer.tap`, ``None`` while no page
-  listens, is called after each one; :meth:`EmulatorServer.handle_local` serves the page's own writes;
-* publishes through its :class:`~sskv_mapping.emulator.outbox.Outbox`: never a packet over the broker's Maximum
-  Packet Size (the broker would drop the emulator for it) nor a reply dropped in silence. A response that could
-  never be sent (a big value and a long response topic, a value stored past the limits) becomes the error reply
-  ``-ERR the response is too large for the broker's maximum packet size`` (the client raises
-  :class:`~sskv_mapping.errors.ResponseTooLargeError`); one the write backlog has no room for now waits for room
-  (past a bound: ``-ERR`` :class:`~sskv_mapping.errors.OverloadedError`); a notification that could not be sent
-  (its topic carries the key hex-encoded, its payload the value) is dropped and logged; a large fan-out goes out a
-  chunk at a time. These are the emulator's own answers: the service's behaviour there is not documented.
-
-Where it is more lenient than the service, by design:
-
-* a request without correlation data or response topic is ignored (logged at debug): there is nobody to
-  answer. A response topic the service forbids (``is_forbidden_response_topic``) is ignored too; the
-  real service *disconnects* such a client, which the emulator cannot do to another MQTT session;
-* QoS 0 requests are served (the service's behaviour for them is not documented);
-* registrations survive the emulator's own reconnection: the disconnect lines of clients that left while
-  it was away are lost, so their registrations linger until they re-register or disconnect again.
-
-Requests are handled synchronously in the connection's message callback, and their publishes are queued
-in that order without awaiting any PUBACK (``Connection.publish_nowait``); the transport keeps those awaiting a
-PUBACK within the broker's Receive Maximum (mosquitto's ``max_inflight_messages``) and holds the rest in order,
-so the emulator's replies in flight are bounded by what the broker accepts.
+What it does and where it is more lenient: docs/design/architecture.md, "The emulator's parts".
 """
 
 from __future__ import annotations
