@@ -1,37 +1,6 @@
 """The local, in-process cache in front of the state store, kept current by KEYNOTIFY events.
 
-Must not import the client, the transport, aiomqtt, the mapping/cache layers or the emulator: only
-``_protocol``, ``cachetools`` and the standard library. It never does I/O, never sleeps and never reads a
-clock it was not handed, so it is tested by advancing a fake clock.
-
-What it guarantees, and how:
-
-* **Newest wins.** Every entry carries the key's version (an HLC from the one service clock). A
-  notification or an acknowledged write older than the cached entry never overwrites it, whatever order
-  the broker delivers them in; duplicates are no-ops. An event without a version just drops the entry.
-* **An invalidation that lands while a read is in flight wins over that read.** A GET result is stored
-  only through a :class:`ReadTicket` taken *before* the request was sent; any event, write or invalidation
-  of that key in between, or a clear/disconnect, makes :meth:`LocalCache.finish_read` refuse it.
-* **Never outlive the key.** ``expires_at`` (from the key's ``PX`` TTL, on the cache's monotonic clock)
-  bounds an entry; an optional local ``ttl`` bounds every entry further (a ``cachetools.TTLCache``).
-* **Stale for at most ``max_staleness`` after a lost notification.** A broker drops notifications when a
-  session's queue overflows (a consumer whose loop stalled), and nothing tells the cache. So an entry is served
-  only while it was *confirmed* -- stored from a read, a write or a notification, or re-read unchanged
-  (:meth:`LocalCache.confirm`) -- within ``max_staleness`` seconds (default 30; ``None``: trust notifications
-  forever). Older entries are kept but not served until re-read; :meth:`LocalCache.due` lists those about to
-  age out, for a background revalidator (the namespace store's) to re-read first.
-* **Nothing served from a dead subscription.** After :meth:`LocalCache.disconnected` entries are not
-  served (notifications are being lost) unless ``stale_while_disconnected=True``, which serves them marked
-  ``stale=True``; :meth:`LocalCache.reconnected` empties the cache.
-
-All methods are thread-safe (one :class:`threading.Lock`): readers call :meth:`LocalCache.get` from any
-thread while notifications are applied from the event-loop thread. Decoding a notification's value happens
-outside the lock.
-
-Inside, :class:`LocalCache` decides (versions, staleness, connection state, counters) and two private classes,
-called under its lock, keep: ``_Entries`` the entries (the cachetools bound and order, the hot map, its hit log),
-``_InFlightReads`` the reads in flight (the book-keeping behind each :class:`ReadTicket`, which is why it lives
-here, beside the public ticket it issues).
+Sans-IO and thread-safe; what it guarantees: docs/guide/local-cache.md.
 """
 
 from __future__ import annotations

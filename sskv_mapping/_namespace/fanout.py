@@ -1,11 +1,6 @@
-"""Bounded fan-out -- many requests pipelined on one connection, a bounded number in flight.
+"""Bounded fan-out: many requests pipelined on one connection, a bounded number in flight.
 
-A broker holds only so many in-flight messages per client (mosquitto: 20 in flight + 1,000 queued) and drops
-the rest, so thousands of requests gathered at once lose replies and time out. Everything that fans out
-(``get_many``, ``set_many``, ``delete_many``, sweeps) goes through :func:`gather_bounded`, and background
-work over many items (releasing idle watches) through :class:`BoundedWork`.
-
-Must not import aiomqtt/paho or the emulator.
+Every ``*_many`` form and sweep goes through it (docs/design/namespaces.md, "The namespace store and its parts").
 """
 
 from __future__ import annotations

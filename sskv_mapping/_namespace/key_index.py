@@ -1,9 +1,6 @@
-"""The seam between a namespace and its key listing: :class:`KeyIndex`, and the :class:`IndexEntry` it lists.
+"""The seam between a namespace and its key listing: :class:`KeyIndex` and the :class:`IndexEntry` it lists.
 
-The namespace store calls a ``KeyIndex`` that its owner injects (``NamespaceStore(index=...)``): the dict injects
-SCAN or its stored index (:mod:`sskv_mapping.mapping._listing`); the cache, which keeps no listing, injects none.
-
-Must not import: sskv_mapping.client, sskv_mapping.mapping, sskv_mapping.cache
+The dict injects SCAN or its stored index (``mapping/_listing.py``); the cache injects none.
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
-"""Per-key leased locks of a cache namespace, and the fenced-write retry built on them.
+"""Per-key leased locks of a cache namespace, the fenced-write retry built on them, and :class:`OwnedLock`.
 
-``incr`` leaves its lock's fencing token on the key it writes (docs/design/protocol.md §6): from then on the service
-refuses an unfenced SET/DEL/VDEL of that key with "a fencing token is required". :meth:`KeyLocks.fenced` runs a
-write as is and, only if the key turns out to be fenced, again under the key's lock with that lock's token, so
-callers never see the fencing.
-
-One task per key and process contends for the key's store lock (the others queue on an in-process mutex), so a
-release does not wake a herd of local waiters that would all retry the same ``SET NEX``.
-
-:class:`OwnedLock` is how the library's own locks (index shards, ledger shards, per-key locks, the generation
-lock) are held: one record per client and lock name, a holder value that stays the same until a release is
-confirmed, so that after a reconnect the next holder in this process *re-takes* a lock it may still hold
-(``SET NEX`` with its own value succeeds at once, docs/design/protocol.md §6), not waiting out its lease. Releases run
-in the background, outside the in-process mutex: one lost reply does not hold up the next writer of that lock.
-A lock may also be *kept* a short while after use (``keep``), so the next holder in this process skips the
-``SET NEX`` and knows that nobody else wrote what the lock protects meanwhile.
-
-Must not import aiomqtt/paho, the emulator or the mapping/cache modules.
+Design: docs/design/namespaces.md, "The namespace store and its parts".
 """
 
 from __future__ import annotations

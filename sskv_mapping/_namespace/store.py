@@ -1,19 +1,6 @@
 """One namespace of the state store, with a codec, a notification-kept local cache and a key index.
 
-Shared by :mod:`sskv_mapping.mapping` (the dict) and :mod:`sskv_mapping.cache` (the cache backend). All of
-it runs on the event loop of its :class:`AsyncStateStoreClient`, except :meth:`NamespaceStore.cached`,
-the hot path of a cache hit, which any thread may call (the local cache is thread-safe), so a blocking
-``d[key]`` that hits never touches the loop thread.
-
-Key layout for namespace ``ns``: data keys are ``ns/<key>`` (a cache's: ``ns#g.<generation>/<key>``); the dict's
-index shards are ``ns#index/<i>`` with their locks ``ns#index-lock/<i>`` and ``ns#index-meta`` (never a data key:
-namespaces hold no ``#``, so the SCAN pattern of the data keys, ``escape_glob("ns/") + "*"``, matches none of them).
-
-Reads register KEYNOTIFY for the key *before* the GET, so no change between the two is missed; the local
-cache is then kept current by notifications, ordered by version. Writes go to the store, then into the
-local cache with the version the service returned (read-your-writes).
-
-Must not import aiomqtt/paho or the emulator.
+Shared by the dict and the cache; key layout and the watch-before-read rule: docs/design/namespaces.md.
 """
 
 from __future__ import annotations

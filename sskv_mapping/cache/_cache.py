@@ -1,28 +1,6 @@
-""":class:`AsyncStateStoreCache`, the async cache backend over one namespace of the state store, and its
-blocking twin :class:`StateStoreCache` (for Django, Flask and other WSGI code).
+""":class:`AsyncStateStoreCache` and its blocking twin :class:`StateStoreCache`, what the adapters sit on.
 
-This is the layer the framework adapters (``sskv_mapping.integrations``) sit on. Its verbs are the union of
-what those frameworks ask of a cache: ``get/set/add/delete/exists/touch/expire``, the ``*_many`` forms,
-``clear``, ``get_or_set``, ``incr/decr``. Each operation costs the round trips it needs itself, whatever the
-namespace holds: the cache keeps no key listing.
-
-The class is the cache's API over small modules, one algorithm each:
-
-* :mod:`~sskv_mapping.cache._generation` -- data keys are ``ns#g.<generation>/<key>``; ``clear`` replaces the
-  generation (O(1)), watched by every process; entries without a TTL are listed in a per-generation ledger so
-  that the sweep a clear starts deletes them;
-* :mod:`~sskv_mapping._namespace.key_locks` -- per-key leased locks and the fenced-write retry;
-* :mod:`~sskv_mapping.cache._renewal` -- ``touch``/``expire``: ``SET NEX`` of the stored bytes, undone by ``VDEL``;
-* :mod:`~sskv_mapping.cache._counter` -- ``incr``/``decr`` under the key's lock;
-* :mod:`~sskv_mapping.cache._single_flight` -- ``get_or_set``: one computation per key across processes;
-* :mod:`~sskv_mapping._namespace.fanout` -- the ``*_many`` forms, a bounded number of requests in flight;
-* :mod:`~sskv_mapping._ttl` -- every framework's TTL convention (:func:`translate_ttl`).
-
-TTL semantics (``ttl`` arguments): ``UNSET`` = the cache's ``default_ttl``; ``None`` = never expires; a
-positive number of seconds or a ``timedelta``; zero or negative = expire now, i.e. the key is deleted (what
-Django means by ``0``).
-
-Must not import aiomqtt/paho, the emulator or the mapping module.
+What a ``ttl`` means: docs/guide/cache.md, "TTLs"; each operation costs its own round trips (docs/design/namespaces.md).
 """
 
 from __future__ import annotations

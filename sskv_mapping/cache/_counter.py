@@ -1,12 +1,4 @@
-"""``incr``/``decr`` -- read-modify-write of a number under the key's leased lock, the write fenced.
-
-The lock is ``ns#lock/<key>`` (:class:`~sskv_mapping._namespace.key_locks.KeyLocks`); the write carries the lock's
-fencing token, so a holder whose lease ran out cannot clobber a newer count. The fence stays on the key until
-it is deleted or expires; every other write of the cache that meets it retries under the same lock
-(:meth:`KeyLocks.fenced`).
-
-Must not import aiomqtt/paho, the emulator or the mapping/cache modules.
-"""
+"""``incr``/``decr``: read-modify-write of a number under the key's leased lock, the write fenced."""
 
 from __future__ import annotations
 

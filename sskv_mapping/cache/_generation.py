@@ -1,36 +1,6 @@
-"""Namespace generations -- how a cache namespace is cleared in O(1) -- and the ledger of the entries
-without a TTL that a clear must still delete.
+"""Namespace generations (``clear`` in O(1)) and the ledger of the entries without a TTL a clear must delete.
 
-memcached's namespace trick: every data key of a cache namespace ``ns`` carries the namespace's current
-*generation*, ``ns#g.<gen>/<key>``. ``clear()`` replaces the generation (one fenced SET under a lock), so every
-key of the old generation becomes unreachable at once, whatever the namespace holds. The generation key
-``ns#gen`` is watched with KEYNOTIFY, so every other process switches to the new generation within
-milliseconds of the SET (dropping its local cache with it); a process whose watch is down (reconnecting)
-reads the generation key before each operation instead.
-
-The old generation's entries are not deleted by the switch. Entries with a TTL age out by it. Entries stored
-*without* a TTL would stay for ever, so each one is listed, before it is written, in the generation's
-:class:`PersistentLedger` (16 small shards ``ns#persist/<gen>/<xx>``); a clear retires the old generation into
-``ns#gen``'s ``retired`` list and starts a sweep that deletes every entry the ledger lists, then drops the
-generation from the list. A sweep cut short (the process exits) is resumed by the next process that opens the
-namespace or clears it.
-
-Where the service has SCAN (docs/design/protocol.md §8), an entry without a TTL is written without the ledger (one SET,
-like one with a TTL), and the sweep also deletes what a SCAN of the retired generation's prefix finds. A write
-that raced the clear is caught by its writer: after its SET it checks the generation again (the watched copy, which
-the clear's notification reached before the SET's reply), and deletes its entry from a generation retired
-meanwhile -- a SCAN started after the clear may not see a key written during it, but that writer sees the clear.
-
-Why the ledger cannot miss an entry: a TTL-less write holds the shard's lock while it (1) re-reads ``ns#gen``
-and goes to the new generation if it changed, (2) lists the key, (3) writes the entry. A sweep reads each
-shard under the same lock *after* the generation changed, so every write it can miss saw the new generation in
-step (1) and went there instead.
-
-Keys: ``ns#gen`` = ``{"gen": "<12 hex>", "retired": [...]}`` (JSON), written fenced under ``ns#gen-lock``;
-ledger shards ``ns#persist/<gen>/<xx>`` = JSON list of keys, fenced under ``ns#persist-lock/<gen>/<xx>``.
-None of them can be a data key: namespaces hold no ``#``.
-
-Must not import aiomqtt/paho, the emulator or the mapping/cache modules.
+Design: docs/design/namespaces.md, "Generations and the ledger, key by key".
 """
 
 from __future__ import annotations

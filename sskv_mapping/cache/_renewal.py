@@ -1,14 +1,6 @@
-"""Renew a key's expiry without changing its value -- ``SET NEX`` of the stored bytes, undone by
-``VDEL`` when it would have brought a deleted key back.
+"""Renew a key's expiry without changing its value: ``SET NEX`` of the stored bytes, undone by ``VDEL`` if need be.
 
-The store has no EXPIRE. The entry is renewed with ``SET NEX`` of the *stored bytes* and the new ``PX``: NEX
-applies only if the value is still those bytes, so a concurrent change makes the renewal fail safely. NEX also
-applies to an *absent* key, so a delete landing between our GET and our SET would be undone by the renewal (a
-stale entry brought back after an invalidation). The key's notifications tell us when that happened (watch
-first, then read: every change after the GET is notified, and our own write's notification comes after every
-earlier one), and the renewal is then taken back with ``VDEL``.
-
-Must not import aiomqtt/paho, the emulator or the mapping/cache modules.
+Why that is safe: docs/design/namespaces.md, "The namespace store and its parts".
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""``get_or_set`` -- one computation per key across every process of a namespace.
+"""``get_or_set``: one computation per key across every process of a namespace.
 
-In this process, concurrent callers of a key share one asyncio future (the *flight*); across processes, the
-leader of each process takes the leased lock ``ns#gos-lock/<key>`` (waiting on KEYNOTIFY, never polling),
-re-reads, and computes only if the key is still missing; the value is stored with ``NX``, so a value someone
-else stored meanwhile is kept.
-
-The computation itself is the caller's: :meth:`SingleFlight.begin` returns either the value (:class:`Found`) or
-the lead (:class:`Lead`), after which the caller computes -- on the loop, or in its own thread for the blocking
-facade -- and calls :meth:`SingleFlight.finish` or :meth:`SingleFlight.abort`.
-
-Must not import aiomqtt/paho, the emulator or the mapping/cache modules.
+Design: docs/design/namespaces.md, "The namespace store and its parts".
 """
 
 from __future__ import annotations

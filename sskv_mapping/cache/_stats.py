@@ -1,7 +1,4 @@
-"""The cache's counters and latency histogram, shared by the async cache and its blocking facade.
-
-Must not import aiomqtt/paho or the emulator.
-"""
+"""The cache's counters and latency histogram, shared by the async cache and its blocking twin."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""How the cache writes and deletes an entry, and the sweep that empties the
-generations a ``clear`` retired.
+"""How the cache writes and deletes an entry, and the sweep that empties the generations a ``clear`` retired.
 
-* A write is one SET, fenced when the key is protected by a lock (:mod:`~sskv_mapping._namespace.key_locks`); an entry
-  without a TTL is listed in its generation's ledger first (:mod:`~sskv_mapping.cache._generation`), so that the
-  sweep a later ``clear`` starts can delete it -- unless the service answers SCAN: the sweep then finds it by
-  its generation's key prefix, and the write is one SET too.
-* A delete is one DEL (fenced if need be) and forgets the key locally.
-* :class:`Sweeper` runs at most one background sweep per cache, and goes round again while clears retire more.
-
-Must not import aiomqtt/paho, the emulator or the mapping/cache modules.
+Design: docs/design/namespaces.md.
 """
 
 from __future__ import annotations

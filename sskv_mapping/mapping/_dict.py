@@ -1,16 +1,6 @@
-""":class:`StateStoreDict`, a ``MutableMapping`` over one namespace of the state store, and its
-async twin :class:`AsyncStateStoreDict`.
+"""``StateStoreDict``, a ``MutableMapping`` over one namespace, and its async twin ``AsyncStateStoreDict``.
 
-Reads are served by a local cache kept current by the store's change notifications (a hit never leaves
-the calling thread); writes go to the store. ``setdefault`` is atomic across processes (``SET NX``),
-``pop`` uses ``VDEL`` so it never deletes a value another process just wrote. ``len``, iteration and
-``clear`` read the namespace's listing: a SCAN of its keys where the service answers SCAN, else its stored key
-index (``listing=``, :mod:`sskv_mapping.mapping._listing`).
-
-A network failure raises a :class:`~sskv_mapping.errors.TransportError`, never ``KeyError``: ``d.get(k)``
-and ``k in d`` cannot mistake an outage for a missing key.
-
-Must not import aiomqtt/paho or the emulator.
+A network failure raises a ``TransportError``, never ``KeyError`` (docs/guide/dict.md).
 """
 
 from __future__ import annotations

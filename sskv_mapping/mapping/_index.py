@@ -1,43 +1,6 @@
-"""The dict's key index -- what makes ``len``, iteration and ``clear`` possible -- in small shards.
+"""The dict's stored key index, in small shards: what makes ``len``, iteration and ``clear`` possible without SCAN.
 
-An older state store has no key listing (SCAN, docs/design/protocol.md §8, is newer). A dict namespace in ``index`` mode
-therefore keeps an index of its keys *in the store itself*, split into ``S`` shards so that nothing grows with the
-namespace:
-
-* a key's shard is a stable hash of the key (blake2b, never Python's ``hash``) modulo ``S``;
-* shard ``i`` is the key ``ns#index/<i as 4 hex digits>``, a JSON object ``{key: added_ms}`` or, for a key written
-  with a TTL, ``{key: [added_ms, expires_ms]}``; it is rewritten under its own leased lock
-  ``ns#index-lock/<i>``, the write fenced with the lock's token, so a writer that lost its lease cannot clobber it;
-* ``S`` is agreed by every process through ``ns#index-meta`` (``{"version": 2, "shards": S}``), written once with
-  ``NX`` when the namespace is first used; ``ns#index-used`` lists the shards that ever held an entry (a shard is
-  added, under ``ns#index-used-lock``, before its first entry), so a listing of a small namespace reads a few
-  shards, not ``S``;
-* an insert locks and rewrites one shard (about ``n / S`` entries), a KEYNOTIFY notification carries one shard,
-  and a fresh reader fetches the ``S`` shards (64 in flight) -- never a read of every data key just to list them.
-  A process watches a shard only once it needs it (an insert into it, or a listing, which needs them all).
-
-Invariants the mapping keeps with it:
-
-* insert: list the key first, then write the data key -- a crash in between leaves an entry without data, never
-  data that iteration cannot find;
-* delete: delete the data key first, then unlist it;
-* what a listing says: every listed entry whose recorded expiry has not passed is counted by ``len()`` and
-  iterated without reading its data. An entry whose recorded expiry passed is checked against the store (a later
-  write may have given the key a new expiry) and pruned if its data is gone. An entry left dangling by a crash
-  between the two steps of an insert is listed until a reader of the values (``items()``/``values()``) finds it
-  missing after the grace period (``grace_ms``) and prunes it;
-* a re-write of a listed key touches the index only when its expiry changes kind (none <-> some), so a
-  ``d[k] = v`` of an existing key stays one SET.
-
-A namespace written by 0.1.0 (one ``ns#index`` object, lock ``ns#index-lock``) is migrated into shards by the
-first process that opens it, under the old index's lock (so two processes migrate once, and an old writer is
-excluded meanwhile). If ``ns#index`` appears again after the migration, a 0.1.0 process is still writing to the
-namespace: opening it then raises :class:`ConfigurationError` rather than list it wrong.
-
-:class:`~sskv_mapping._namespace.key_index.KeyIndex` is the seam where SCAN replaces the stored index where the
-service answers it (:mod:`sskv_mapping.mapping._listing`).
-
-Must not import aiomqtt/paho, the emulator, or the mapping/cache modules.
+Design: docs/design/namespaces.md, "The stored index, key by key".
 """
 
 from __future__ import annotations

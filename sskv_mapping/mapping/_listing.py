@@ -1,17 +1,6 @@
-"""How a dict namespace lists its keys -- by SCAN where the service answers it, else by its stored index.
+"""How a dict namespace lists its keys: by SCAN where the service answers it, else by its stored index.
 
-``listing="scan"``: a new key is one SET; ``len``, iteration and ``clear`` are a SCAN of the namespace's data keys,
-``escape_glob(ns + "/") + "*"`` (docs/design/protocol.md §8). It cannot match an index key (``ns#index...``) nor another
-namespace's key (namespaces hold no ``#`` or ``/``), so a namespace written in ``index`` mode lists correctly here.
-If the namespace already has a stored index (``ns#index-meta``), writes keep it current too, so processes that
-list it by the index still see every key: the two modes never disagree on one namespace.
-
-``listing="index"``: the stored, notification-kept index of :mod:`sskv_mapping.mapping._index` (services without SCAN,
-or where a live listing that costs no request is worth a new key's extra round trips).
-
-``listing="auto"``: decided at first use -- SCAN if the service answers it (one probe page), else the index.
-
-Must not import aiomqtt/paho, the emulator, or the mapping/cache modules.
+Design: docs/design/namespaces.md, "Listing a dict namespace".
 """
 
 from __future__ import annotations
