@@ -1,9 +1,6 @@
 """sskv_mapping: the Azure IoT Operations state store as a Python dict and cache backend.
 
-``import sskv_mapping`` needs no optional extra (framework adapters live in ``sskv_mapping.integrations``
-and import their framework only when imported themselves).
-
-Must not import any optional extra (msgpack, a framework) at import time.
+``import sskv_mapping`` needs no optional extra: the framework adapters live in ``sskv_mapping.integrations``.
 """
 
 from types import FunctionType

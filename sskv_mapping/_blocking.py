@@ -1,11 +1,6 @@
-"""The one background event-loop thread behind every blocking facade.
+"""The one background event-loop thread behind every blocking twin.
 
-The blocking APIs (``StateStoreClient``, ``StateStoreDict``, the sync cache) are thin facades that run the
-async implementation on this loop; I/O is written once, async. The thread starts lazily, is a named
-daemon, is replaced in a forked child (the parent's thread does not exist there), and refuses calls made
-from its own thread, which would deadlock.
-
-Must not import aiomqtt/paho.
+I/O is written once, async; each blocking class runs its async twin on this loop (docs/design/architecture.md).
 """
 
 from __future__ import annotations

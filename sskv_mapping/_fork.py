@@ -1,15 +1,7 @@
-"""After ``os.fork()``: the one hook by which every part of sskv_mapping forgets, in the child, what belongs to the
-parent -- its connections, its event-loop thread, the values its local caches hold.
+"""After ``os.fork()``: the one hook by which the child forgets what belongs to the parent.
 
-A forked child inherits the parent's memory but not its threads: the loop thread that drives every connection
-does not run there, and a connection's socket is the parent's (a child writing to it would corrupt the parent's
-MQTT stream). A local cache in the child would serve the parent's values with no notification ever correcting
-them. So each such object registers here (weakly: registering keeps nothing alive) what it does in the child, and
-one ``os.register_at_fork(after_in_child=...)`` runs them all: the loop thread is replaced, the local caches are
-emptied, the clients give up the parent's connection (a call on one raises :class:`ClientStateError`), and the
-framework adapters' shared clients are forgotten (the child's next request connects anew).
-
-Must not import anything outside the standard library (it is a leaf of the layers).
+Connections, the loop thread, local caches and the adapters' shared clients register here what they do in a child
+(docs/design/architecture.md, "Below the faces").
 """
 
 from __future__ import annotations

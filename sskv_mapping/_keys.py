@@ -1,15 +1,6 @@
-"""What a key is, checked in one place for every API.
+"""What a key, a namespace and a SCAN pattern are, checked in one place for every API.
 
-* the client takes ``str`` (UTF-8) or bytes-like keys: :func:`store_key` -> ``bytes``;
-* the dict, the cache and the lock/election names built on them take ``str`` keys: :func:`text_key` (raises) and
-  :func:`is_text_key` (asks: ``k in d`` and ``d.get(k)`` answer "absent" for what can never be stored);
-* namespaces: :func:`check_namespace`;
-* SCAN patterns: :func:`scan_pattern` (checked before any I/O) and :func:`escape_glob` (a literal as a glob).
-
-Empty keys, non-``str``/bytes keys and ``str`` keys with lone surrogates (not encodable as UTF-8) are a
-:class:`~sskv_mapping.errors.ConfigurationError`, never a ``UnicodeError`` or ``TypeError`` from deep inside.
-
-Must not import anything but the standard library and :mod:`sskv_mapping.errors`.
+A bad key is a :class:`~sskv_mapping.errors.ConfigurationError`, never a ``UnicodeError`` or ``TypeError``.
 """
 
 from __future__ import annotations

@@ -1,26 +1,6 @@
 """OpenTelemetry for the client and the faces: a span per request, metrics, and W3C trace context on the wire.
 
-What it costs, and when (docs/observability.md):
-
-* Importing this module imports nothing from OpenTelemetry; a bare install (no ``otel`` extra) never does.
-* :func:`attach` runs when a client connects. It returns ``None`` -- and the request path then costs one
-  attribute test -- unless ``opentelemetry-api`` is installed **and** the application configured a tracer or a
-  meter provider (the API's proxy and no-op providers count as none). It is asked again at every ``connect()``,
-  so a provider configured after a client was made is seen by its next connection.
-* With a provider: :meth:`ClientTelemetry.request` wraps each request in a client span and records its duration;
-  :meth:`ClientTelemetry.published` adds the span's ``traceparent``/``tracestate`` to the request's user
-  properties (the W3C "Trace Context: MQTT" draft) unless propagation is switched off.
-* Everything else is read, not counted twice: observable instruments read the clients', local caches' and cache
-  faces' own counters when the metric reader collects (:func:`watch_client`, :func:`watch_store`,
-  :func:`watch_cache` keep weak references to them).
-
-No ``db.system.name`` value is registered for this store. We use ``azure.iot_operations.state_store``: the
-registry names vendor stores ``<vendor>.<product>`` (``azure.cosmosdb``, ``aws.dynamodb``, ``gcp.spanner``) and
-spells multi-word parts in snake case; it names the product the spans talk to (the service, or the emulator that
-speaks its protocol), not this library, so another client of the same store can use the same value.
-
-Must not import aiomqtt/paho, nor the layers above (the client and what uses it: it is imported by them and reads
-their counters duck-typed); OpenTelemetry only inside :func:`attach`, once a client connects.
+Nothing is imported from OpenTelemetry until a client connects with a provider configured (docs/observability.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""What a ``ttl`` means -- PX milliseconds for the client, our own convention for the
-cache, and every framework's, in one table-tested place.
+"""What a ``ttl`` means: PX milliseconds for the client, the cache's convention, and every framework's.
 
-Our convention (the cache's ``ttl`` arguments): ``UNSET`` = the cache's default; ``None`` = never expires; a
-positive number of seconds or a ``timedelta``; zero or negative = expire now. :func:`translate_ttl` turns each
-framework's spelling of "timeout" into that.
-
-Pure: no I/O. Must not import anything but the standard library, :mod:`sskv_mapping.errors` and
-:mod:`sskv_mapping._unset`.
+:func:`translate_ttl` turns each framework's "timeout" into the cache's convention (docs/guide/cache.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-""":data:`UNSET`, "use the default" -- distinct from ``None``, which means "no limit" for a
-timeout and "never expires" for a TTL.
-
-Must not import anything outside the standard library.
-"""
+""":data:`UNSET`, "use the default": distinct from ``None``, which means "no limit" or "never expires"."""
 
 from __future__ import annotations
 

@@ -1,24 +1,6 @@
 """Codecs, the plug point that turns Python values into the bytes the state store keeps.
 
-Must not import the client, the transport, the mapping/cache layers, the emulator, nor any optional extra at
-import time (msgpack is imported when a :class:`MsgpackCodec` is built). Only ``_protocol`` and the standard
-library are imported here.
-
-A codec is anything with a ``name`` and a pair of pure functions ``dumps(value) -> bytes`` and
-``loads(bytes) -> value`` (the :class:`Codec` protocol). The mapping and cache layers never call them
-directly: they go through :func:`encode_value` and :func:`decode_value`, which turn *any* failure into an
-:class:`~sskv_mapping.EncodeError` / :class:`~sskv_mapping.DecodeError` naming the key and the codec. Encoding
-happens before a request is built, so a value that cannot be encoded never reaches the wire.
-
-Built in, by name for :func:`get_codec`:
-
-* ``"raw"`` -> :class:`RawCodec`: ``bytes`` (``bytearray``/``memoryview`` accepted on the way in)
-* ``"str"`` -> :class:`StrCodec`: ``str``, stored as strict UTF-8
-* ``"json"`` -> :class:`JsonCodec`: JSON documents, compact UTF-8; the default of ``StateStoreDict``
-* ``"msgpack"`` -> :class:`MsgpackCodec`: MessagePack (needs ``pip install 'sskv-mapping[msgpack]'``)
-
-:class:`PickleCodec` is deliberately *not* available by name: unpickling runs arbitrary code, so it has to
-be constructed explicitly, either signed with an HMAC key or with ``allow_unsafe=True``.
+The built-in codecs and why pickle has no name: docs/guide/local-cache.md, "Codecs".
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """The ten-second demo: two processes share one ``StateStoreDict`` of app config.
 
-Run ``python -m sskv_mapping.demo`` (``scripts/demo.sh`` sets everything up first). It starts a private
-mosquitto and the emulator process on loopback, then a *reader* process that holds the config dict and
-prints every change it sees, while this process (the *writer*) changes values. Each change shows up in
-the reader through its notification-kept local cache, with the version the store gave the write.
-
-Options: ``--host/--port`` to use an already running broker + emulator instead of starting them.
-
-Must not import aiomqtt/paho directly.
+Run ``python -m sskv_mapping.demo`` (``scripts/demo.sh`` sets everything up first).
 """
 
 from __future__ import annotations

@@ -1,58 +1,6 @@
-"""The one exception tree of sskv_mapping, imported by every layer.
+"""The one exception tree of sskv_mapping, imported by every layer (drawn in docs/reference/errors.md).
 
-The table from the service's ``-ERR`` texts to these classes is the protocol's business and lives in
-:mod:`sskv_mapping._protocol.errors`; each :class:`ServiceError` subclass keeps its canonical text in ``TEXT``.
-
-Must not import anything outside the standard library (nor any other module of sskv_mapping).
-
-::
-
-    StateStoreError
-    ├── ConfigurationError (ValueError)      bad arguments, bad settings; raised before anything is sent
-    │   └── ValueTooLargeError               a request larger than the broker (or max_payload) allows
-    ├── ClientStateError (RuntimeError)      closed client (also ends every wait), call from the wrong thread
-    │   └── ReentrantCallError               get_or_set of a key from inside that key's own builder
-    ├── TransportError
-    │   ├── BrokerConnectError               could not connect (refused, TLS, auth)
-    │   │   └── CredentialsRefusedError      the broker kept refusing our credentials: the client stopped
-    │   ├── ConnectionLostError              the connection dropped while the call was in flight
-    │   │   └── SessionLostError             the broker lost our MQTT session: the call's outcome is unknown
-    │   ├── SessionTakenOverError            another connection uses our client id: the client stopped
-    │   ├── PublishRefusedError              the broker refused the request's PUBLISH (an ACL)
-    │   ├── ServiceUnavailableError          nothing serves the state store on that broker (now)
-    │   ├── WriteBufferFullError             the connection's write backlog is at its bound: nothing sent
-    │   ├── ReauthenticationError            the broker refused (or ignored) a K8S-SAT re-authentication
-    │   └── RequestTimeoutError (TimeoutError)
-    ├── ProtocolError                        a reply, notification or header that does not parse
-    │   └── UnsupportedVersionError          protocol major version other than 1
-    ├── ServiceError                         the service said ``-ERR <text>``; ``.text`` is kept verbatim
-    │   ├── TimestampSkewError
-    │   ├── FencingTokenRequiredError
-    │   ├── FencingTokenSkewError
-    │   ├── FencingTokenLowerVersionError
-    │   ├── QuotaExceededError
-    │   ├── RequestSyntaxError
-    │   ├── NotAuthorizedError
-    │   ├── UnknownCommandError
-    │   │   └── UnsupportedCommandError      SCAN's first page answered ``unknown command`` (an older service)
-    │   ├── WrongNumberOfArgumentsError
-    │   ├── MissingTimestampError
-    │   ├── MalformedTimestampError
-    │   ├── KeyLengthZeroError
-    │   ├── ResponseTooLargeError            (the emulator) the answer would be over the broker's packet limit
-    │   ├── RequestTooLargeError             (the emulator) a SET whose key or value is over the size limits
-    │   ├── OverloadedError                  (the emulator) its replies cannot be written fast enough
-    │   └── RpcStatusError                   ``__stat`` other than 200/204 (``.status``)
-    ├── ClockDriftError                      our HLC would run more than 60 s ahead of the wall clock
-    ├── LockError                            a lock could not be acquired/confirmed (never fails open)
-    └── CodecError (ValueError)
-        ├── EncodeError
-        │   └── PickleEncodeError (pickle.PicklingError)   what Django and cachelib promise to let through
-        └── DecodeError
-
-No ``StateStoreError`` is a ``LookupError``: a dict miss raises the builtin ``KeyError`` and a network
-failure must never look like "key absent" to ``dict.get``. Expected outcomes (a SET skipped by NX, a VDEL
-whose value differed) are return values, not exceptions.
+No ``StateStoreError`` is a ``LookupError``: a network failure must never look like "key absent".
 """
 
 from __future__ import annotations

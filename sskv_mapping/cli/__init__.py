@@ -1,10 +1,4 @@
-"""The ``sskv`` command: get/set/del/vdel/keys/watch/lock/leader and the local emulator.
-
-Private parts: ``_main`` (the parser, ``sskv emulator``), ``_client_commands`` (the commands that talk to a store),
-``_child`` (the COMMAND of ``sskv lock``: its own process group, stopped as a whole).
-
-Must not import: sskv_mapping.integrations
-"""
+"""The ``sskv`` command: ``_main`` (the parser), ``_client_commands``, ``_child`` (docs/cli.md)."""
 
 from ._main import build_parser, main
 

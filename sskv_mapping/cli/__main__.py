@@ -1,7 +1,4 @@
-"""``python -m sskv_mapping.cli``: the same as the ``sskv`` command.
-
-Must not import: sskv_mapping.integrations
-"""
+"""``python -m sskv_mapping.cli``: the same as the ``sskv`` command."""
 
 import sys
 

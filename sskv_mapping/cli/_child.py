@@ -1,12 +1,6 @@
 """COMMAND of ``sskv lock NAME -- COMMAND``: started in its own process group, stopped as a whole.
 
-The command runs in a new process group (its pgid is its pid), so that stopping it reaches what it started too
-(``sh -c 'step1; step2'``, a script's background jobs): :func:`stop_group` sends SIGTERM to the group, waits
-up to the grace period for the command to end, then sends SIGKILL to the group. A process group of its own
-also means the terminal's Ctrl-C reaches ``sskv`` only: :func:`forward_signals` passes SIGINT, SIGTERM and
-SIGHUP on to the group, and ``sskv`` keeps holding the lock until the command has ended.
-
-Must not import aiomqtt/paho directly.
+Signals and the grace period: docs/design/architecture.md, "The command line and the test helpers".
 """
 
 from __future__ import annotations

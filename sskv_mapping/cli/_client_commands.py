@@ -1,24 +1,6 @@
 """The ``sskv get|set|del|vdel|keys|watch|lock|leader`` commands (registered by ``cli/_main.py``).
 
-Human output by default, one JSON object per line with ``--json``. Data goes to stdout, status lines (a key not
-found, acquired/released, a reconnect) to stderr; under ``lock``/``leader`` with COMMAND, stdout is COMMAND's
-alone. Every command reconnects after a drop, as the library does. Exit codes by error class:
-
-====  ==========================================================
-0     success
-1     key not found / SET not applied / VDEL mismatch / lock busy
-2     usage error (bad arguments)
-3     connection problem (broker unreachable, not MQTT, lost, timed out)
-4     the service answered an error (``-ERR ...``)
-5     protocol error (a reply that does not parse)
-6     lock error; ``lock -- COMMAND``: the lease was lost and COMMAND stopped
-126   ``lock``: COMMAND could not be run (127: not found)
-130   interrupted (Ctrl-C)
-====  ==========================================================
-
-Arguments are checked before connecting: a bad one exits 2 whether or not the broker is reachable.
-
-Must not import aiomqtt/paho directly.
+Output, exit codes and reconnects: docs/cli.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""The ``sskv`` command.
+"""The ``sskv`` command's parser and ``sskv emulator``.
 
-Subcommands are registered by one ``_add_*_parser(subparsers)`` function each, which sets ``func`` (a
-``Callable[[argparse.Namespace], int]`` returning the exit status) with ``set_defaults``; :func:`main`
-parses and calls ``args.func(args)``. To add a command, write such a function and list it in
-``_REGISTRARS``.
-
-* ``sskv emulator`` — the local state store emulator (optionally with its own mosquitto);
-* ``sskv get|set|del|vdel|keys|watch|lock|leader`` — client commands (``_client_commands.py``).
-
-Must not import aiomqtt/paho directly; heavy imports happen inside the command functions, so
-``sskv --help`` stays fast.
+To add a command, write an ``_add_*_parser(subparsers)`` function and list it in ``_REGISTRARS``.
 """
 
 from __future__ import annotations

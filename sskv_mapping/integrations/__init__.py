@@ -1,4 +1,1 @@
-"""One module per framework adapter, each imported on its own (``sskv_mapping.integrations.django``...).
-
-Must not import any framework.
-"""
+"""One module per framework adapter, each imported on its own (``sskv_mapping.integrations.django``...)."""

@@ -1,9 +1,4 @@
-"""Helpers shared by the framework adapters: loud import guards, one connection per process and broker, and
-the objects an adapter shares on it (one registry, forgotten in a forked child through the package's one fork
-hook, :mod:`sskv_mapping._fork`).
-
-Must not import any framework.
-"""
+"""Helpers shared by the framework adapters: loud import guards and one shared client per process and broker."""
 
 from __future__ import annotations
 

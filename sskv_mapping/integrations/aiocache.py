@@ -1,49 +1,6 @@
 """An aiocache backend over the state store, for ``Cache(...)``, ``caches.set_config`` and ``@cached``.
 
-Example:
-    >>> from aiocache import Cache, cached  # doctest: +SKIP
-    >>> from sskv_mapping.integrations.aiocache import StateStoreCache
-    >>> cache = Cache(StateStoreCache, url="mqtt://127.0.0.1:1883", namespace="main", ttl=60)  # doctest: +SKIP
-    >>> @cached(cache=StateStoreCache, url="mqtt://127.0.0.1:1883", ttl=300)  # doctest: +SKIP
-    ... async def report(day: str) -> dict: ...
-
-or by dotted path: ``caches.set_config({"default": {"cache": "sskv_mapping.integrations.aiocache.StateStoreCache",
-"url": "mqtt://127.0.0.1:1883"}})``.
-
-How aiocache's primitives map onto :class:`sskv_mapping.cache.AsyncStateStoreCache`, all in one state store
-namespace (``sskv_namespace``, default ``"aiocache"``; aiocache's own ``namespace`` is a key prefix ``ns:key``,
-as with aiocache's Redis backend):
-
-* values arrive serialized by the aiocache serializer (``str`` or ``bytes``; JSON by default, as for Redis) and
-  are stored as those bytes; ``_get`` gives back ``str`` or ``bytes`` according to the serializer's encoding;
-* ``_add`` is ``SET NX`` and raises ``ValueError`` if the key exists (as aiocache's backends do);
-* ``_increment`` is the cache's lock-protected ``incr`` (exact across processes); an absent key starts at
-  ``delta``; a value that is not an integer raises ``TypeError``. The counter's expiry restarts at the cache's
-  ``ttl`` on each increment: the state store cannot report a key's remaining TTL;
-* ``_expire(key, 0)`` removes the expiry (aiocache's rule), via the cache's ``expire`` (``SET NEX`` of the stored
-  bytes: a concurrent change wins);
-* ``_set`` with a ``_cas_token`` (``OptimisticLock``): ``VDEL`` of the expected value, then ``SET NX`` of the new
-  one. ``VDEL`` is the atomic compare; between the two steps the key is briefly absent, i.e. a reader may see a
-  cache miss, which a cache may always answer. A key fenced by an ``increment`` cannot be compared this way
-  (:class:`~sskv_mapping.FencingTokenRequiredError` is raised);
-* ``_redlock_release`` (``RedLock``, ``@cached_stampede``) is ``VDEL``: the lock is removed only if still ours;
-* ``_clear()`` empties the state store namespace and every aiocache namespace in it; ``_clear(namespace)``
-  only that aiocache namespace. Each aiocache namespace is a cache of its own (state store namespace
-  ``<sskv_namespace>~<hex of the name>``, listed once per process in ``<sskv_namespace>!scopes``), so either
-  clear costs a constant number of round trips per aiocache namespace, whatever the entries;
-* ``_raw(command, ...)`` calls the :class:`~sskv_mapping.AsyncStateStoreClient` verb ``get``, ``set``,
-  ``delete`` or ``vdelete`` with full store keys.
-
-TTLs follow aiocache (``None`` and ``0`` never expire, a negative TTL expires at once) through
-:func:`sskv_mapping.cache.translate_ttl`.
-
-aiocache builds caches at import and decoration time and calls them from whatever event loop runs, so the
-backend's connection lives on the library's background event loop (one shared connection per process and
-broker, :func:`~sskv_mapping.integrations._common.shared_client`), opened on first use, and every operation is
-awaited across loops (``LoopThread.run_async``): no thread is blocked and any loop may use the cache.
-
-Must not import any other framework; imported without aiocache it raises an ImportError naming
-``pip install 'sskv-mapping[aiocache]'``.
+Settings and how aiocache's primitives map onto the cache: docs/integrations/aiocache.md.
 """
 
 from __future__ import annotations

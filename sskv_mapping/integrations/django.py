@@ -1,17 +1,6 @@
 """A Django cache backend over the state store (``pip install 'sskv-mapping[django]'``).
 
-``CACHES = {"default": {"BACKEND": "sskv_mapping.integrations.django.StateStoreCache", "LOCATION":
-"mqtt://127.0.0.1:1883", "OPTIONS": {"namespace": "django"}}}``. The settings table (``LOCATION`` forms, every
-``OPTIONS`` key, the signed-pickle default) is docs/integrations/django.md; one MQTT connection per process is
-shared by every alias and thread, and the ``a*`` methods are served natively, without a ``sync_to_async`` hop.
-
-Django 5.2, 6.0 and 6.1 (``nox -s django peer-django``). What Django 6 changed for a backend: ``BaseCache``'s
-default ``a*`` methods now hop to a thread (``sync_to_async``) when the backend overrides the blocking twin, and
-``aclose`` calls ``close`` that way; this class overrides every ``a*`` whose blocking twin it overrides (and
-``aclose``), so nothing hops on any of them (tests/integrations/test_django6.py keeps it so). Django 6 also hashes
-``make_template_fragment_key`` differently: template fragments cached by 5.2 miss once after the upgrade.
-
-Must not be imported by anything in the package (it imports Django). Must not import any other framework.
+Settings: docs/integrations/django.md. Imports Django: nothing else in the package imports it.
 """
 
 from __future__ import annotations

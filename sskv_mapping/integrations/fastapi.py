@@ -1,29 +1,6 @@
-"""FastAPI / Starlette helpers: one state store client per app, opened in the app's lifespan on the app's
-event loop, and dependencies handing a request the app's dicts and caches.
+"""FastAPI / Starlette helpers: one client per app, opened in its lifespan, and dependencies for dicts and caches.
 
-Example:
-    >>> from typing import Annotated, Any  # doctest: +SKIP
-    >>> from fastapi import Depends, FastAPI
-    >>> from sskv_mapping.integrations.fastapi import get_statestore_cache, get_statestore_dict, statestore_lifespan
-    >>> app = FastAPI(lifespan=statestore_lifespan(url="mqtt://127.0.0.1:1883", namespace="myapp"))
-    >>> Config = Annotated[AsyncStateStoreDict[Any], Depends(get_statestore_dict("config"))]
-    >>> @app.get("/feature/{name}")
-    ... async def feature(name: str, config: Config) -> bool:
-    ...     return bool(await config.get(name, False))
-
-:func:`statestore_lifespan` connects one :class:`~sskv_mapping.AsyncStateStoreClient` when the app starts and
-closes it (with every dict and cache opened on it) when the app stops; it lives in ``app.state.statestore`` (an
-:class:`AppStateStore`). Nothing is added to the lifespan state (servers without lifespan-state support keep
-working); a mounted sub-application, whose lifespan never runs, can share it: ``sub.state.statestore =
-app.state.statestore`` in the main app's lifespan.
-:func:`get_statestore_dict` and :func:`get_statestore_cache` are dependency factories: each dict or cache is
-made and opened once per app and namespace and then reused by every request (a dependency costs a dict lookup).
-
-Works with plain Starlette too: ``Starlette(lifespan=statestore_lifespan(...))`` and
-``await app.state.statestore.dict("config")``.
-
-Must not import any other framework; imported without FastAPI it raises an ImportError naming
-``pip install 'sskv-mapping[fastapi]'``.
+Usage: docs/integrations/fastapi.md.
 """
 
 from __future__ import annotations

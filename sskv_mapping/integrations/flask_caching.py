@@ -1,42 +1,6 @@
 """A Flask-Caching backend over the state store, named by dotted path in the app's config.
 
-Example:
-    >>> app.config.update(  # doctest: +SKIP
-    ...     CACHE_TYPE="sskv_mapping.integrations.flask_caching.StateStoreCache",
-    ...     CACHE_SSKV_URL="mqtt://127.0.0.1:1883",
-    ...     CACHE_KEY_PREFIX="myapp",  # the state store namespace: keys are ``myapp/<key>``
-    ...     CACHE_DEFAULT_TIMEOUT=300,  # Flask-Caching's rule: 0 = never expires
-    ... )
-    >>> cache = Cache(app)  # doctest: +SKIP
-
-Config keys read by :meth:`StateStoreCache.factory`:
-
-* ``CACHE_SSKV_URL``: the broker, ``mqtt://[user[:password]@]host[:port]`` or ``mqtts://...`` (default
-  ``mqtt://127.0.0.1:1883``); ``"env:"`` for the ``AIO_*`` environment variables of Azure IoT Operations, or a
-  connection string in its SDKs' format (``HostName=aio-broker;TcpPort=1883;UseTls=false``).
-* ``CACHE_KEY_PREFIX``: the state store namespace (Flask-Caching's default ``flask_cache_``); every app that
-  names the same namespace shares the entries, and ``clear()`` deletes only this namespace. No ``/`` or ``#``.
-* ``CACHE_DEFAULT_TIMEOUT``: seconds or a timedelta; ``0`` never expires (Flask-Caching's convention,
-  converted by :func:`sskv_mapping.cache.translate_ttl`).
-* ``CACHE_IGNORE_ERRORS``: as for Flask-Caching's own backends (``delete_many``).
-* ``CACHE_OPTIONS``: keyword arguments of :class:`StateStoreCache`: ``codec``, ``local_cache_size``,
-  ``max_staleness``, and the
-  connection options ``client_id``, ``username``, ``password``, ``tls``, ``sat_token_file``, ``keepalive``,
-  ``connect_timeout``.
-
-Values go through a codec. By default, in an app with a ``SECRET_KEY``, any picklable value is stored (as
-cachelib's own backends do), **signed**: ``HMAC-SHA256(key, namespace/store key || pickle)`` with a key derived
-from ``SECRET_KEY``, checked before anything is unpickled (a payload copied under another key is refused).
-Without a ``SECRET_KEY`` the default is msgpack, which keeps ``bytes``, ``str``, numbers and nested
-lists/dicts with int keys exactly and never runs code when reading; unsigned pickle is never the default.
-``CACHE_OPTIONS={"codec": "json"}`` (or any codec) chooses otherwise.
-
-All backends of the process that name the same broker and identity share one MQTT connection
-(:func:`~sskv_mapping.integrations._common.shared_client`); the I/O runs on the library's background event-loop
-thread, so the backend is safe to use from any number of WSGI threads.
-
-Must not import any other framework; imported without Flask-Caching it raises an ImportError naming
-``pip install 'sskv-mapping[flask]'``.
+Config keys and the signed-pickle default: docs/integrations/flask.md.
 """
 
 from __future__ import annotations

@@ -1,37 +1,6 @@
-"""A Litestar ``Store`` over the state store, for ``StoreRegistry``, server-side sessions, the response
-cache and the rate limiter.
+"""A Litestar ``Store`` over the state store: ``StoreRegistry``, sessions, the response cache, the rate limiter.
 
-Example:
-    >>> store = StateStoreStore("mqtt://127.0.0.1:1883", namespace="myapp")  # doctest: +SKIP
-    >>> app = Litestar(  # doctest: +SKIP
-    ...     route_handlers=[...],
-    ...     stores=StoreRegistry(default_factory=store.with_namespace),  # "sessions" -> myapp.sessions, ...
-    ...     lifespan=[store.lifespan],  # one client for the app, on the app's event loop
-    ...     middleware=[ServerSideSessionConfig().middleware],
-    ... )
-
-The store is async and its client lives on the app's own event loop: it is connected by ``store.lifespan``
-(or ``async with store:``) and closed with it; using the store before raises
-:class:`~sskv_mapping.ClientStateError`. Every store derived with :meth:`StateStoreStore.with_namespace` shares
-that one client.
-
-Layout: a store with namespace ``myapp.sessions`` keeps its entries in the state store namespace of that name
-(``myapp.sessions/<key>``, a :class:`sskv_mapping.cache.AsyncStateStoreCache` with the raw codec), and the names of
-its child namespaces in the dict ``myapp.sessions!children``, so that :meth:`~StateStoreStore.delete_all` reaches every
-descendant (Litestar's ``NamespacedStore`` rule: bulk actions go down, never up), whichever process created it.
-
-Expiry. The state store deletes an entry when its ``PX`` runs out but cannot tell anyone how long a key has
-left. Each value is therefore stored in an envelope: one version byte, the absolute expiry (wall-clock
-milliseconds since the epoch, 0 for none) as a big-endian int64, then the bytes. :meth:`~StateStoreStore.expires_in`
-reads it (rounded up to whole seconds; ``-1`` for an entry without expiry, as Litestar's own stores answer;
-``None`` for an absent key), and ``get(key, renew_for=...)`` re-sets an expiring entry with a new envelope and a
-new ``PX``. The store's ``PX`` alone decides when an entry is gone; the envelope only reports it, computed with
-the writer's clock. A renewal re-writes the value it read: a ``set`` of the same key by someone else landing in
-between (one round trip) is overwritten by the renewed older value. Litestar's server-side sessions are
-last-writer-wins anyway (each response re-sets the session it read), so this adds no new outcome there.
-
-Must not import any other framework; imported without Litestar it raises an ImportError naming
-``pip install 'sskv-mapping[litestar]'``.
+Usage: docs/integrations/litestar.md; its layout and expiry envelope: docs/design/architecture.md, "The adapters".
 """
 
 from __future__ import annotations

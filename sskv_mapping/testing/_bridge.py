@@ -1,13 +1,4 @@
-"""A connection to the loopback broker from another event loop.
-
-The loopback broker (``_transport/loopback.py``) serves the one event loop its connections were opened on. The
-test fixture runs the in-process store on the library's background loop thread, where every blocking client
-lives, so that all of a test's clients share one store; an async client on the test's own loop (or on a
-framework test client's loop) reaches it through :class:`LoopBridgeConnection`, which runs each call on the
-store's loop and hands each message back to the client's loop. Deliveries keep their order: both hops are FIFO.
-
-Must not import aiomqtt/paho, nor the mapping or cache layers.
-"""
+"""A connection to the loopback broker from another event loop (both hops FIFO, so deliveries keep their order)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""One fake clock for a test: the store's wall clock, the clients' clocks and the faces' monotonic clock.
-
-The library reads two clocks, both injectable: the wall clock in milliseconds since the epoch (the emulator core
-and server for ``PX`` expiry and versions, a client for its hybrid logical clock) and a monotonic clock in seconds
-(a lock's lease, the local cache's ``expires_at``, ``cache_ttl`` and ``max_staleness``). :class:`FakeClock` gives
-both, frozen at the moment it was made, and :meth:`FakeClock.advance` moves them forward together, so a test
-jumps over a lease or a TTL instead of sleeping through it.
-
-Must not import asyncio, nor the layers above the client.
-"""
+"""One fake clock for a test: the store's wall clock, the clients' clocks and the faces' monotonic clock."""
 
 from __future__ import annotations
 

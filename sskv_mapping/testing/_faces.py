@@ -1,7 +1,4 @@
-"""What both fixtures hand out: connected clients, a dict, a cache and a lock, all closed at the test's end.
-
-Must not import aiomqtt/paho, nor any framework.
-"""
+"""What both fixtures hand out: connected clients, a dict, a cache and a lock, all closed at the test's end."""
 
 from __future__ import annotations
 

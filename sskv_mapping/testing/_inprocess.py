@@ -1,8 +1,4 @@
-"""The ``statestore`` fixture's store: the emulator core on the loopback broker, on the background loop thread,
-with a fake clock.
-
-Must not import aiomqtt/paho, nor any framework.
-"""
+"""The ``statestore`` fixture's store: the emulator on the loopback broker, on the loop thread, with a fake clock."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""The ``statestore_server`` fixture's store: a private mosquitto and the emulator as a process, on loopback; and
-``statestore_live``: a test's namespace on it, with clients, faces and the framework adapters' settings.
-
-Must not import aiomqtt/paho, nor any framework (the Litestar and FastAPI helpers import our adapters when
-called).
-"""
+"""The ``statestore_server`` fixture's store (mosquitto and the emulator process) and ``statestore_live``."""
 
 from __future__ import annotations
 
