@@ -1,7 +1,7 @@
 """The stock transport over aiomqtt and paho: the ONLY module that imports them.
 
 The client and the emulator use :class:`~sskv_mapping._transport.stream.StreamConnection`
-(our own MQTT 5 on an asyncio ``Protocol``) unless ``SSKV_MQTT_FASTPATH=0`` is set (``_transport/factory.py``):
+(our own MQTT 5 on an asyncio ``Protocol``) unless ``SSKV_MQTT_TRANSPORT=paho`` is set (``_transport/factory.py``):
 then they use this one, and ``nox -s stock-paho`` runs the client/emulator suites so -- a second, independent
 implementation of the same contract. Tools and tests may also build it directly.
 
