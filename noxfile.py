@@ -394,10 +394,10 @@ def faults(session: nox.Session) -> None:
 
 @nox.session(name="stock-paho", python=PYTHONS)
 def stock_paho(session: nox.Session) -> None:
-    """The client<->emulator suites on the stock aiomqtt/paho transport (``SSKV_MQTT_FASTPATH=0``, read by
+    """The client<->emulator suites on the stock aiomqtt/paho transport (``SSKV_MQTT_TRANSPORT=paho``, read by
     ``_transport/factory.py``): paho's packet handling on both ends (the emulator process inherits it)."""
     _install(session, "dev")
-    session.env["SSKV_MQTT_FASTPATH"] = "0"
+    session.env["SSKV_MQTT_TRANSPORT"] = "paho"
     suites = [
         "tests/client",
         "tests/lock",

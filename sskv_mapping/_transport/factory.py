@@ -1,10 +1,10 @@
 """Which connection the client and the emulator make by default.
 
 :class:`~sskv_mapping._transport.stream.StreamConnection` (the fast path, our own MQTT 5 on an asyncio
-``Protocol``), unless ``SSKV_MQTT_FASTPATH=0`` is in the environment: then the stock aiomqtt/paho
+``Protocol``), unless ``SSKV_MQTT_TRANSPORT=paho`` is in the environment: then the stock aiomqtt/paho
 :class:`~sskv_mapping._transport.paho.PahoConnection`. The emulator process inherits
 the environment, so one variable switches both ends (``nox -s stock-paho``): a bug shared by both ends of our
-own fast path cannot hide behind it.
+own transport cannot hide behind it.
 
 Must not import aiomqtt/paho at import time (the stock transport is imported when chosen), nor anything above
 ``_transport``. ``_transport/paho.py`` does not import this module (no import cycle).
@@ -13,26 +13,54 @@ Must not import aiomqtt/paho at import time (the stock transport is imported whe
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
+from typing import Literal
 
+from ..errors import ConfigurationError
 from .base import Connection, InboundMessage
 from .settings import ConnectionSettings
 from .stream import StreamConnection
 
-__all__ = ["FASTPATH_ENV", "fast_path", "new_connection"]
+__all__ = ["DEPRECATED_TRANSPORT_ENV", "TRANSPORTS", "TRANSPORT_ENV", "chosen_transport", "new_connection"]
 
-#: ``SSKV_MQTT_FASTPATH=0``: the stock aiomqtt/paho transport, for client and emulator alike.
-FASTPATH_ENV = "SSKV_MQTT_FASTPATH"
+Transport = Literal["stream", "paho"]
+
+#: ``SSKV_MQTT_TRANSPORT``: the MQTT transport of the client and the emulator alike, named by its module:
+#: ``stream`` (``_transport/stream.py``, the default) or ``paho`` (``_transport/paho.py``, aiomqtt/paho).
+TRANSPORT_ENV = "SSKV_MQTT_TRANSPORT"
+TRANSPORTS: tuple[Transport, ...] = ("stream", "paho")
+#: The variable's old name (``SSKV_MQTT_FASTPATH=0`` for paho): still read for one release, with a
+#: DeprecationWarning, when ``SSKV_MQTT_TRANSPORT`` is not set.
+DEPRECATED_TRANSPORT_ENV = "SSKV_MQTT_FASTPATH"
 
 
-def fast_path() -> bool:
-    """Whether the fast path is on (read at each new connection)."""
-    return os.environ.get(FASTPATH_ENV, "1") != "0"
+def chosen_transport() -> Transport:
+    """The transport the environment chooses (read at each new connection): ``stream`` unless told otherwise.
+
+    Raises:
+        ConfigurationError: ``SSKV_MQTT_TRANSPORT`` names no transport.
+    """
+    value = os.environ.get(TRANSPORT_ENV, "").strip().lower()
+    if value:
+        if value in TRANSPORTS:
+            return value
+        raise ConfigurationError(f"{TRANSPORT_ENV} must be one of {', '.join(TRANSPORTS)}, not {value[:20]!r}")
+    old = os.environ.get(DEPRECATED_TRANSPORT_ENV)
+    if old is None:
+        return "stream"
+    replacement: Transport = "paho" if old == "0" else "stream"
+    warnings.warn(
+        f"{DEPRECATED_TRANSPORT_ENV} is deprecated and will be removed: set {TRANSPORT_ENV}={replacement}",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return replacement
 
 
 def new_connection(settings: ConnectionSettings, on_message: Callable[[InboundMessage], None]) -> Connection:
     """The default :data:`~sskv_mapping._transport.base.ConnectionFactory`."""
-    if fast_path():
+    if chosen_transport() == "stream":
         return StreamConnection(settings, on_message)
     from .paho import PahoConnection
 

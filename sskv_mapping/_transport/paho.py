@@ -1,6 +1,6 @@
 """The stock transport over aiomqtt and paho: the ONLY module that imports them.
 
-An independent implementation of the same contract, selected by ``SSKV_MQTT_FASTPATH=0`` (docs/design/transport.md).
+An independent implementation of the same contract, selected by ``SSKV_MQTT_TRANSPORT=paho`` (docs/design/transport.md).
 """
 
 from __future__ import annotations

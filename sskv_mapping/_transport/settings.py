@@ -16,16 +16,21 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ..errors import ConfigurationError
-from . import aio_settings
+from . import iot_operations_config
 
 __all__ = [
+    "CONNECTION_OPTIONS",
+    "DEFAULT_URL",
     "ENV_LOCATION",
     "MAX_PACKET_SIZE",
     "MIN_PACKET_SIZE",
     "URL_QUERY_OPTIONS",
+    "Broker",
     "ConnectionSettings",
     "TlsSettings",
     "generate_client_id",
+    "settings_for",
+    "settings_from_options",
 ]
 
 #: MQTT's largest packet: a Remaining Length of 268,435,455 bytes plus a five-byte fixed header.
@@ -37,6 +42,10 @@ log = logging.getLogger("sskv_mapping.transport")
 
 #: The location that means "from the ``AIO_*`` environment variables" wherever a broker URL is accepted.
 ENV_LOCATION = "env:"
+
+#: Where to connect when nothing says: a broker (the emulator's stack) on this machine's default port. The one
+#: definition: the faces' ``connect()``, the framework adapters (their public ``DEFAULT_URL``) and the CLI.
+DEFAULT_URL = "mqtt://127.0.0.1:1883"
 
 
 def generate_client_id(prefix: str = "sskv") -> str:
@@ -264,7 +273,7 @@ class ConnectionSettings:
             >>> (s.host, s.port, s.tls, s.keepalive)
             ('aio-broker', 1883, None, 60)
         """
-        return cls._from_aio(aio_settings.from_environment(environ), overrides)
+        return cls._from_iot_operations(iot_operations_config.from_environment(environ), overrides)
 
     @classmethod
     def from_connection_string(cls, text: str, **overrides: object) -> ConnectionSettings:
@@ -279,10 +288,10 @@ class ConnectionSettings:
             >>> (s.host, s.port, s.tls)
             ('aio-broker', 1883, None)
         """
-        return cls._from_aio(aio_settings.from_connection_string(text), overrides)
+        return cls._from_iot_operations(iot_operations_config.from_connection_string(text), overrides)
 
     @classmethod
-    def _from_aio(cls, kwargs: dict[str, Any], overrides: Mapping[str, object]) -> ConnectionSettings:
+    def _from_iot_operations(cls, kwargs: dict[str, Any], overrides: Mapping[str, object]) -> ConnectionSettings:
         tls = kwargs.pop("tls", None)
         if tls is not None:
             kwargs["tls"] = TlsSettings(**tls)
@@ -302,7 +311,7 @@ class ConnectionSettings:
             raise ConfigurationError(f"a broker URL is a string, not {type(url).__name__}")
         if url.strip() == ENV_LOCATION:
             return cls.from_environment(None, **overrides)
-        if aio_settings.is_connection_string(url):
+        if iot_operations_config.is_connection_string(url):
             return cls.from_connection_string(url, **overrides)
         if "://" not in url:
             # not quoted back: a string without a scheme may be a password pasted in the wrong place
@@ -346,3 +355,88 @@ class ConnectionSettings:
     def url(self) -> str:
         """The broker address without credentials (safe to log)."""
         return f"{'mqtts' if self.tls else 'mqtt'}://{self.host}:{self.port}"
+
+
+#: How every face says where to connect: a broker URL (``mqtt://``, ``mqtts://``), an Azure IoT Operations
+#: connection string, ``"env:"`` (the ``AIO_*`` variables), or a complete :class:`ConnectionSettings`.
+Broker = str | ConnectionSettings
+
+#: The connection options (the fields of :class:`ConnectionSettings` besides host and port) that the clients'
+#: constructors, every face's ``connect()``, every framework adapter and the CLI accept.
+CONNECTION_OPTIONS: tuple[str, ...] = (
+    "client_id",
+    "username",
+    "password",
+    "tls",
+    "sat_token_file",
+    "keepalive",
+    "connect_timeout",
+    "trace_context",
+    "clean_start",
+    "session_expiry",
+    "sat_token_provider",
+    "sat_poll_interval",
+)
+_CONNECTION_KEYS = frozenset(CONNECTION_OPTIONS)
+_TLS_FIELDS = frozenset(f.name for f in dataclasses.fields(TlsSettings))
+
+
+def settings_from_options(
+    location: Broker, options: Mapping[str, Any], *, environ: Mapping[str, str] | None = None
+) -> ConnectionSettings:
+    """The one path from "where to connect" to :class:`ConnectionSettings`: the clients, every face's
+    ``connect()`` (through :func:`settings_for`), every framework adapter and the CLI end here.
+
+    ``location``: a broker URL, a connection string or ``"env:"`` (:meth:`ConnectionSettings.from_url`; ``"env:"``
+    reads ``environ`` when given, else ``os.environ``), or a :class:`ConnectionSettings`, taken whole. ``options``
+    (names from :data:`CONNECTION_OPTIONS`; ``None`` means not given) apply on top. ``tls`` is a
+    :class:`TlsSettings`, taken whole, or a dict of its fields, applied over the TLS the location says (TLS on
+    with the defaults when it says none). Any other name, or a dict field ``TlsSettings`` does not have, is a
+    :class:`ConfigurationError` naming it.
+    """
+    unknown = sorted(set(options) - _CONNECTION_KEYS)
+    if unknown:
+        raise ConfigurationError(f"not connection options: {unknown} (they are: {', '.join(CONNECTION_OPTIONS)})")
+    given = {name: value for name, value in options.items() if value is not None}
+    tls = given.pop("tls", None)
+    if isinstance(location, ConnectionSettings):
+        settings = location.replace(**given) if given else location
+    elif isinstance(location, str):
+        if environ is not None and location.strip() == ENV_LOCATION:
+            settings = ConnectionSettings.from_environment(environ, **given)
+        else:
+            settings = ConnectionSettings.from_url(location, **given)
+    else:
+        raise ConfigurationError(
+            f"connect to a broker URL (str) or a ConnectionSettings, not {type(location).__name__}"
+        )
+    return settings if tls is None else settings.replace(tls=_tls_over(settings.tls, tls))
+
+
+def _tls_over(base: TlsSettings | None, tls: object) -> TlsSettings:
+    if isinstance(tls, TlsSettings):
+        return tls
+    if isinstance(tls, Mapping):
+        unknown = sorted(set(tls) - _TLS_FIELDS)
+        if unknown:
+            raise ConfigurationError(f"tls options not known to TlsSettings: {unknown}")
+        return dataclasses.replace(base or TlsSettings(), **tls)
+    raise ConfigurationError(f"tls must be a TlsSettings or a dict of its fields, not {type(tls).__name__}")
+
+
+def settings_for(broker: Broker, kwargs: dict[str, Any]) -> ConnectionSettings:
+    """:func:`settings_from_options` for a call's keyword arguments (every face's ``connect()``, the clients'
+    ``from_url()``): the connection options are popped out of ``kwargs`` (in place) and apply on top of
+    ``broker``; what is left is for the client (``timeout``, ``reconnect``...)."""
+    for stray in ("host", "port", "settings"):
+        if stray in kwargs:
+            raise ConfigurationError(
+                f"{stray}= is not a connect() option: say where to connect with a URL such as"
+                f" {DEFAULT_URL!r} or a ConnectionSettings, as the first argument"
+            )
+    return settings_from_options(broker, pop_connection_options(kwargs))
+
+
+def pop_connection_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`CONNECTION_OPTIONS` found in ``kwargs``, popped out of it."""
+    return {name: kwargs.pop(name) for name in list(kwargs) if name in _CONNECTION_KEYS}

@@ -23,7 +23,7 @@ from .._keys import scan_pattern, store_key
 from .._protocol.commands import SetCondition, VDeleteResult
 from .._protocol.hlc import HybridLogicalClock
 from .._protocol.notifications import KeyEvent, KeyOperation
-from .._transport.settings import ConnectionSettings, TlsSettings
+from .._transport.settings import DEFAULT_URL, ENV_LOCATION, ConnectionSettings, settings_from_options
 from .._ttl import ttl_to_ms
 from ..client._client import UNSET, AsyncStateStoreClient, ConnectionState, KeySubscription
 from ..errors import (
@@ -64,9 +64,6 @@ def exit_code_for(exc: BaseException) -> int:
     return 1
 
 
-DEFAULT_URL = "mqtt://127.0.0.1:1883"
-
-
 def _connection_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("connection")
     g.add_argument(
@@ -102,54 +99,35 @@ def _connection_args(p: argparse.ArgumentParser) -> None:
 
 
 def _client(args: argparse.Namespace) -> AsyncStateStoreClient:
-    if args.from_env:
-        return AsyncStateStoreClient(settings=_env_settings(args), timeout=args.timeout)
-    tls = None
-    if args.ca_file or args.cert_file or args.insecure or args.url.startswith(("mqtts:", "ssl:")):
-        tls = TlsSettings(
-            ca_file=args.ca_file, cert_file=args.cert_file, key_file=args.key_file, verify=not args.insecure
-        )
-    overrides: dict[str, Any] = {"tls": tls} if tls else {}
-    if args.client_id:
-        overrides["client_id"] = args.client_id
-    if args.username:
-        overrides["username"] = args.username
-    if args.username or urlsplit(args.url).username:  # a user from --username, SSKV_USERNAME or the URL
-        password = os.environ.get(args.password_env)
-        if password:
-            overrides["password"] = password
-    if args.sat_token_file:
-        overrides["sat_token_file"] = args.sat_token_file
-    settings = ConnectionSettings.from_url(args.url, **overrides)
     # reconnects with backoff after a drop, as the library does: a watch is restored and goes on, a lease is
     # renewed across a blip (a first connect that fails still fails at once)
-    return AsyncStateStoreClient(settings=settings, timeout=args.timeout)
+    return AsyncStateStoreClient(settings=_settings(args), timeout=args.timeout)
 
 
-def _env_settings(args: argparse.Namespace) -> ConnectionSettings:
-    """``--from-env``: the AIO_* variables, then what the command line gives explicitly."""
-    settings = ConnectionSettings.from_environment()
-    overrides: dict[str, Any] = {}
-    if args.client_id:
-        overrides["client_id"] = args.client_id
-    if args.username:
-        overrides["username"] = args.username
-        password = os.environ.get(args.password_env)
-        if password:
-            overrides["password"] = password
-    if args.sat_token_file:
-        overrides["sat_token_file"] = args.sat_token_file
-    if args.ca_file or args.cert_file or args.key_file or args.insecure:
-        base = settings.tls or TlsSettings()
-        overrides["tls"] = TlsSettings(
-            ca_file=args.ca_file or base.ca_file,
-            cert_file=args.cert_file or base.cert_file,
-            key_file=args.key_file or base.key_file,
-            key_password=base.key_password if not args.key_file else None,
-            verify=base.verify and not args.insecure,
-            server_hostname=base.server_hostname,
-        )
-    return settings.replace(**overrides) if overrides else settings
+def _settings(args: argparse.Namespace) -> ConnectionSettings:
+    """Where to connect: ``--from-env`` (the AIO_* variables) or ``--url``, and on top what the command line
+    gives explicitly, through the package's one path (``settings_from_options``)."""
+    options: dict[str, Any] = {
+        "client_id": args.client_id or None,
+        "username": args.username or None,
+        "sat_token_file": args.sat_token_file or None,
+    }
+    # the password only from the environment, for a user from --username, SSKV_USERNAME or the URL
+    if args.username or (not args.from_env and urlsplit(args.url).username):
+        options["password"] = os.environ.get(args.password_env) or None
+    # TLS fields over the TLS the location says (a TLS option alone turns TLS on)
+    tls: dict[str, Any] = {
+        name: value
+        for name, value in (("ca_file", args.ca_file), ("cert_file", args.cert_file), ("key_file", args.key_file))
+        if value
+    }
+    if args.key_file:
+        tls["key_password"] = None  # the location's pass phrase is for the location's key
+    if args.insecure:
+        tls["verify"] = False
+    if tls:
+        options["tls"] = tls
+    return settings_from_options(ENV_LOCATION if args.from_env else args.url, options)
 
 
 def _argv_bytes(text: str) -> bytes:

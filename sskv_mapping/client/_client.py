@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import math
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
@@ -28,7 +27,16 @@ from .._telemetry import attach as attach_telemetry
 from .._transport.backoff import Backoff
 from .._transport.base import Connection, ConnectionFactory, InboundMessage
 from .._transport.factory import new_connection
-from .._transport.settings import ConnectionSettings, TlsSettings
+from .._transport.settings import (
+    DEFAULT_URL,
+    ENV_LOCATION,
+    ConnectionSettings,
+    TlsSettings,
+    pop_connection_options,
+    settings_for,
+    settings_from_options,
+)
+from .._transport.settings import Broker as Broker
 from .._ttl import TtlLike, ttl_to_ms
 from .._unset import UNSET, UnsetType
 from ..errors import (
@@ -66,56 +74,9 @@ log = logging.getLogger("sskv_mapping.client")
 R = TypeVar("R")
 
 
-#: The connection options (the fields of :class:`ConnectionSettings` besides host and port) that the URL
-#: constructors and every framework adapter accept.
-CONNECTION_OPTIONS: tuple[str, ...] = (
-    "client_id",
-    "username",
-    "password",
-    "tls",
-    "sat_token_file",
-    "keepalive",
-    "connect_timeout",
-    "trace_context",
-    "clean_start",
-    "session_expiry",
-    "sat_token_provider",
-    "sat_poll_interval",
-)
-_CONNECTION_KEYS = frozenset(CONNECTION_OPTIONS)
-
-
-def _settings_from_url(url: str, kwargs: dict[str, Any]) -> ConnectionSettings:
-    """Split connection arguments out of ``kwargs`` (in place) and build settings from the URL."""
-    conn = {k: kwargs.pop(k) for k in list(kwargs) if k in _CONNECTION_KEYS}
-    return ConnectionSettings.from_url(url, **{k: v for k, v in conn.items() if v is not None})
-
-
-#: Where a face's ``connect()`` goes when told nothing: a broker (the emulator's) on this machine's default port.
-DEFAULT_BROKER_URL = "mqtt://127.0.0.1:1883"
-
-#: How every face says where to connect: a broker URL (``mqtt://``, ``mqtts://``), an Azure IoT Operations
-#: connection string, ``"env:"`` (the ``AIO_*`` variables), or a complete :class:`ConnectionSettings`.
-Broker = str | ConnectionSettings
-
-
-def settings_for(broker: Broker, kwargs: dict[str, Any]) -> ConnectionSettings:
-    """The one path from "where to connect" to settings, for the dict's and the cache's ``connect()`` and the
-    framework adapters: connection options found in ``kwargs`` (popped, in place) override what ``broker`` says;
-    what is left in ``kwargs`` is for the client (``timeout``, ``reconnect``...)."""
-    for stray in ("host", "port", "settings"):
-        if stray in kwargs:
-            raise ConfigurationError(
-                f"{stray}= is not a connect() option: say where to connect with a URL such as"
-                " 'mqtt://127.0.0.1:1883' or a ConnectionSettings, as the first argument"
-            )
-    if isinstance(broker, ConnectionSettings):
-        conn = {k: kwargs.pop(k) for k in list(kwargs) if k in _CONNECTION_KEYS}
-        conn = {k: v for k, v in conn.items() if v is not None}
-        return dataclasses.replace(broker, **conn) if conn else broker
-    if isinstance(broker, str):
-        return _settings_from_url(broker, kwargs)
-    raise ConfigurationError(f"connect to a broker URL (str) or a ConnectionSettings, not {type(broker).__name__}")
+#: The faces' ``connect()`` default: the one :data:`~sskv_mapping._transport.settings.DEFAULT_URL`, under the name
+#: cache/ and mapping/ import.
+DEFAULT_BROKER_URL = DEFAULT_URL
 
 
 async def connect_face(
@@ -145,12 +106,6 @@ def connect_blocking_face(
     except BaseException:
         client.close()
         raise
-
-
-def _settings_from_environment(environ: Mapping[str, str] | None, kwargs: dict[str, Any]) -> ConnectionSettings:
-    """Split connection arguments out of ``kwargs`` (in place): they replace what the environment says."""
-    conn = {k: kwargs.pop(k) for k in list(kwargs) if k in _CONNECTION_KEYS and kwargs[k] is not None}
-    return ConnectionSettings.from_environment(environ, **conn)
 
 
 KeyLike = str | bytes | bytearray | memoryview
@@ -370,7 +325,7 @@ class AsyncStateStoreClient:
         """``AsyncStateStoreClient.from_url("mqtt://127.0.0.1:1883")`` (``mqtts://`` for TLS); also a
         connection string (``"HostName=aio-broker;TcpPort=1883;UseTls=false"``) or ``"env:"`` (the ``AIO_*``
         variables), see :meth:`ConnectionSettings.from_url`."""
-        return cls(settings=_settings_from_url(url, kwargs), **kwargs)
+        return cls(settings=settings_from_options(url, pop_connection_options(kwargs)), **kwargs)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> AsyncStateStoreClient:
@@ -378,7 +333,9 @@ class AsyncStateStoreClient:
         (``os.environ`` unless ``environ`` is given; see :meth:`ConnectionSettings.from_environment`).
         ``kwargs``: the client's other arguments (``timeout``, ``reconnect``...) and connection options that
         replace what the environment says."""
-        return cls(settings=_settings_from_environment(environ, kwargs), **kwargs)
+        return cls(
+            settings=settings_from_options(ENV_LOCATION, pop_connection_options(kwargs), environ=environ), **kwargs
+        )
 
     @property
     def client_id(self) -> str:
@@ -837,12 +794,14 @@ class StateStoreClient(BlockingTwin):
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> StateStoreClient:
         """``StateStoreClient.from_url("mqtt://127.0.0.1:1883")``; also a connection string or ``"env:"``."""
-        return cls(settings=_settings_from_url(url, kwargs), **kwargs)
+        return cls(settings=settings_from_options(url, pop_connection_options(kwargs)), **kwargs)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> StateStoreClient:
         """The blocking twin of :meth:`AsyncStateStoreClient.from_environment`."""
-        return cls(settings=_settings_from_environment(environ, kwargs), **kwargs)
+        return cls(
+            settings=settings_from_options(ENV_LOCATION, pop_connection_options(kwargs), environ=environ), **kwargs
+        )
 
     @property
     def async_client(self) -> AsyncStateStoreClient:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import threading
 from collections.abc import Callable
@@ -11,24 +10,15 @@ from types import ModuleType
 from typing import Any, Protocol, TypeVar, cast
 
 from .._fork import in_child_after_fork
-from .._transport.settings import ConnectionSettings, TlsSettings
-from ..client._client import (
-    CONNECTION_OPTIONS,
-    DEFAULT_BROKER_URL,
-    Broker,
-    ConnectionState,
-    StateStoreClient,
-    settings_for,
-)
+from .._transport.settings import ConnectionSettings
+from ..client._client import ConnectionState, StateStoreClient
 from ..errors import ConfigurationError
 
 __all__ = [
-    "CONNECTION_OPTIONS",
     "close_shared_clients",
     "close_shared_objects",
     "import_extra",
     "request_timeout",
-    "settings_from_options",
     "shared_client",
     "shared_object",
 ]
@@ -53,35 +43,6 @@ def request_timeout(value: object, what: str = "request_timeout") -> float | Non
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ConfigurationError(f"{what} must be positive seconds or None, not {value!r}")
     return float(value)
-
-
-def settings_from_options(location: Broker | None, options: dict[str, Any]) -> ConnectionSettings:
-    """Connection settings from a broker URL (``mqtt://host:port``, ``mqtts://``) and framework options.
-
-    The one convention of every adapter for Azure IoT Operations: where a URL goes (Django's ``LOCATION``, the
-    others' ``url``), ``"env:"`` reads the ``AIO_*`` environment variables and a connection string
-    (``HostName=aio-broker;TcpPort=1883;UseTls=false``) is taken as the SDKs take it
-    (:meth:`ConnectionSettings.from_url`); a :class:`ConnectionSettings` is taken whole; the options given here
-    apply on top. The same path as every face's ``connect()`` (``settings_for``).
-
-    Options understood: every name in :data:`CONNECTION_OPTIONS` (``client_id``, ``username``, ``password``,
-    ``sat_token_file``, ``keepalive``, ``connect_timeout``, ``trace_context``, ``clean_start``, ``session_expiry``...),
-    with ``tls`` a :class:`TlsSettings` or a dict of its fields. Each is applied: an adapter that accepts a name
-    never drops it.
-    """
-    conn: dict[str, Any] = {}
-    for name in CONNECTION_OPTIONS:
-        if name != "tls" and options.get(name) is not None:
-            conn[name] = options[name]
-    tls = options.get("tls")
-    if isinstance(tls, dict):
-        unknown = sorted(set(tls) - {f.name for f in dataclasses.fields(TlsSettings)})
-        if unknown:
-            raise ConfigurationError(f"tls options not known to TlsSettings: {unknown}")
-        tls = TlsSettings(**tls)
-    if tls is not None:
-        conn["tls"] = tls
-    return settings_for(DEFAULT_BROKER_URL if location is None or location == "" else location, conn)
 
 
 _lock = threading.Lock()

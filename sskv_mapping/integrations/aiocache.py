@@ -11,7 +11,8 @@ import threading
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
-from ._common import CONNECTION_OPTIONS, import_extra, settings_from_options, shared_client
+from .._transport.settings import CONNECTION_OPTIONS, DEFAULT_URL, settings_from_options
+from ._common import import_extra, shared_client
 from ._common import request_timeout as _request_timeout
 
 import_extra("aiocache", "aiocache", "aiocache")
@@ -32,9 +33,6 @@ from ..mapping import AsyncStateStoreDict  # noqa: E402
 __all__ = ["DEFAULT_URL", "StateStoreCache"]
 
 T = TypeVar("T")
-
-#: Where the broker is when no ``url`` (or ``endpoint``/``port``) is given.
-DEFAULT_URL = "mqtt://127.0.0.1:1883"
 
 _CONNECTION_OPTIONS = CONNECTION_OPTIONS
 # aiocache 1.0 (its main branch) calls ``key_builder(key, namespace)`` with the namespace resolved, through the

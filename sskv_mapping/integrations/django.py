@@ -17,22 +17,14 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from .. import cache as core
 from .._blocking import get_loop_thread
 from .._keys import check_namespace
-from .._transport.settings import ConnectionSettings
+from .._transport.settings import CONNECTION_OPTIONS, DEFAULT_URL, ConnectionSettings, settings_from_options
 from ..cache import translate_ttl
 from ..cache._cache import _check_options as check_cache_options
 from ..client import UNSET, ConnectionState, StateStoreClient
 from ..codecs import Codec, PickleCodec, get_codec
 from ..errors import ConfigurationError, StateStoreError
 from ..mapping import StateStoreDict
-from ._common import (
-    CONNECTION_OPTIONS,
-    close_shared_objects,
-    import_extra,
-    request_timeout,
-    settings_from_options,
-    shared_client,
-    shared_object,
-)
+from ._common import close_shared_objects, import_extra, request_timeout, shared_client, shared_object
 
 import_extra("django", "django", "django")  # without Django: ImportError naming the pip install line
 _base = import_extra("django.core.cache.backends.base", "django", "django")
@@ -176,7 +168,9 @@ def _parse(location: str | None, options: Mapping[str, Any], default_timeout: in
             "LOCATION must be a broker URL such as mqtt://127.0.0.1:1883, a connection string or 'env:', "
             f"not {location!r}"
         )
-    connection = settings_from_options(location or None, {k: options[k] for k in CONNECTION_OPTIONS if k in options})
+    connection = settings_from_options(
+        location or DEFAULT_URL, {k: options[k] for k in CONNECTION_OPTIONS if k in options}
+    )
     codec, codec_id = _codec_from_options(options)
     cache_options = {**_CORE_DEFAULTS, **{k: options[k] for k in _CORE_OPTIONS if k in options}}
     check_namespace(cache_options["namespace"])

@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
-from ._common import import_extra, settings_from_options
+from .._transport.settings import DEFAULT_URL, settings_from_options
+from ._common import import_extra
 
 import_extra("fastapi", "fastapi", "fastapi")
 
@@ -30,9 +31,6 @@ __all__ = [
     "get_statestore_dict",
     "statestore_lifespan",
 ]
-
-#: Where the broker is when no URL is given.
-DEFAULT_URL = "mqtt://127.0.0.1:1883"
 
 #: The attribute of ``app.state`` (and the key of the lifespan state) holding the :class:`AppStateStore`.
 STATE_NAME = "statestore"

@@ -12,7 +12,8 @@ import math
 from collections.abc import Iterable
 from typing import Any, cast
 
-from ._common import CONNECTION_OPTIONS, import_extra, settings_from_options, shared_client
+from .._transport.settings import CONNECTION_OPTIONS, DEFAULT_URL, settings_from_options
+from ._common import import_extra, shared_client
 from ._common import request_timeout as _request_timeout
 
 import_extra("flask_caching", "flask", "flask_caching")
@@ -28,9 +29,6 @@ from ..errors import StateStoreError  # noqa: E402
 from ..local_cache import DEFAULT_MAX_STALENESS  # noqa: E402
 
 __all__ = ["DEFAULT_URL", "StateStoreCache"]
-
-#: Where the broker is when ``CACHE_SSKV_URL`` is not set.
-DEFAULT_URL = "mqtt://127.0.0.1:1883"
 
 
 def _whole_seconds(timeout: int | float | dt.timedelta | None) -> int:

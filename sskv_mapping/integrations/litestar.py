@@ -15,7 +15,8 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self, cast
 
-from ._common import CONNECTION_OPTIONS, import_extra, request_timeout, settings_from_options
+from .._transport.settings import CONNECTION_OPTIONS, DEFAULT_URL, settings_from_options
+from ._common import import_extra, request_timeout
 
 import_extra("litestar", "litestar", "litestar")
 
@@ -28,9 +29,6 @@ from ..errors import ClientStateError, ConfigurationError, DecodeError  # noqa: 
 from ..mapping import AsyncStateStoreDict  # noqa: E402
 
 __all__ = ["DEFAULT_URL", "StateStoreStore"]
-
-#: Where the broker is when no URL is given.
-DEFAULT_URL = "mqtt://127.0.0.1:1883"
 
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
 _HEADER = struct.Struct(">Bq")

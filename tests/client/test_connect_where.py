@@ -21,7 +21,8 @@ from sskv_mapping import (
     StateStoreDict,
     TlsSettings,
 )
-from sskv_mapping.client._client import DEFAULT_BROKER_URL, settings_for
+from sskv_mapping._transport.settings import settings_for
+from sskv_mapping.client._client import DEFAULT_BROKER_URL
 
 
 def test_a_url_gives_host_port_and_credentials_and_leaves_the_client_options() -> None:

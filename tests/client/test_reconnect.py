@@ -10,7 +10,7 @@ import pytest
 
 from sskv_mapping import ConnectionLostError, KeyOperation, RequestTimeoutError, ServiceUnavailableError
 from sskv_mapping._transport.base import Connection, InboundMessage, MessageHandler
-from sskv_mapping._transport.factory import fast_path
+from sskv_mapping._transport.factory import chosen_transport
 from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
@@ -182,7 +182,9 @@ async def test_in_flight_calls_fail_with_connection_lost_without_a_session(
             stack.emulator.resume()  # type: ignore[attr-defined]
 
 
-@pytest.mark.skipif(not fast_path(), reason="paho cannot keep a call in flight across a drop: it fails at the drop")
+@pytest.mark.skipif(
+    chosen_transport() != "stream", reason="paho cannot keep a call in flight across a drop: it fails at the drop"
+)
 async def test_a_lost_session_fails_only_the_calls_in_flight(stack: object, stack_url: tuple[str, int]) -> None:
     """The broker SIGKILLed and restarted (it loses every session): the call in flight fails with the typed
     unknown-outcome error, the counter and the state event say so, and the next call goes on."""

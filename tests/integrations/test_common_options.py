@@ -7,8 +7,7 @@ from typing import Any
 import pytest
 
 from sskv_mapping import ConfigurationError
-from sskv_mapping._transport.settings import ConnectionSettings
-from sskv_mapping.integrations._common import CONNECTION_OPTIONS, settings_from_options
+from sskv_mapping._transport.settings import CONNECTION_OPTIONS, ConnectionSettings, settings_from_options
 
 #: a value for each option that differs from its default, and what the settings then hold
 EXAMPLES: dict[str, tuple[Any, Any]] = {

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sskv_mapping import ConfigurationError
-from sskv_mapping.integrations._common import settings_from_options
+from sskv_mapping._transport.settings import settings_from_options
 
 
 @pytest.fixture

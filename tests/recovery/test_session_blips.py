@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from sskv_mapping._protocol import topics
-from sskv_mapping._transport.factory import fast_path
+from sskv_mapping._transport.factory import chosen_transport
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping._transport.stream import StreamConnection
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.broker
 
 # the stock paho transport keeps the session's flags but cannot send again what a dropped connection had in flight,
 # nor tell a silent close from a reset (docs/reliability.md): these are the fast path's guarantees
-fast_path_only = pytest.mark.skipif(not fast_path(), reason="the stream transport's session guarantees")
+fast_path_only = pytest.mark.skipif(chosen_transport() != "stream", reason="the stream transport's session guarantees")
 
 CUTS = int(os.environ.get("SSKV_BLIP_CUTS", "8"))
 # calls between two cuts (issue 26 cut every 1.5 s, ~1,100 calls; fewer keeps the CI scenario short)

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sskv_mapping._transport.factory import fast_path
+from sskv_mapping._transport.factory import chosen_transport
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
@@ -85,7 +85,7 @@ async def proxy(mosquitto: MosquittoBroker) -> AsyncIterator[tuple[FreezingProxy
 
 
 @pytest.mark.skipif(
-    not fast_path(),
+    chosen_transport() != "stream",
     reason="keepalive by bytes received is the stream transport's; paho pings on writes only (2x keepalive here)",
 )
 async def test_a_link_that_goes_silent_under_traffic_is_noticed_within_one_and_a_half_keepalives(

@@ -1,4 +1,4 @@
-"""The stock transport (``_transport/paho.py``: aiomqtt and paho, ``SSKV_MQTT_FASTPATH=0``) as an independent
+"""The stock transport (``_transport/paho.py``: aiomqtt and paho, ``SSKV_MQTT_TRANSPORT=paho``) as an independent
 oracle for our own MQTT codec, and its correctness hooks.
 
 * the PUBLISH property encoder of ``_protocol/mqtt_publish.py`` produces paho's ``Properties.pack()`` bytes,
