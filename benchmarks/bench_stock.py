@@ -34,7 +34,7 @@ from sskv_mapping.mapping import StateStoreDict
 READY = "serving state store on"
 _NO_QUICKACK = (
     "import sys, sskv_mapping._transport.stream as s; s._TCP_QUICKACK = None; "
-    "from sskv_mapping.emulator.__main__ import main; sys.exit(main(sys.argv[1:]))"
+    "from sskv_mapping.emulator.process import main; sys.exit(main(sys.argv[1:]))"
 )
 
 
