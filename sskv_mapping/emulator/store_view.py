@@ -10,7 +10,7 @@ The layouts (written by the dict, the cache and the leased lock; namespaces hold
 * ``ns/<key>``: a dict's data key (with a stored index, or listed by SCAN: then nothing else marks it);
 * ``ns#index-meta`` (``{"version": 2, "shards": S}``), ``ns#index/<i:04x>`` (``{key: added_ms | [added_ms,
   expires_ms]}``), ``ns#index-used``, their locks ``ns#index-lock/<i>`` and ``ns#index-used-lock``; ``ns#index`` and
-  ``ns#index-lock`` are the 0.1.0 index: a dict's stored index;
+  ``ns#index-lock`` are the single-object index (format 1): a dict's stored index;
 * ``ns#gen`` (``{"gen": G, "retired": [...]}``) and its lock ``ns#gen-lock``, data keys ``ns#g.<G>/<key>``, the ledger
   of entries without a TTL ``ns#persist/<G>/<xx>`` and its locks ``ns#persist-lock/<G>/<xx>``, per-key locks
   ``ns#lock/<key>`` (``incr``, fenced writes) and ``ns#gos-lock/<key>`` (single flight): a cache;
@@ -153,7 +153,7 @@ def role_of(key: bytes) -> KeyRole | None:
     if head == "index-used" and not tail:
         return KeyRole(ns, "dict", "index shards used")
     if head == "index":
-        return KeyRole(ns, "dict", "index shard" if tail else "index (0.1.0)", tail)
+        return KeyRole(ns, "dict", "index shard" if tail else "index (format 1)", tail)
     if head == "gen" and not tail:
         return KeyRole(ns, "cache", "generation")
     if head.startswith("g.") and tail:
