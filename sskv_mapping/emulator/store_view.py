@@ -32,7 +32,7 @@ from typing import Any
 from .._protocol.commands import Delete, Get, KeyNotify, Scan, Set, SetCondition, VDelete, parse_command
 from .._protocol.notifications import parse_notification_payload
 from ..errors import ProtocolError
-from .core import CoreResult, EmulatorCore, StoredEntry
+from .core import CoreResult, EmulatorCore, KeyRecord
 
 __all__ = [
     "KeyRole",
@@ -166,12 +166,12 @@ def role_of(key: bytes) -> KeyRole | None:
     return None
 
 
-def _ttl_ms(entry: StoredEntry, now_ms: int) -> int | None:
+def _ttl_ms(entry: KeyRecord, now_ms: int) -> int | None:
     return None if entry.expires_at_ms is None else max(0, entry.expires_at_ms - now_ms)
 
 
 def key_record(
-    key: bytes, entry: StoredEntry, now_ms: int, watchers: Iterable[str] = (), limit: int | None = PREVIEW_CHARS
+    key: bytes, entry: KeyRecord, now_ms: int, watchers: Iterable[str] = (), limit: int | None = PREVIEW_CHARS
 ) -> dict[str, Any]:
     """One key as the page lists it."""
     role = role_of(key)
@@ -188,7 +188,7 @@ def key_record(
     }
 
 
-def _live(core: EmulatorCore, now_ms: int) -> list[tuple[bytes, StoredEntry]]:
+def _live(core: EmulatorCore, now_ms: int) -> list[tuple[bytes, KeyRecord]]:
     out = []
     for key in core:
         entry = core.entry(key)
@@ -210,7 +210,7 @@ def list_keys(core: EmulatorCore, now_ms: int, prefix: bytes = b"", limit: int =
     }
 
 
-def _json_of(entry: StoredEntry | None) -> Any:
+def _json_of(entry: KeyRecord | None) -> Any:
     if entry is None or len(entry.value) > _JSON_PARSE_MAX:  # a huge value is not parsed on the emulator's loop
         return None
     try:
@@ -222,7 +222,7 @@ def _json_of(entry: StoredEntry | None) -> Any:
 def list_namespaces(core: EmulatorCore, now_ms: int, prefix: bytes = b"") -> list[dict[str, Any]]:
     """Each namespace recognised from its keys, as its face shows it (a dict's index, a cache's generations)."""
     found: dict[str, dict[str, Any]] = {}
-    roles: list[tuple[KeyRole, bytes, StoredEntry]] = []
+    roles: list[tuple[KeyRole, bytes, KeyRecord]] = []
     for key, entry in _live(core, now_ms):
         role = role_of(key)
         if role is None or not key.startswith(prefix):
