@@ -2,16 +2,17 @@
 
 * ``mosquitto`` (session): one broker for the whole run. Do not stop, restart or kill it.
 * ``fresh_mosquitto`` (function): a broker of your own, for tests that restart or kill it.
-* ``stock_mosquitto``, ``stock_emulator``, ``stock_broker_url`` (session): a second broker configured as a stock
+* ``stock_mosquitto``, ``stock_emulator``, ``stock_broker_address`` (session): a second broker configured as a stock
   install runs it (``MosquittoBroker(stock=True)``: no ``set_tcp_nodelay``), with an emulator of its own; the
   request-path tests run on it too (tests/transport, tests/client's round trips, a dict/cache contract subset).
 * ``emulator`` (session): the emulator process on ``mosquitto``.
 * ``fresh_emulator`` (function): an emulator process on ``fresh_mosquitto`` (ask for both fixtures to
   get the pair). For an emulator of your own on the session broker, call
   ``start_emulator(mosquitto.host, mosquitto.port)`` from ``tests._support.procs`` in a ``with``.
-* ``broker_url``, ``client``, ``other`` (function): ``(host, port)`` of the session broker with the emulator on
+* ``broker_address``, ``client``, ``other`` (function): ``(host, port)`` of the session broker with the emulator on
   it, and two async clients on it (client tests; ``tests/lock`` makes its ``client`` / ``other`` with
-  ``store_backend``, ``tests/boundary`` and ``tests/integrations`` have their own ``client`` / ``broker_url``).
+  ``store_backend``, ``tests/boundary`` has its own ``client``, and ``tests/integrations`` its own ``client`` and
+  ``broker_url``, the ``mqtt://host:port`` string the adapters take).
 * ``namespace`` (function): a fresh namespace name (some modules override it with their own prefix).
 * ``loopback_store`` (module): an in-process store started on the background loop thread, for blocking clients
   (``store_backend`` uses it).
@@ -187,7 +188,7 @@ def stock_emulator(stock_mosquitto: MosquittoBroker) -> Iterator[EmulatorProcess
 
 
 @pytest.fixture
-def stock_broker_url(stock_mosquitto: MosquittoBroker, stock_emulator: EmulatorProcess) -> tuple[str, int]:
+def stock_broker_address(stock_mosquitto: MosquittoBroker, stock_emulator: EmulatorProcess) -> tuple[str, int]:
     """The stock broker with its emulator serving on it."""
     return stock_mosquitto.host, stock_mosquitto.port
 
@@ -241,20 +242,20 @@ def _no_leaked_child_processes() -> Iterator[None]:
 
 
 @pytest.fixture
-def broker_url(mosquitto: MosquittoBroker, emulator: EmulatorProcess) -> tuple[str, int]:
+def broker_address(mosquitto: MosquittoBroker, emulator: EmulatorProcess) -> tuple[str, int]:
     """The session broker with the session emulator serving on it."""
     return mosquitto.host, mosquitto.port
 
 
 @pytest.fixture
-async def client(broker_url: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
-    async with AsyncStateStoreClient(*broker_url) as c:
+async def client(broker_address: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
+    async with AsyncStateStoreClient(*broker_address) as c:
         yield c
 
 
 @pytest.fixture
-async def other(broker_url: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
-    async with AsyncStateStoreClient(*broker_url) as c:
+async def other(broker_address: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
+    async with AsyncStateStoreClient(*broker_address) as c:
         yield c
 
 

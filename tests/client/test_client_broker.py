@@ -23,11 +23,11 @@ pytestmark = pytest.mark.broker
 
 
 @pytest.fixture(params=["tuned", "stock"])
-def broker_url(request: pytest.FixtureRequest) -> tuple[str, int]:
+def broker_address(request: pytest.FixtureRequest) -> tuple[str, int]:
     """Every test here runs on both brokers (the suite-wide ``client`` and ``other`` fixtures use this)."""
     if request.param == "stock":
-        url: tuple[str, int] = request.getfixturevalue("stock_broker_url")
-        return url
+        address: tuple[str, int] = request.getfixturevalue("stock_broker_address")
+        return address
     broker = request.getfixturevalue("mosquitto")
     request.getfixturevalue("emulator")
     return broker.host, broker.port
@@ -158,8 +158,8 @@ async def test_bad_arguments_raise_before_sending(client: AsyncStateStoreClient)
     assert client.hlc.current == sent_before  # nothing was sent: the clock did not tick
 
 
-async def test_calls_after_close_raise_client_state_error(broker_url: tuple[str, int]) -> None:
-    host, port = broker_url
+async def test_calls_after_close_raise_client_state_error(broker_address: tuple[str, int]) -> None:
+    host, port = broker_address
     c = AsyncStateStoreClient(host, port)
     async with c:
         assert c.state is ConnectionState.CONNECTED

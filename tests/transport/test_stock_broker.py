@@ -24,10 +24,10 @@ pytestmark = pytest.mark.broker
 
 
 @pytest.fixture
-def stock_dicts(stock_broker_url: tuple[str, int]) -> Iterator[tuple[StateStoreDict[Any], StateStoreDict[Any]]]:
+def stock_dicts(stock_broker_address: tuple[str, int]) -> Iterator[tuple[StateStoreDict[Any], StateStoreDict[Any]]]:
     """Two dicts on one namespace, each on its own client, over the stock broker."""
     namespace = f"stock{uuid.uuid4().hex[:10]}"
-    clients = [StateStoreClient(*stock_broker_url) for _ in range(2)]
+    clients = [StateStoreClient(*stock_broker_address) for _ in range(2)]
     dicts: list[StateStoreDict[Any]] = []
     try:
         for c in clients:
@@ -42,8 +42,8 @@ def stock_dicts(stock_broker_url: tuple[str, int]) -> Iterator[tuple[StateStoreD
 
 
 @pytest.fixture
-async def stock_cache(stock_broker_url: tuple[str, int]) -> AsyncIterator[AsyncStateStoreCache[Any]]:
-    async with AsyncStateStoreClient(*stock_broker_url) as client:
+async def stock_cache(stock_broker_address: tuple[str, int]) -> AsyncIterator[AsyncStateStoreCache[Any]]:
+    async with AsyncStateStoreClient(*stock_broker_address) as client:
         cache: AsyncStateStoreCache[Any] = AsyncStateStoreCache(client, namespace=f"stock{uuid.uuid4().hex[:10]}")
         await cache.open()
         try:
