@@ -1,5 +1,5 @@
 """AsyncStateStoreClient against a real mosquitto + the emulator process: the tuned session broker, and a broker
-on a stock configuration (no ``set_tcp_nodelay``), each with its emulator."""
+on its default settings (no ``set_tcp_nodelay``), each with its emulator."""
 
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 pytestmark = pytest.mark.broker
 
 
-@pytest.fixture(params=["tuned", "stock"])
+@pytest.fixture(params=["tuned", "untuned"])
 def broker_address(request: pytest.FixtureRequest) -> tuple[str, int]:
     """Every test here runs on both brokers (the suite-wide ``client`` and ``other`` fixtures use this)."""
-    if request.param == "stock":
-        address: tuple[str, int] = request.getfixturevalue("stock_broker_address")
+    if request.param == "untuned":
+        address: tuple[str, int] = request.getfixturevalue("untuned_broker_address")
         return address
     broker = request.getfixturevalue("mosquitto")
     request.getfixturevalue("emulator")

@@ -1,4 +1,4 @@
-"""Network blips fail no call (issue 26): a relay in front of a stock mosquitto aborts every relayed connection
+"""Network blips fail no call (issue 26): a relay in front of an untuned mosquitto aborts every relayed connection
 again and again (RST both ways, new connections refused for 0.2 s) while mosquitto and the emulator stay up.
 
 The client's MQTT session outlives each cut: the requests the broker had not acknowledged are sent again with
