@@ -1,8 +1,8 @@
-"""The stock transport over aiomqtt and paho: the ONLY module that imports them.
+"""The paho transport, over aiomqtt and paho: the ONLY module that imports them.
 
 The client and the emulator use :class:`~sskv_mapping._transport.stream.StreamConnection`
 (our own MQTT 5 on an asyncio ``Protocol``) unless ``SSKV_MQTT_FASTPATH=0`` is set (``_transport/factory.py``):
-then they use this one, and ``nox -s stock-paho`` runs the client/emulator suites so -- a second, independent
+then they use this one, and ``nox -s paho`` runs the client/emulator suites so -- a second, independent
 implementation of the same contract. Tools and tests may also build it directly.
 
 One :class:`PahoConnection` is one MQTT 5 session with a broker, owned by an ``aiomqtt.Client``; paho reads,

@@ -1,8 +1,8 @@
 """:class:`StreamConnection`, one MQTT 5 connection written directly on an asyncio
 ``Protocol`` -- the request path's transport (the client's and the emulator's).
 
-Why not aiomqtt/paho here (they remain, as :class:`~sskv_mapping._transport.paho.PahoConnection`, the stock
-transport that ``SSKV_MQTT_FASTPATH=0`` selects and that ``nox -s stock-paho`` runs the suites on): paho reads a
+Why not aiomqtt/paho here (they remain, as :class:`~sskv_mapping._transport.paho.PahoConnection`, the paho
+transport that ``SSKV_MQTT_FASTPATH=0`` selects and that ``nox -s paho`` runs the suites on): paho reads a
 packet in three ``recv`` calls (type, then the remaining length a byte at a time, then the body), handles one
 packet per read callback, and queues each outgoing packet through its own machinery and a thread-safe writer
 hand-off. A connection has one owner of its socket, so keeping paho for CONNECT, TLS or keepalive while reading

@@ -34,7 +34,7 @@ from tests._support.waiting import eventually
 
 pytestmark = pytest.mark.broker
 
-# the stock paho transport keeps the session's flags but cannot send again what a dropped connection had in flight,
+# the paho transport keeps the session's flags but cannot send again what a dropped connection had in flight,
 # nor tell a silent close from a reset (docs/reliability.md): these are the fast path's guarantees
 fast_path_only = pytest.mark.skipif(not fast_path(), reason="the stream transport's session guarantees")
 
