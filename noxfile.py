@@ -100,7 +100,7 @@ nox.options.sessions = [
     "aiocache",
     "fastapi",
     "faults",
-    "stock-paho",
+    "paho",
     "peer-django",
     "peer-cachelib",
     "peer-flask",
@@ -392,9 +392,9 @@ def faults(session: nox.Session) -> None:
     session.run(*PYTEST, "tests/fuzz", *session.posargs)  # hostile input: fuzzed parsers, a request flood
 
 
-@nox.session(name="stock-paho", python=PYTHONS)
-def stock_paho(session: nox.Session) -> None:
-    """The client<->emulator suites on the stock aiomqtt/paho transport (``SSKV_MQTT_TRANSPORT=paho``, read by
+@nox.session(name="paho", python=PYTHONS)
+def paho_transport(session: nox.Session) -> None:
+    """The client<->emulator suites on the paho transport (aiomqtt/paho; ``SSKV_MQTT_TRANSPORT=paho``, read by
     ``_transport/factory.py``): paho's packet handling on both ends (the emulator process inherits it)."""
     _install(session, "dev")
     session.env["SSKV_MQTT_TRANSPORT"] = "paho"

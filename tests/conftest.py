@@ -2,16 +2,18 @@
 
 * ``mosquitto`` (session): one broker for the whole run. Do not stop, restart or kill it.
 * ``fresh_mosquitto`` (function): a broker of your own, for tests that restart or kill it.
-* ``stock_mosquitto``, ``stock_emulator``, ``stock_broker_url`` (session): a second broker configured as a stock
-  install runs it (``MosquittoBroker(stock=True)``: no ``set_tcp_nodelay``), with an emulator of its own; the
-  request-path tests run on it too (tests/transport, tests/client's round trips, a dict/cache contract subset).
+* ``untuned_mosquitto``, ``untuned_emulator``, ``untuned_broker_address`` (session): a second broker, a mosquitto on
+  its default settings (``MosquittoBroker(default_settings=True)``: no ``set_tcp_nodelay``), with an emulator of its
+  own; the request-path tests run on it too (tests/transport, tests/client's round trips, a dict/cache contract
+  subset).
 * ``emulator`` (session): the emulator process on ``mosquitto``.
 * ``fresh_emulator`` (function): an emulator process on ``fresh_mosquitto`` (ask for both fixtures to
   get the pair). For an emulator of your own on the session broker, call
   ``start_emulator(mosquitto.host, mosquitto.port)`` from ``tests._support.procs`` in a ``with``.
-* ``broker_url``, ``client``, ``other`` (function): ``(host, port)`` of the session broker with the emulator on
+* ``broker_address``, ``client``, ``other`` (function): ``(host, port)`` of the session broker with the emulator on
   it, and two async clients on it (client tests; ``tests/lock`` makes its ``client`` / ``other`` with
-  ``store_backend``, ``tests/boundary`` and ``tests/integrations`` have their own ``client`` / ``broker_url``).
+  ``store_backend``, ``tests/boundary`` has its own ``client``, and ``tests/integrations`` its own ``client`` and
+  ``broker_url``, the ``mqtt://host:port`` string the adapters take).
 * ``namespace`` (function): a fresh namespace name (some modules override it with their own prefix).
 * ``loopback_store`` (module): an in-process store started on the background loop thread, for blocking clients
   (``store_backend`` uses it).
@@ -102,8 +104,8 @@ BROKER_FIXTURES = frozenset(
         "fresh_mosquitto",
         "emulator",
         "fresh_emulator",
-        "stock_mosquitto",
-        "stock_emulator",
+        "untuned_mosquitto",
+        "untuned_emulator",
         "statestore_server",  # the pytest plugin's (pytest_sskv_mapping): statestore_url and statestore_live too
     }
 )
@@ -122,10 +124,10 @@ def _fail(message: str) -> NoReturn:
     pytest.fail(message, pytrace=False)
 
 
-def _start_broker(*, stock: bool = False) -> MosquittoBroker:
+def _start_broker(*, default_settings: bool = False) -> MosquittoBroker:
     # pytest.fail outside the except blocks: the exception chain would only repeat the message.
     try:
-        return MosquittoBroker(stock=stock).start()
+        return MosquittoBroker(default_settings=default_settings).start()
     except ConfigurationError as exc:
         message = str(exc)
     except MosquittoStartError as exc:
@@ -167,9 +169,9 @@ def fresh_mosquitto() -> Iterator[MosquittoBroker]:
 
 
 @pytest.fixture(scope="session")
-def stock_mosquitto() -> Iterator[MosquittoBroker]:
-    """A session broker on a stock configuration (no socket options: Nagle on its side); shared, never stop it."""
-    broker = _start_broker(stock=True)
+def untuned_mosquitto() -> Iterator[MosquittoBroker]:
+    """A session mosquitto on its default settings (no socket options: Nagle on its side); shared, never stop it."""
+    broker = _start_broker(default_settings=True)
     try:
         yield broker
     finally:
@@ -177,9 +179,9 @@ def stock_mosquitto() -> Iterator[MosquittoBroker]:
 
 
 @pytest.fixture(scope="session")
-def stock_emulator(stock_mosquitto: MosquittoBroker) -> Iterator[EmulatorProcess]:
-    """The emulator process serving the stock broker (shared: do not stop it)."""
-    proc = _start_emulator(stock_mosquitto)
+def untuned_emulator(untuned_mosquitto: MosquittoBroker) -> Iterator[EmulatorProcess]:
+    """The emulator process serving the untuned broker (shared: do not stop it)."""
+    proc = _start_emulator(untuned_mosquitto)
     try:
         yield proc
     finally:
@@ -187,9 +189,9 @@ def stock_emulator(stock_mosquitto: MosquittoBroker) -> Iterator[EmulatorProcess
 
 
 @pytest.fixture
-def stock_broker_url(stock_mosquitto: MosquittoBroker, stock_emulator: EmulatorProcess) -> tuple[str, int]:
-    """The stock broker with its emulator serving on it."""
-    return stock_mosquitto.host, stock_mosquitto.port
+def untuned_broker_address(untuned_mosquitto: MosquittoBroker, untuned_emulator: EmulatorProcess) -> tuple[str, int]:
+    """``(host, port)`` of the untuned broker with its emulator serving on it."""
+    return untuned_mosquitto.host, untuned_mosquitto.port
 
 
 @pytest.fixture(scope="session")
@@ -241,20 +243,20 @@ def _no_leaked_child_processes() -> Iterator[None]:
 
 
 @pytest.fixture
-def broker_url(mosquitto: MosquittoBroker, emulator: EmulatorProcess) -> tuple[str, int]:
+def broker_address(mosquitto: MosquittoBroker, emulator: EmulatorProcess) -> tuple[str, int]:
     """The session broker with the session emulator serving on it."""
     return mosquitto.host, mosquitto.port
 
 
 @pytest.fixture
-async def client(broker_url: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
-    async with AsyncStateStoreClient(*broker_url) as c:
+async def client(broker_address: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
+    async with AsyncStateStoreClient(*broker_address) as c:
         yield c
 
 
 @pytest.fixture
-async def other(broker_url: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
-    async with AsyncStateStoreClient(*broker_url) as c:
+async def other(broker_address: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
+    async with AsyncStateStoreClient(*broker_address) as c:
         yield c
 
 

@@ -79,7 +79,7 @@ PURE = {name for name in MODULE_NAMES if _under(name, "_protocol")} | {
     "_namespace.key_index",
     "mapping._index_format",
     "emulator.core",
-    "emulator.inspection",
+    "emulator.store_view",
     "emulator.scan",
     "local_cache",
 }

@@ -88,7 +88,7 @@ class NamespaceStore(Generic[V]):
         # caches.
         self.watch_limit = 2 * cache.maxsize if cache is not None else 0
         # KEYNOTIFY STOPs of released watches: one background task, a few in flight (a release of 10,000 idle
-        # watches at once was 10,000 requests at once, which a stock broker's queue dropped by the thousand)
+        # watches at once was 10,000 requests at once, which an untuned broker's queue dropped by the thousand)
         self._releasing: BoundedWork[KeySubscription] = BoundedWork(
             self._release_watch, _RELEASE_FAN_OUT, name=f"sskv-release-watches-{namespace}"
         )

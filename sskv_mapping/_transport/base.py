@@ -1,6 +1,6 @@
 """The shape every connection has: the :class:`Connection` Protocol the client is written against.
 
-Its implementations: ``stream.py`` (the default), ``paho.py`` (the stock one) and ``loopback.py`` (in-process).
+Its implementations: ``stream.py`` (the default), ``paho.py`` (the paho transport) and ``loopback.py`` (in-process).
 """
 
 from __future__ import annotations

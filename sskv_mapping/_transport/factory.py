@@ -1,13 +1,7 @@
-"""Which connection the client and the emulator make by default.
+"""Which connection the client and the emulator make: ``SSKV_MQTT_TRANSPORT=stream|paho``.
 
-:class:`~sskv_mapping._transport.stream.StreamConnection` (the fast path, our own MQTT 5 on an asyncio
-``Protocol``), unless ``SSKV_MQTT_TRANSPORT=paho`` is in the environment: then the stock aiomqtt/paho
-:class:`~sskv_mapping._transport.paho.PahoConnection`. The emulator process inherits
-the environment, so one variable switches both ends (``nox -s stock-paho``): a bug shared by both ends of our
-own transport cannot hide behind it.
-
-Must not import aiomqtt/paho at import time (the stock transport is imported when chosen), nor anything above
-``_transport``. ``_transport/paho.py`` does not import this module (no import cycle).
+The emulator inherits the environment, so one variable switches both ends (``nox -s paho``); see
+docs/design/transport.md and docs/environment.md.
 """
 
 from __future__ import annotations

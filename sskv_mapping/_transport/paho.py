@@ -1,4 +1,4 @@
-"""The stock transport over aiomqtt and paho: the ONLY module that imports them.
+"""The paho transport, over aiomqtt and paho: the ONLY module that imports them.
 
 An independent implementation of the same contract, selected by ``SSKV_MQTT_TRANSPORT=paho`` (docs/design/transport.md).
 """

@@ -44,7 +44,7 @@ def _port(text: str) -> int:
 
 
 def _add_emulator_parser(subparsers: Any) -> None:
-    from ..emulator.__main__ import add_emulator_arguments
+    from ..emulator.process import add_emulator_arguments
 
     p = subparsers.add_parser(
         "emulator",
@@ -107,7 +107,7 @@ def pick_broker_port(host: str, requested: int | None) -> tuple[int | None, str 
 
 
 def _run_emulator(args: argparse.Namespace) -> int:
-    from ..emulator.__main__ import run
+    from ..emulator.process import run
 
     if not args.with_broker:
         if args.broker_port is not None:

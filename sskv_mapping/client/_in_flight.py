@@ -14,7 +14,7 @@ from ..errors import ConfigurationError, RequestTimeoutError
 
 __all__ = ["DEFAULT_MAX_IN_FLIGHT", "InFlightGate"]
 
-#: Default bound on a client's requests awaiting an answer: well under what a stock mosquitto queues per session
+#: Default bound on a client's requests awaiting an answer: well under what mosquitto's defaults queue per session
 #: (20 in flight + 1,000 queued), so that one client's burst never fills the service's queue on its own, and far
 #: above what a round trip needs to keep a loopback or LAN link busy (bench_rpc saturates at 64 in flight).
 DEFAULT_MAX_IN_FLIGHT = 256

@@ -14,7 +14,6 @@ from .._protocol.hlc import HlcClock, HybridLogicalClock
 from .._telemetry import ClientTelemetry
 from .._transport.backoff import Backoff
 from .._transport.base import Connection, InboundMessage
-from .._transport.rpc import PendingCalls
 from .._transport.settings import ConnectionSettings
 from ..errors import (
     ConnectionLostError,
@@ -24,6 +23,7 @@ from ..errors import (
     WriteBufferFullError,
 )
 from ._keeper import ConnectionKeeper
+from ._pending import PendingCalls
 
 __all__ = ["RequestSender"]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import heapq
 import json
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,7 +47,7 @@ from ..errors import (
 from .duplicates import DEFAULT_MAX_AGE_MS, DEFAULT_MAX_ENTRIES, RecentAnswers
 from .scan import DEFAULT_SCAN_PAGE_SIZE, KeySpace
 
-__all__ = ["SERVICE_NODE_ID", "CoreResult", "EmulatorCore", "Notification", "StoredEntry"]
+__all__ = ["SERVICE_NODE_ID", "CoreResult", "EmulatorCore", "KeyRecord", "Notification"]
 
 #: The node id of the service's hybrid logical clock (the real service writes ``StateStore`` too).
 SERVICE_NODE_ID = "StateStore"
@@ -104,7 +105,7 @@ class CoreResult:
 
 
 @dataclass(slots=True)
-class StoredEntry:
+class KeyRecord:
     """A key's state inside the emulator (exposed read-only for tests and tooling)."""
 
     value: bytes
@@ -115,6 +116,18 @@ class StoredEntry:
     #: written by ``SET NEX PX`` without a fencing token: how a lease is taken or renewed (docs/design/protocol.md §6),
     #: so tooling (the inspector) can show it as a lock whatever its name
     lease: bool = False
+
+
+def __getattr__(name: str) -> Any:
+    # StoredEntry, one letter from sskv_mapping.StoreEntry (a dict's entry), is KeyRecord: the old name for a release
+    if name == "StoredEntry":
+        warnings.warn(
+            "sskv_mapping.emulator.core.StoredEntry is now KeyRecord; the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return KeyRecord
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class EmulatorCore:
@@ -165,7 +178,7 @@ class EmulatorCore:
         self.now_ms = now_ms
         self.max_keys = max_keys
         self._clock = HybridLogicalClock(0, 0, node_id)
-        self._store: dict[bytes, StoredEntry] = {}
+        self._store: dict[bytes, KeyRecord] = {}
         # key -> registered client ids (a dict: insertion-ordered, so notification order is stable)
         self._watchers: dict[bytes, dict[str, None]] = {}
         self._watched_by: dict[str, set[bytes]] = {}
@@ -204,7 +217,7 @@ class EmulatorCore:
     def keys(self) -> list[bytes]:
         return list(self._store)
 
-    def entry(self, key: bytes) -> StoredEntry | None:
+    def entry(self, key: bytes) -> KeyRecord | None:
         """The stored entry of ``key`` (no expiry check; for tests and tooling)."""
         return self._store.get(key)
 
@@ -311,7 +324,7 @@ class EmulatorCore:
         persist = props.get(PERSISTENCE, "").lower() == "true"
         if persist or (entry is not None and entry.persist):
             self.persistence_generation += 1
-        self._store[key] = StoredEntry(cmd.value, version, expires, token, persist, lease)
+        self._store[key] = KeyRecord(cmd.value, version, expires, token, persist, lease)
         if entry is None and self.keyspace is not None:
             self.keyspace.added(key)
         if expires is not None:
@@ -438,7 +451,7 @@ class EmulatorCore:
             if not isinstance(doc, dict) or doc.get("format") != _PERSIST_FORMAT:
                 raise ValueError("not an sskv emulator persistence file (format 1)")
             clock = HybridLogicalClock.parse(doc["clock"])
-            loaded: list[tuple[bytes, StoredEntry]] = []
+            loaded: list[tuple[bytes, KeyRecord]] = []
             for item in doc["entries"]:
                 token = item["fencing_token"]
                 expires = item["expires_at_ms"]
@@ -447,7 +460,7 @@ class EmulatorCore:
                 loaded.append(
                     (
                         base64.b64decode(item["key"], validate=True),
-                        StoredEntry(
+                        KeyRecord(
                             base64.b64decode(item["value"], validate=True),
                             HybridLogicalClock.parse(item["version"]),
                             expires,
@@ -475,7 +488,7 @@ class EmulatorCore:
 
     # -- internals ----------------------------------------------------------------------------------
 
-    def _remove(self, key: bytes, entry: StoredEntry, now: int, notes: list[Notification]) -> HybridLogicalClock:
+    def _remove(self, key: bytes, entry: KeyRecord, now: int, notes: list[Notification]) -> HybridLogicalClock:
         del self._store[key]
         if self.keyspace is not None:
             self.keyspace.removed(key)
@@ -506,7 +519,7 @@ class EmulatorCore:
         return self._request_hlc(raw, now, FencingTokenSkewError)
 
     @staticmethod
-    def _check_fence(entry: StoredEntry | None, token: HybridLogicalClock | None) -> None:
+    def _check_fence(entry: KeyRecord | None, token: HybridLogicalClock | None) -> None:
         if entry is None or entry.fencing_token is None:
             return
         if token is None:

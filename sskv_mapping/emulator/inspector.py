@@ -40,7 +40,8 @@ from aiohttp import web
 from .._protocol.hlc import HybridLogicalClock
 from .._protocol.resp3 import encode_request
 from .core import CoreResult
-from .inspection import (
+from .server import EmulatorServer
+from .store_view import (
     describe_request,
     key_from_text,
     key_record,
@@ -49,7 +50,6 @@ from .inspection import (
     list_namespaces,
     list_watches,
 )
-from .server import EmulatorServer
 
 __all__ = ["FEED_PER_SECOND", "Inspector", "exposure_warning", "is_loopback"]
 

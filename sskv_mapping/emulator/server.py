@@ -69,7 +69,7 @@ class EmulatorServer:
         settings: how to reach the broker and the emulator's own MQTT client id.
         core: the state machine to serve (a new one with the real clock when ``None``).
         connection_factory: builds the connection (``_transport.choice.new_connection`` by default: the fast
-            path, or stock aiomqtt/paho with ``SSKV_MQTT_TRANSPORT=paho``; tests may wrap it).
+            path, or the paho transport with ``SSKV_MQTT_TRANSPORT=paho``; tests may wrap it).
         persist_file: where entries written with ``aio-persistence: true`` are kept; loaded by
             :meth:`run` if it exists, rewritten shortly after each persistent change and at shutdown.
         now_ms: the wall clock the expiry timer compares ``core.next_expiry()`` with (default: the core's).

@@ -152,14 +152,15 @@ class StoredKeyIndex:
         if v1 is not None:
             raise ConfigurationError(
                 f"namespace {self._ns.decode('utf-8', 'replace')!r} was migrated to the sharded index, but a "
-                "0.1.0 process wrote its old index key since: upgrade every process using the namespace, then "
-                f"delete the key {self.v1_key.decode('utf-8', 'replace')!r} (its keys are listed again by "
+                "process on the single-object index (format 1) wrote its old index key since: upgrade every "
+                "process using the namespace, then delete the key "
+                f"{self.v1_key.decode('utf-8', 'replace')!r} (its keys are listed again by "
                 "re-writing them)"
             )
         return shards
 
     async def _create_or_migrate(self) -> int:
-        """Write the meta key (migrating a 0.1.0 index first, if there is one); returns the agreed shard count."""
+        """Write the meta key (migrating a format-1 index first, if there is one); returns the agreed shard count."""
         v1_lock = owned_lock(self.client, self._v1_lock, lease=max(self._lease, 30.0))
         async with v1_lock.hold(self._lock_timeout) as lock:
             shards = await self._read_meta()  # another process may have done it while we waited
@@ -172,8 +173,8 @@ class StoredKeyIndex:
             meta = json.dumps({"version": _FORMAT_VERSION, "shards": shards}).encode()
             await self.client.set(self.meta_key, meta, condition=SetCondition.NX)
             if old is not None:
-                await lock.delete(self.v1_key)  # fenced by 0.1.0's lock tokens: ours is newer
-                log.info("migrated the 0.1.0 index of %r (%d keys) into %d shards", self._ns, len(old.value), shards)
+                await lock.delete(self.v1_key)  # fenced by format 1's lock tokens: ours is newer
+                log.info("migrated the format-1 index of %r (%d keys) into %d shards", self._ns, len(old.value), shards)
         return (await self._read_meta()) or shards
 
     async def _migrate(self, old: dict[str, int], shards: int) -> None:

@@ -1,11 +1,12 @@
-"""The stored key index's format, pure: what a shard, the used-shards key and a 0.1.0 index look like as bytes,
+"""The stored key index's format, pure: what a shard, the used-shards key and a format-1 index look like as bytes,
 and which shard a key belongs to. :mod:`sskv_mapping.mapping._index` (``StoredKeyIndex``) reads and writes the store
 with it; its module docstring is the storage spec.
 
 * a shard is a JSON object ``{key: added_ms}``, or ``{key: [added_ms, expires_ms]}`` for a key written with a
   TTL (wall-clock ms), encoded canonically (sorted keys, no spaces, UTF-8), so equal entries give equal bytes;
 * the used-shards key is a sorted JSON list of shard numbers;
-* a 0.1.0 index (read once, to migrate it) is one JSON object ``{key: added_ms}``;
+* the single-object index (format 1; read once, to migrate it into the sharded format 2) is one JSON object
+  ``{key: added_ms}``;
 * a key's shard is a stable hash of its UTF-8 bytes (8 bytes of blake2b, never Python's ``hash``) modulo the
   shard count, the same in every process and every release.
 
@@ -82,11 +83,11 @@ def encode_used(used: dict[str, IndexEntry]) -> bytes:
 
 
 def decode_v1(raw: bytes) -> dict[str, int]:
-    """A 0.1.0 namespace index (``{key: added_ms}``), read once to migrate it into shards."""
+    """A single-object namespace index (format 1: ``{key: added_ms}``), read once to migrate it into shards."""
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(f"the 0.1.0 namespace index is not valid JSON: {exc}") from exc
+        raise ProtocolError(f"the single-object namespace index (format 1) is not valid JSON: {exc}") from exc
     if not isinstance(data, dict) or not all(isinstance(v, int) for v in data.values()):
-        raise ProtocolError("the 0.1.0 namespace index is not a JSON object of key -> int")
+        raise ProtocolError("the single-object namespace index (format 1) is not a JSON object of key -> int")
     return data

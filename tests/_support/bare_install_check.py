@@ -26,7 +26,7 @@ def main() -> int:
 
     problems = []
     # the emulator's entry point and its --help load no optional extra; --inspect without aiohttp names its extra
-    from sskv_mapping.emulator.__main__ import _check_inspect_options, build_parser
+    from sskv_mapping.emulator.process import _check_inspect_options, build_parser
 
     if "aiohttp" in sys.modules:
         problems.append("the emulator's entry point imported aiohttp")

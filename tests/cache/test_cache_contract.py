@@ -551,8 +551,8 @@ async def test_context_manager_and_close(store_backend: StoreBackend) -> None:
     assert (await client.get(stored)) is not None  # the client was not ours to close
 
 
-async def test_connect_makes_and_closes_its_own_client(broker_url: tuple[str, int], namespace: str) -> None:
-    host, port = broker_url
+async def test_connect_makes_and_closes_its_own_client(broker_address: tuple[str, int], namespace: str) -> None:
+    host, port = broker_address
     cache = await AsyncStateStoreCache.connect(f"mqtt://{host}:{port}", namespace=namespace)
     async with cache:
         await cache.set("k", "v")

@@ -1,6 +1,6 @@
 """Fixtures for client tests: a bare broker and a private stack.
 
-The clients on the session broker + emulator (``broker_url``, ``client``, ``other``) are suite-wide
+The clients on the session broker + emulator (``broker_address``, ``client``, ``other``) are suite-wide
 (tests/conftest.py): the lock tests use them too.
 """
 

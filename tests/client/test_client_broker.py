@@ -1,5 +1,5 @@
 """AsyncStateStoreClient against a real mosquitto + the emulator process: the tuned session broker, and a broker
-on a stock configuration (no ``set_tcp_nodelay``), each with its emulator."""
+on its default settings (no ``set_tcp_nodelay``), each with its emulator."""
 
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 pytestmark = pytest.mark.broker
 
 
-@pytest.fixture(params=["tuned", "stock"])
-def broker_url(request: pytest.FixtureRequest) -> tuple[str, int]:
+@pytest.fixture(params=["tuned", "untuned"])
+def broker_address(request: pytest.FixtureRequest) -> tuple[str, int]:
     """Every test here runs on both brokers (the suite-wide ``client`` and ``other`` fixtures use this)."""
-    if request.param == "stock":
-        url: tuple[str, int] = request.getfixturevalue("stock_broker_url")
-        return url
+    if request.param == "untuned":
+        address: tuple[str, int] = request.getfixturevalue("untuned_broker_address")
+        return address
     broker = request.getfixturevalue("mosquitto")
     request.getfixturevalue("emulator")
     return broker.host, broker.port
@@ -158,8 +158,8 @@ async def test_bad_arguments_raise_before_sending(client: AsyncStateStoreClient)
     assert client.hlc.current == sent_before  # nothing was sent: the clock did not tick
 
 
-async def test_calls_after_close_raise_client_state_error(broker_url: tuple[str, int]) -> None:
-    host, port = broker_url
+async def test_calls_after_close_raise_client_state_error(broker_address: tuple[str, int]) -> None:
+    host, port = broker_address
     c = AsyncStateStoreClient(host, port)
     async with c:
         assert c.state is ConnectionState.CONNECTED

@@ -115,7 +115,7 @@ async def test_a_call_past_the_bound_waits_and_times_out_naming_its_verb_with_no
         assert (await client.get("k")).value == b"v"  # type: ignore[union-attr]
 
 
-async def test_5000_concurrent_gets_are_all_answered_with_nothing_dropped_by_a_stock_broker() -> None:
+async def test_5000_concurrent_gets_are_all_answered_with_nothing_dropped_by_an_untuned_broker() -> None:
     """mosquitto with its default queue limits (20 in flight + 1,000 queued per session): before the bound,
     110-1,021 of these gets were dropped by the broker and failed after their timeout."""
     with MosquittoBroker(extra_config=[FAST_SYS]) as broker:

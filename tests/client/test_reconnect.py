@@ -121,19 +121,19 @@ class DroppingConnection(PahoConnection):
 
 
 @pytest.fixture
-async def dropping_client(broker_url: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
+async def dropping_client(broker_address: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
     DroppingConnection.drop = False
     DroppingConnection.dropped = asyncio.Event()
 
     def factory(settings: ConnectionSettings, handler: MessageHandler) -> Connection:
         return DroppingConnection(settings, handler)
 
-    async with AsyncStateStoreClient(*broker_url, connection_factory=factory) as c:
+    async with AsyncStateStoreClient(*broker_address, connection_factory=factory) as c:
         yield c
 
 
 async def test_lost_notification_is_repaired_by_the_reconnect_reread(
-    dropping_client: AsyncStateStoreClient, other: AsyncStateStoreClient, broker_url: tuple[str, int]
+    dropping_client: AsyncStateStoreClient, other: AsyncStateStoreClient, broker_address: tuple[str, int]
 ) -> None:
     a = dropping_client
     key = unique()
@@ -148,7 +148,7 @@ async def test_lost_notification_is_repaired_by_the_reconnect_reread(
         DroppingConnection.drop = False
         # Knock the client off the broker: a second connection with the same client id takes its session.
         intruder = PahoConnection(
-            ConnectionSettings(host=broker_url[0], port=broker_url[1], client_id=a.client_id), lambda m: None
+            ConnectionSettings(host=broker_address[0], port=broker_address[1], client_id=a.client_id), lambda m: None
         )
         await intruder.connect()
         await states.wait_for(ConnectionState.RECONNECTING)

@@ -15,9 +15,9 @@ from sskv_mapping.lock import LeasedLock
 
 
 @pytest.mark.broker
-def test_sync_client_round_trip_and_watch(broker_url: tuple[str, int]) -> None:
+def test_sync_client_round_trip_and_watch(broker_address: tuple[str, int]) -> None:
     key = f"sync-{uuid.uuid4().hex[:8]}"
-    with StateStoreClient(*broker_url) as c:
+    with StateStoreClient(*broker_address) as c:
         assert c.get(key) is None
         assert c.set(key, b"a").applied
         assert not c.set(key, b"b", condition=SetCondition.NX).applied
@@ -34,9 +34,9 @@ def test_sync_client_round_trip_and_watch(broker_url: tuple[str, int]) -> None:
 
 
 @pytest.mark.broker
-def test_sync_lock(broker_url: tuple[str, int]) -> None:
+def test_sync_lock(broker_address: tuple[str, int]) -> None:
     name = f"sync-lock-{uuid.uuid4().hex[:8]}"
-    with StateStoreClient(*broker_url) as c, LeasedLock(c, name, lease=5) as lock:
+    with StateStoreClient(*broker_address) as c, LeasedLock(c, name, lease=5) as lock:
         assert lock.held
         assert lock.set(f"{name}-data", b"x").applied
         assert lock.holder_of() == lock.holder

@@ -23,7 +23,7 @@ CUTS = 8
 WAIT = 15.0
 
 
-async def test_watch_values_strictly_increase_across_cuts(broker_url: tuple[str, int]) -> None:
+async def test_watch_values_strictly_increase_across_cuts(broker_address: tuple[str, int]) -> None:
     key = f"order-{uuid.uuid4().hex[:10]}"
     seen: list[int] = []
     deletes: list[KeyEvent] = []
@@ -45,9 +45,9 @@ async def test_watch_values_strictly_increase_across_cuts(broker_url: tuple[str,
                 await arrived.wait()
 
     async with (
-        TcpRelay(*broker_url) as relay,
+        TcpRelay(*broker_address) as relay,
         AsyncStateStoreClient(relay.host, relay.port, timeout=3) as watcher,
-        AsyncStateStoreClient(*broker_url, timeout=3) as writer,
+        AsyncStateStoreClient(*broker_address, timeout=3) as writer,
     ):
         watcher.add_state_listener(lambda s: reconnected.set() if s is ConnectionState.CONNECTED else None)
         attempted = 0

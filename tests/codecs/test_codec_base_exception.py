@@ -46,11 +46,11 @@ class TrapCodec:
     "raised", [KeyboardInterrupt(), SystemExit(3), Interrupted("abort")], ids=["KeyboardInterrupt", "SystemExit", "own"]
 )
 def test_the_caller_gets_the_codecs_base_exception_and_the_loop_thread_goes_on(
-    broker_url: tuple[str, int], raised: BaseException
+    broker_address: tuple[str, int], raised: BaseException
 ) -> None:
     codec = TrapCodec()
     namespace = f"t{uuid.uuid4().hex[:10]}"
-    with StateStoreClient(*broker_url) as client:
+    with StateStoreClient(*broker_address) as client:
         writer = StateStoreDict(client, namespace=namespace, codec=TrapCodec(), local_cache_size=0)
         writer["a"] = "first"
         writer["b"] = "second"

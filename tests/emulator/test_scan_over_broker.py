@@ -102,9 +102,9 @@ async def test_a_stale_token_gets_an_error(client: AsyncStateStoreClient) -> Non
     assert info.value.text == INVALID_TOKEN_TEXT
 
 
-def test_blocking_twin(broker_url: tuple[str, int]) -> None:
+def test_blocking_twin(broker_address: tuple[str, int]) -> None:
     ns = unique("sync")
-    with StateStoreClient(*broker_url) as c:
+    with StateStoreClient(*broker_address) as c:
         for i in range(3):
             c.set(f"{ns}{i}", b"v")
         assert sorted(c.scan(escape_glob(ns) + b"*")) == [f"{ns}{i}".encode() for i in range(3)]

@@ -1,5 +1,5 @@
-"""Scenario f: the broker drops messages -- a stock mosquitto (20 in flight + 1,000 queued per session, the rest
-dropped without a word), real processes throughout.
+"""Scenario f: the broker drops messages -- a mosquitto on its default settings (20 in flight + 1,000 queued per
+session, the rest dropped without a word), real processes throughout.
 
 * **bursts**: 5,000 concurrent gets from one client, and a dict with a small local cache filled past its watch
   limit by 64 writers: the client's bound on requests in flight and the bounded release of idle watches keep
@@ -52,7 +52,7 @@ async def _timed(call: asyncio.Future[object] | object, longest: list[float]) ->
 
 
 async def test_broker_drops_messages(fault_report: FaultRow) -> None:
-    fault_report.scenario = "f. broker drops messages (stock mosquitto queue limits)"
+    fault_report.scenario = "f. broker drops messages (mosquitto's default queue limits)"
     fault_report.load = (
         f"{GETS:,} concurrent gets from one client; {WRITERS} writers filling (and reading back) {FILL_KEYS:,} keys "
         f"through a {FILL_CACHE}-entry local cache; a reader stalled while another process rewrites "

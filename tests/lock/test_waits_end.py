@@ -70,13 +70,13 @@ class Outcome:
 
 @pytest.mark.parametrize("timeout", [None, 60.0], ids=["no-timeout", "timeout"])
 def test_blocking_acquire_ends_when_its_client_is_closed_from_another_thread(
-    broker_url: tuple[str, int], timeout: float | None
+    broker_address: tuple[str, int], timeout: float | None
 ) -> None:
     name = unique("lock")
-    with StateStoreClient(*broker_url) as holder_client:
+    with StateStoreClient(*broker_address) as holder_client:
         holder = LeasedLock(holder_client, name, lease=30)
         assert holder.try_acquire() is not None
-        waiter_client = StateStoreClient(*broker_url)
+        waiter_client = StateStoreClient(*broker_address)
         waiter_client.connect()
         waiter = LeasedLock(waiter_client, name, lease=30)
         sent = waiter_client.async_client.requests_sent
@@ -91,13 +91,13 @@ def test_blocking_acquire_ends_when_its_client_is_closed_from_another_thread(
 
 @pytest.mark.parametrize("timeout", [None, 60.0], ids=["no-timeout", "timeout"])
 def test_blocking_campaign_ends_when_its_client_is_closed_from_another_thread(
-    broker_url: tuple[str, int], timeout: float | None
+    broker_address: tuple[str, int], timeout: float | None
 ) -> None:
     name = unique("election")
-    with StateStoreClient(*broker_url) as leader_client:
+    with StateStoreClient(*broker_address) as leader_client:
         leader = LeaderElection(leader_client, name, candidate="leader", term=30)
         leader.campaign(timeout=DEADLINE)
-        candidate_client = StateStoreClient(*broker_url)
+        candidate_client = StateStoreClient(*broker_address)
         candidate_client.connect()
         candidate = LeaderElection(candidate_client, name, candidate="candidate", term=30)
         sent = candidate_client.async_client.requests_sent
@@ -109,12 +109,12 @@ def test_blocking_campaign_ends_when_its_client_is_closed_from_another_thread(
         assert leader.is_leader and leader.resign()
 
 
-async def test_async_acquire_and_campaign_end_when_the_client_closes(broker_url: tuple[str, int]) -> None:
+async def test_async_acquire_and_campaign_end_when_the_client_closes(broker_address: tuple[str, int]) -> None:
     lock_name, election_name = unique("lock"), unique("election")
-    async with AsyncStateStoreClient(*broker_url) as holder_client:
+    async with AsyncStateStoreClient(*broker_address) as holder_client:
         await AsyncLeasedLock(holder_client, lock_name, lease=30).acquire(timeout=DEADLINE)
         await AsyncLeaderElection(holder_client, election_name, candidate="leader", term=30).campaign(DEADLINE)
-        waiter_client = AsyncStateStoreClient(*broker_url)
+        waiter_client = AsyncStateStoreClient(*broker_address)
         await waiter_client.connect()
         sent = waiter_client.requests_sent
         acquiring = asyncio.ensure_future(AsyncLeasedLock(waiter_client, lock_name, lease=30).acquire())
@@ -132,10 +132,10 @@ async def test_async_acquire_and_campaign_end_when_the_client_closes(broker_url:
                 await AsyncLeasedLock(waiter_client, lock_name, lease=30).acquire()
 
 
-async def test_acquire_ends_when_the_connection_is_lost_for_good(broker_url: tuple[str, int]) -> None:
+async def test_acquire_ends_when_the_connection_is_lost_for_good(broker_address: tuple[str, int]) -> None:
     """With ``reconnect=False`` a dropped connection is final: no notification will come, so the wait ends with
     ConnectionLostError. The drop is real: another connection takes our client id at the broker."""
-    host, port = broker_url
+    host, port = broker_address
     name = unique("lock")
     async with AsyncStateStoreClient(host, port) as holder_client:
         await AsyncLeasedLock(holder_client, name, lease=30).acquire(timeout=DEADLINE)
@@ -155,10 +155,10 @@ async def test_acquire_ends_when_the_connection_is_lost_for_good(broker_url: tup
 
 
 async def test_a_watch_iteration_ends_with_client_state_error_when_the_client_closes(
-    broker_url: tuple[str, int],
+    broker_address: tuple[str, int],
 ) -> None:
     key = unique("watched")
-    client = AsyncStateStoreClient(*broker_url)
+    client = AsyncStateStoreClient(*broker_address)
     await client.connect()
     watch = await client.watch(key).start()
 
@@ -175,8 +175,8 @@ async def test_a_watch_iteration_ends_with_client_state_error_when_the_client_cl
             await watch.__anext__()
 
 
-async def test_a_watch_iteration_ends_when_the_connection_is_lost_for_good(broker_url: tuple[str, int]) -> None:
-    host, port = broker_url
+async def test_a_watch_iteration_ends_when_the_connection_is_lost_for_good(broker_address: tuple[str, int]) -> None:
+    host, port = broker_address
     key = unique("watched")
     client = AsyncStateStoreClient(host, port, reconnect=False)
     await client.connect()
@@ -194,8 +194,8 @@ async def test_a_watch_iteration_ends_when_the_connection_is_lost_for_good(broke
         await client.close()
 
 
-async def test_observe_ends_with_client_state_error_when_the_client_closes(broker_url: tuple[str, int]) -> None:
-    client = AsyncStateStoreClient(*broker_url)
+async def test_observe_ends_with_client_state_error_when_the_client_closes(broker_address: tuple[str, int]) -> None:
+    client = AsyncStateStoreClient(*broker_address)
     await client.connect()
     election = AsyncLeaderElection(client, unique("election"), candidate="c", term=30)
     with pytest.raises(ClientStateError):
@@ -205,10 +205,10 @@ async def test_observe_ends_with_client_state_error_when_the_client_closes(broke
                 await client.close()
 
 
-async def test_a_get_or_set_waiter_ends_when_the_client_closes_under_it(broker_url: tuple[str, int]) -> None:
+async def test_a_get_or_set_waiter_ends_when_the_client_closes_under_it(broker_address: tuple[str, int]) -> None:
     """One caller computes a key's value (its builder waits on a gate); a second waits on that flight. Closing the
     client ends the second's wait at once, with ClientStateError, though the builder is still running."""
-    client = AsyncStateStoreClient(*broker_url)
+    client = AsyncStateStoreClient(*broker_address)
     await client.connect()
     cache = AsyncStateStoreCache(client, namespace=unique("c"))
     await cache.open()

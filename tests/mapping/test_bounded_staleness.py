@@ -90,11 +90,11 @@ async def test_a_reader_whose_loop_stalled_serves_current_values_within_max_stal
 
 
 async def test_the_background_revalidation_keeps_entries_served_past_max_staleness(
-    broker_url: tuple[str, int],
+    broker_address: tuple[str, int],
 ) -> None:
     """Entries read once stay hits although each must be confirmed every second: re-read in the background
     before they age out, one re-read per entry per round, not a miss for the reader."""
-    async with AsyncStateStoreClient(*broker_url) as client:
+    async with AsyncStateStoreClient(*broker_address) as client:
         d: AsyncStateStoreDict[int] = AsyncStateStoreDict(client, namespace="revalidate", max_staleness=1.0)
         await d.open()
         await d.update({f"k{i}": i for i in range(20)})
@@ -109,10 +109,10 @@ async def test_the_background_revalidation_keeps_entries_served_past_max_stalene
         await d.close()
 
 
-async def test_many_readers_of_an_aged_or_uncached_key_make_one_read(broker_url: tuple[str, int]) -> None:
+async def test_many_readers_of_an_aged_or_uncached_key_make_one_read(broker_address: tuple[str, int]) -> None:
     """No stampede: concurrent misses of one key (never read, or past max_staleness) share one GET."""
     now = [1000.0]
-    async with AsyncStateStoreClient(*broker_url) as client, AsyncStateStoreClient(*broker_url) as other:
+    async with AsyncStateStoreClient(*broker_address) as client, AsyncStateStoreClient(*broker_address) as other:
         d: AsyncStateStoreDict[str] = AsyncStateStoreDict(
             client, namespace="stampede", max_staleness=1000, clock=lambda: now[0]
         )

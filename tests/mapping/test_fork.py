@@ -53,8 +53,8 @@ def _in_child(go: int, report: int, url: str, namespace: str, d: Any, cache: Any
         os._exit(0)
 
 
-def test_a_forked_child_reads_the_new_value_never_the_parents_cached_one(broker_url: tuple[str, int]) -> None:
-    host, port = broker_url
+def test_a_forked_child_reads_the_new_value_never_the_parents_cached_one(broker_address: tuple[str, int]) -> None:
+    host, port = broker_address
     url = f"mqtt://{host}:{port}"
     namespace = f"t{uuid.uuid4().hex[:10]}"
     with StateStoreClient(host, port) as client:

@@ -1,6 +1,6 @@
 """The stored index's format on its own (``_index_format``, pure): round trips of shards, the used-shards key and
-the 0.1.0 index, canonical bytes, typed errors for what does not decode, and a shard function pinned to values, since
-every process and every release must put a key in the same shard."""
+the single-object index (format 1), canonical bytes, typed errors for what does not decode, and a shard function
+pinned to values, since every process and every release must put a key in the same shard."""
 
 from __future__ import annotations
 
@@ -91,13 +91,13 @@ def test_a_used_shards_key_that_does_not_decode_is_a_protocol_error(raw: bytes) 
 
 
 @given(st.dictionaries(keys, ms, max_size=20))
-def test_a_0_1_0_index_decodes(old: dict[str, int]) -> None:
+def test_a_format_1_index_decodes(old: dict[str, int]) -> None:
     assert decode_v1(json.dumps(old).encode()) == old
 
 
 @pytest.mark.parametrize("raw", [b"nope", b"[1]", b'{"k": "1"}', b'{"k": 1.5}'])
-def test_a_0_1_0_index_that_does_not_decode_is_a_protocol_error(raw: bytes) -> None:
-    with pytest.raises(ProtocolError, match=r"0\.1\.0 namespace index"):
+def test_a_format_1_index_that_does_not_decode_is_a_protocol_error(raw: bytes) -> None:
+    with pytest.raises(ProtocolError, match=r"single-object namespace index \(format 1\)"):
         decode_v1(raw)
 
 

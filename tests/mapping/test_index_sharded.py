@@ -3,8 +3,9 @@
 * an insert rewrites one small shard (one notification of one shard, whatever the namespace holds);
 * a fresh process's ``len()`` and ``keys()`` read the index shards, never the data keys;
 * expiry recorded in the shard entry: an expired key leaves the listing once its data is gone;
-* a namespace written by 0.1.0 (one ``ns#index`` object) is migrated on first open -- once, even when two
-  processes open it at the same moment -- and refused if a 0.1.0 writer recreates its old index afterwards.
+* a namespace with the single-object index (format 1: one ``ns#index`` object) is migrated on first open -- once,
+  even when two processes open it at the same moment -- and refused if a format-1 writer recreates its old index
+  afterwards.
 """
 
 from __future__ import annotations
@@ -104,8 +105,8 @@ async def test_an_expired_key_leaves_the_listing(store_backend: StoreBackend, na
         assert entry.expires_ms is None
 
 
-async def _write_v1_namespace(client: AsyncStateStoreClient, namespace: str, keys: dict[str, int]) -> None:
-    """What sskv-mapping 0.1.0 left in the store: data keys and one index object written under its lock."""
+async def _write_format1_namespace(client: AsyncStateStoreClient, namespace: str, keys: dict[str, int]) -> None:
+    """What a format-1 writer leaves in the store: data keys and one index object written under its lock."""
     lock = AsyncLeasedLock(client, f"{namespace}#index-lock", lease=5)
     await lock.acquire(timeout=10)
     index = {k: 1_700_000_000_000 + n for n, k in enumerate(keys)}
@@ -115,11 +116,11 @@ async def _write_v1_namespace(client: AsyncStateStoreClient, namespace: str, key
         await client.set(f"{namespace}/{k}", json.dumps(v).encode())
 
 
-async def test_a_0_1_0_namespace_is_migrated_once_by_two_processes_opening_it(
+async def test_a_format_1_namespace_is_migrated_once_by_two_processes_opening_it(
     store_backend: StoreBackend, namespace: str
 ) -> None:
     old = {f"old{i}": i for i in range(150)}
-    await _write_v1_namespace(await store_backend.async_client(), namespace, old)
+    await _write_format1_namespace(await store_backend.async_client(), namespace, old)
     a: AsyncStateStoreDict[int] = AsyncStateStoreDict(
         await store_backend.async_client(), namespace=namespace, listing="index"
     )
@@ -137,16 +138,16 @@ async def test_a_0_1_0_namespace_is_migrated_once_by_two_processes_opening_it(
         await b.close()
 
 
-async def test_a_0_1_0_writer_after_the_migration_is_refused_loudly(
+async def test_a_format_1_writer_after_the_migration_is_refused_loudly(
     store_backend: StoreBackend, namespace: str
 ) -> None:
     client = await store_backend.async_client()
-    await _write_v1_namespace(client, namespace, {"a": 1})
+    await _write_format1_namespace(client, namespace, {"a": 1})
     async with AsyncStateStoreDict(client, namespace=namespace, listing="index") as d:
         assert await d.keys() == ["a"]
-    await _write_v1_namespace(client, namespace, {"b": 2})  # an old process still running
+    await _write_format1_namespace(client, namespace, {"b": 2})  # an old process still running
     late: AsyncStateStoreDict[int] = AsyncStateStoreDict(
         await store_backend.async_client(), namespace=namespace, listing="index"
     )
-    with pytest.raises(ConfigurationError, match=r"0\.1\.0"):
+    with pytest.raises(ConfigurationError, match=r"single-object index \(format 1\)"):
         await late.open()

@@ -85,8 +85,10 @@ class Deleter:
 
 
 @pytest.mark.parametrize("listing", ["index", "scan"])
-def test_sixteen_threads_iterate_while_another_process_deletes_half(broker_url: tuple[str, int], listing: str) -> None:
-    host, port = broker_url
+def test_sixteen_threads_iterate_while_another_process_deletes_half(
+    broker_address: tuple[str, int], listing: str
+) -> None:
+    host, port = broker_address
     namespace = f"v{uuid.uuid4().hex[:10]}"
     survivors = {f"k{i}": i for i in range(1, N, 2)}
     with StateStoreClient(host, port) as client:
@@ -145,9 +147,9 @@ def test_sixteen_threads_iterate_while_another_process_deletes_half(broker_url: 
 
 @pytest.mark.parametrize("listing", ["index", "scan"])
 async def test_sixteen_tasks_iterate_the_async_dict_while_another_process_deletes_half(
-    broker_url: tuple[str, int], listing: str
+    broker_address: tuple[str, int], listing: str
 ) -> None:
-    host, port = broker_url
+    host, port = broker_address
     namespace = f"v{uuid.uuid4().hex[:10]}"
     survivors = {f"k{i}": i for i in range(1, N, 2)}
     async with (

@@ -1,10 +1,10 @@
 """No storm of requests from the library itself: a source scan for the shapes that made one.
 
 A task per item created at once (``create_task`` in a loop or a comprehension) or an ``asyncio.gather(*...)`` over
-an iterable of any size sends as many requests as there are items, all at once; a stock mosquitto queues 1,000 per
-session and drops the rest without a word. Such work goes through ``fanout.gather_bounded`` (a bounded number in
-flight) or ``fanout.BoundedWork`` (one background task). The scan reads every module of the package (AST) and
-fails on any such shape not listed below with the reason it is bounded.
+an iterable of any size sends as many requests as there are items, all at once; a mosquitto on its default
+settings queues 1,000 per session and drops the rest without a word. Such work goes through
+``fanout.gather_bounded`` (a bounded number in flight) or ``fanout.BoundedWork`` (one background task). The scan
+reads every module of the package (AST) and fails on any such shape not listed below with the reason it is bounded.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Network blips fail no call (issue 26): a relay in front of a stock mosquitto aborts every relayed connection
+"""Network blips fail no call (issue 26): a relay in front of an untuned mosquitto aborts every relayed connection
 again and again (RST both ways, new connections refused for 0.2 s) while mosquitto and the emulator stay up.
 
 The client's MQTT session outlives each cut: the requests the broker had not acknowledged are sent again with
@@ -34,7 +34,7 @@ from tests._support.waiting import eventually
 
 pytestmark = pytest.mark.broker
 
-# the stock paho transport keeps the session's flags but cannot send again what a dropped connection had in flight,
+# the paho transport keeps the session's flags but cannot send again what a dropped connection had in flight,
 # nor tell a silent close from a reset (docs/reliability.md): these are the fast path's guarantees
 fast_path_only = pytest.mark.skipif(chosen_transport() != "stream", reason="the stream transport's session guarantees")
 

@@ -121,9 +121,9 @@ async def _rotate_through_expiries(front: SatFront, client: AsyncStateStoreClien
 
 
 async def test_a_client_stays_on_one_connection_across_token_expiries(
-    broker_url: tuple[str, int], token_file: Path
+    broker_address: tuple[str, int], token_file: Path
 ) -> None:
-    host, port = broker_url
+    host, port = broker_address
     async with SatFront(port, upstream_host=host) as front:
         client = AsyncStateStoreClient(
             settings=ConnectionSettings(host, front.port, sat_token_file=str(token_file)), timeout=5
@@ -162,11 +162,11 @@ async def test_the_emulator_stays_on_one_connection_across_token_expiries(
 
 @pytest.mark.parametrize("refuse", ["auth", "disconnect", "silence"])
 async def test_a_refused_re_authentication_reconnects_with_the_file_read_again(
-    broker_url: tuple[str, int], tmp_path: Path, refuse: str, caplog: pytest.LogCaptureFixture
+    broker_address: tuple[str, int], tmp_path: Path, refuse: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """AUTH 0x87, DISCONNECT 0x87 or no answer: a logged failure, the connection dropped, and the client's
     reconnect presents what the file holds now."""
-    host, port = broker_url
+    host, port = broker_address
     token_file = tmp_path / "token"
     rotate(token_file, make_jwt(60))
     settings = ConnectionSettings(host, 1, sat_token_file=str(token_file), sat_poll_interval=0.05, connect_timeout=1.0)
@@ -189,9 +189,9 @@ async def test_a_refused_re_authentication_reconnects_with_the_file_read_again(
 
 @pytest.mark.parametrize("refuse", ["auth", "disconnect", "silence"])
 async def test_reauthenticate_raises_a_typed_error_and_drops_the_link(
-    broker_url: tuple[str, int], tmp_path: Path, refuse: str
+    broker_address: tuple[str, int], tmp_path: Path, refuse: str
 ) -> None:
-    host, port = broker_url
+    host, port = broker_address
     token_file = tmp_path / "token"
     rotate(token_file, make_jwt(60))
     async with SatFront(port, upstream_host=host, refuse=refuse) as front:
@@ -208,9 +208,9 @@ async def test_reauthenticate_raises_a_typed_error_and_drops_the_link(
 
 
 async def test_a_token_that_is_not_a_jwt_is_re_sent_only_when_the_file_changes(
-    broker_url: tuple[str, int], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    broker_address: tuple[str, int], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    host, port = broker_url
+    host, port = broker_address
     token_file = tmp_path / "token"
     rotate(token_file, "opaque-one")
     settings = ConnectionSettings(host, 1, sat_token_file=str(token_file), sat_poll_interval=0.05)
@@ -234,9 +234,9 @@ async def test_a_token_that_is_not_a_jwt_is_re_sent_only_when_the_file_changes(
         assert front.accepted == 1
 
 
-async def test_a_token_provider_is_asked_for_connect_and_re_authentication(broker_url: tuple[str, int]) -> None:
+async def test_a_token_provider_is_asked_for_connect_and_re_authentication(broker_address: tuple[str, int]) -> None:
     """A token that lives in no file: a callable gives the current one, at CONNECT and before ``exp``."""
-    host, port = broker_url
+    host, port = broker_address
     issued: list[str] = []
 
     def provider() -> str:

@@ -27,16 +27,16 @@ def _key() -> str:
     return f"otel-{uuid.uuid4().hex[:10]}"
 
 
-async def test_without_a_provider_a_client_has_no_instrumentation(broker_url: tuple[str, int]) -> None:
-    async with AsyncStateStoreClient(*broker_url) as client:
+async def test_without_a_provider_a_client_has_no_instrumentation(broker_address: tuple[str, int]) -> None:
+    async with AsyncStateStoreClient(*broker_address) as client:
         assert client._sender.telemetry is None
         await client.set(_key(), b"v")  # and its requests work as ever
 
 
 async def test_each_command_has_a_client_span_with_the_conventions_attributes(
-    otel: Otel, broker_url: tuple[str, int]
+    otel: Otel, broker_address: tuple[str, int]
 ) -> None:
-    host, port = broker_url
+    host, port = broker_address
     key = _key()
     async with AsyncStateStoreClient(host, port) as client:
         assert isinstance(client._sender.telemetry, ClientTelemetry)
@@ -65,9 +65,11 @@ async def test_each_command_has_a_client_span_with_the_conventions_attributes(
         assert point.sum > 0
 
 
-async def test_a_service_error_is_an_error_span_and_an_error_duration(otel: Otel, broker_url: tuple[str, int]) -> None:
+async def test_a_service_error_is_an_error_span_and_an_error_duration(
+    otel: Otel, broker_address: tuple[str, int]
+) -> None:
     key = _key()
-    async with AsyncStateStoreClient(*broker_url) as client:
+    async with AsyncStateStoreClient(*broker_address) as client:
         await client.set(key, b"fenced", fencing_token=client.hlc.tick())
         with pytest.raises(FencingTokenRequiredError):
             await client.set(key, b"unfenced")  # the key is fenced now: the service answers -ERR
@@ -136,9 +138,9 @@ async def test_a_framework_span_is_the_parent_and_its_context_reaches_the_emulat
     assert note["links"] == [{"trace_id": second_set["trace_id"], "span_id": second_set["span_id"]}]
 
 
-async def test_no_span_no_trace_context(otel: Otel, broker_url: tuple[str, int]) -> None:
+async def test_no_span_no_trace_context(otel: Otel, broker_address: tuple[str, int]) -> None:
     """The hook adds trace context only while a span is active; it counts the publishes of the request either way."""
-    async with AsyncStateStoreClient(*broker_url) as client:
+    async with AsyncStateStoreClient(*broker_address) as client:
         telemetry = client._sender.telemetry
         assert telemetry is not None
         props: list[tuple[str, str]] = []
@@ -192,9 +194,9 @@ async def test_resends_and_reconnects_are_counted(otel: Otel, fresh_mosquitto) -
             await client.close()
 
 
-async def test_cache_counters_match_the_caches_own_stats(otel: Otel, broker_url: tuple[str, int]) -> None:
+async def test_cache_counters_match_the_caches_own_stats(otel: Otel, broker_address: tuple[str, int]) -> None:
     namespace = f"o{uuid.uuid4().hex[:10]}"
-    async with AsyncStateStoreClient(*broker_url) as client:
+    async with AsyncStateStoreClient(*broker_address) as client:
         cache = AsyncStateStoreCache(client, namespace=namespace, local_cache_size=2)
         async with cache:
             await cache.set("a", 1)
@@ -218,10 +220,10 @@ async def test_cache_counters_match_the_caches_own_stats(otel: Otel, broker_url:
             assert in_flight == client.in_flight.in_flight == 0
 
 
-def test_a_blocking_clients_spans_are_children_of_the_callers_span(otel: Otel, broker_url: tuple[str, int]) -> None:
+def test_a_blocking_clients_spans_are_children_of_the_callers_span(otel: Otel, broker_address: tuple[str, int]) -> None:
     """A Flask or Django view calls the blocking twin: its request runs on the library's loop thread, in the
     caller's context (the span of the framework's request is the parent)."""
-    with StateStoreClient(*broker_url) as client, otel.tracer.start_as_current_span("GET /view") as view:
+    with StateStoreClient(*broker_address) as client, otel.tracer.start_as_current_span("GET /view") as view:
         client.set(_key(), b"v")
     (ours,) = [s for s in otel.finished() if s.kind is SpanKind.CLIENT]
     assert ours.attributes["db.operation.name"] == "SET"

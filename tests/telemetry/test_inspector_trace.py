@@ -11,7 +11,7 @@ from sskv_mapping import ConnectionSettings
 from sskv_mapping._telemetry import PROPAGATION_ENV
 from sskv_mapping.emulator.core import CoreResult
 from sskv_mapping.emulator.inprocess import InProcessStateStore
-from sskv_mapping.emulator.inspection import describe_request, trace_id_of
+from sskv_mapping.emulator.store_view import describe_request, trace_id_of
 from tests._support.otel import Otel
 
 

@@ -52,7 +52,7 @@ class ClosingBroker:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("transport", [PahoConnection, StreamConnection], ids=["stock", "stream"])
+@pytest.mark.parametrize("transport", [PahoConnection, StreamConnection], ids=["paho", "stream"])
 async def test_transport_connect_fails_when_closed_before_connack(transport: type[Any]) -> None:
     async with ClosingBroker() as broker:
         settings = ConnectionSettings("127.0.0.1", broker.port, connect_timeout=LONG_CONNECT_TIMEOUT)

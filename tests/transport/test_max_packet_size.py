@@ -25,7 +25,7 @@ pytestmark = pytest.mark.broker
 
 LIMIT = 2000
 WAIT = 10.0
-TRANSPORTS = pytest.mark.parametrize("transport", [PahoConnection, StreamConnection], ids=["stock", "stream"])
+TRANSPORTS = pytest.mark.parametrize("transport", [PahoConnection, StreamConnection], ids=["paho", "stream"])
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
-"""The stock transport (``_transport/paho.py``: aiomqtt and paho, ``SSKV_MQTT_TRANSPORT=paho``) as an independent
+"""The paho transport (``_transport/paho.py``: aiomqtt and paho, ``SSKV_MQTT_TRANSPORT=paho``) as an independent
 oracle for our own MQTT codec, and its correctness hooks.
 
 * the PUBLISH property encoder of ``_protocol/mqtt_publish.py`` produces paho's ``Properties.pack()`` bytes,
-  byte for byte (the stock transport lets paho encode them itself);
+  byte for byte (the paho transport lets paho encode them itself);
 * the PUBLISH decoder produces what paho's ``decode_publish`` + aiomqtt's ``Message`` + ``_convert`` produce,
   and refuses (``MalformedPacketError``) what that path refuses;
 * through a real mosquitto: every property arrives intact at QoS 1, packets leave in call order, large packets
@@ -56,7 +56,7 @@ def paho_pack(
 
 
 def paho_decode(header: int, packet: bytes) -> InboundMessage:
-    """The stock inbound path: paho's decoder, its MQTTMessage, aiomqtt's Message, then our conversion."""
+    """The paho transport's inbound path: paho's decoder, its MQTTMessage, aiomqtt's Message, then our conversion."""
     result = paho_packet.decode_publish(header, packet, paho_client.MQTTv5)
     message = paho_client.MQTTMessage(mid=result.mid, topic=result.topic)
     message.qos = result.qos
@@ -128,7 +128,7 @@ def test_encoder_refuses_a_value_over_65535_bytes() -> None:
 
 def test_encoded_properties_are_what_paho_logs_and_sends() -> None:
     props = _publish_properties(b"c", "r", [("a", "b")], None, None)
-    assert type(props) is Properties  # paho's own: paho encodes what the stock transport sends
+    assert type(props) is Properties  # paho's own: paho encodes what the paho transport sends
     assert props.pack() == _publish_property_bytes(b"c", "r", [("a", "b")], None, None)
 
 
@@ -289,9 +289,9 @@ async def _connect(
 async def pair(mosquitto: MosquittoBroker) -> AsyncIterator[tuple[PahoConnection, PahoConnection, Inbox, str]]:
     """(sender, receiver, receiver's inbox, a topic the receiver subscribed to at QoS 1)."""
     inbox = Inbox()
-    sender = await _connect(mosquitto, "stock-tx")
-    receiver = await _connect(mosquitto, "stock-rx", inbox)
-    topic = f"test/stock/{uuid.uuid4().hex}"
+    sender = await _connect(mosquitto, "paho-tx")
+    receiver = await _connect(mosquitto, "paho-rx", inbox)
+    topic = f"test/paho/{uuid.uuid4().hex}"
     await receiver.subscribe([topic], qos=1)
     try:
         yield sender, receiver, inbox, topic
@@ -378,7 +378,7 @@ async def test_large_packets_survive_partial_writes_and_reads(
 
 async def test_publish_waits_for_a_puback_even_one_with_a_reason_code(mosquitto: MosquittoBroker) -> None:
     """Nobody subscribes: mosquitto answers PUBACK 0x10 "no matching subscribers" (3 bytes, paho decodes it)."""
-    sender = await _connect(mosquitto, "stock-nosub")
+    sender = await _connect(mosquitto, "paho-nosub")
     try:
         async with asyncio.timeout(WAIT):
             await sender.publish(f"test/nobody/{uuid.uuid4().hex}", b"x", timeout=WAIT)
@@ -388,7 +388,7 @@ async def test_publish_waits_for_a_puback_even_one_with_a_reason_code(mosquitto:
 
 
 async def test_publish_fails_when_the_connection_ends_before_the_puback(fresh_mosquitto: MosquittoBroker) -> None:
-    sender = await _connect(fresh_mosquitto, "stock-drop")
+    sender = await _connect(fresh_mosquitto, "paho-drop")
     pid = fresh_mosquitto.pid
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)  # the broker reads nothing more: no PUBACK will come
@@ -415,8 +415,8 @@ async def test_the_servers_receive_maximum_is_honoured(config: list[str], limit:
     paho's in-flight limit (0: none), and messages beyond it wait in paho and still all arrive, in order."""
     with MosquittoBroker(extra_config=config) as broker:
         inbox = Inbox()
-        receiver = await _connect(broker, "stock-rm-rx", inbox)
-        sender = await _connect(broker, "stock-rm-tx")
+        receiver = await _connect(broker, "paho-rm-rx", inbox)
+        sender = await _connect(broker, "paho-rm-tx")
         try:
             await receiver.subscribe(["test/rm"], qos=1)
             assert sender._client is not None
@@ -439,14 +439,14 @@ async def test_paho_and_aiomqtt_are_left_as_they_are(
     """No paho method is replaced, inbound PUBLISHes take aiomqtt's path, and a request/response round trip, a
     PUBACK wait and a refusing PUBACK (0x10) work through paho's public callbacks."""
     converted: list[aiomqtt.Message] = []
-    stock_convert = paho_module._convert
+    paho_convert = paho_module._convert
 
     def counting_convert(message: aiomqtt.Message) -> InboundMessage:
         converted.append(message)
-        return stock_convert(message)
+        return paho_convert(message)
 
     monkeypatch.setattr(paho_module, "_convert", counting_convert)
-    requests = f"test/stock/{uuid.uuid4().hex}"
+    requests = f"test/paho/{uuid.uuid4().hex}"
     responses = f"{requests}/response"
     responder: list[PahoConnection] = []
 
@@ -457,8 +457,8 @@ async def test_paho_and_aiomqtt_are_left_as_they_are(
         )
 
     inbox = Inbox()
-    responder.append(await _connect(mosquitto, "stock-server", answer))
-    requester = await _connect(mosquitto, "stock-client", inbox)
+    responder.append(await _connect(mosquitto, "paho-server", answer))
+    requester = await _connect(mosquitto, "paho-client", inbox)
     try:
         for conn in (requester, responder[0]):
             hooks, client = conn._hooks, conn._client

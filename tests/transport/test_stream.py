@@ -112,12 +112,14 @@ def test_publish_packet_round_trips_through_the_decoder() -> None:
 Pair = tuple[StreamConnection, StreamConnection, list[InboundMessage]]
 
 
-@pytest.fixture(params=["tuned", "stock"])
+@pytest.fixture(params=["tuned", "untuned"])
 async def pair(
     request: pytest.FixtureRequest,
 ) -> AsyncIterator[tuple[StreamConnection, StreamConnection, list[InboundMessage]]]:
-    """Two connections on the session broker, and on the stock-configured one (no set_tcp_nodelay)."""
-    mosquitto: MosquittoBroker = request.getfixturevalue("mosquitto" if request.param == "tuned" else "stock_mosquitto")
+    """Two connections on the session broker, and on the one on its default settings (no set_tcp_nodelay)."""
+    mosquitto: MosquittoBroker = request.getfixturevalue(
+        "mosquitto" if request.param == "tuned" else "untuned_mosquitto"
+    )
     request.applymarker(pytest.mark.broker)
     received: list[InboundMessage] = []
     sender = StreamConnection(ConnectionSettings(mosquitto.host, mosquitto.port), lambda m: None)

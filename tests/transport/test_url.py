@@ -119,10 +119,10 @@ def test_options_combine_and_keyword_overrides_win() -> None:
     assert ConnectionSettings.from_url("mqtt://h?client_id=a%2Fb").client_id == "a/b"  # percent-decoded
 
 
-async def test_the_client_id_from_the_url_is_the_one_the_broker_sees(broker_url: tuple[str, int]) -> None:
+async def test_the_client_id_from_the_url_is_the_one_the_broker_sees(broker_address: tuple[str, int]) -> None:
     """The broker knows a connection by its client id: a second connection with the URL's id takes the first one's
     place (MQTT session takeover), which it would not do for any other id."""
-    host, port = broker_url
+    host, port = broker_address
     client_id = "url-given-id-7f3a"
     client = AsyncStateStoreClient.from_url(f"mqtt://{host}:{port}?client_id={client_id}", reconnect=False)
     assert client.client_id == client_id

@@ -9,10 +9,10 @@ import httpx
 import pytest
 
 pytest.importorskip("aiohttp", reason="the inspector needs the 'inspect' extra (aiohttp)")
-from sskv_mapping.emulator.__main__ import build_parser
 from sskv_mapping.emulator.inprocess import InProcessStateStore
-from sskv_mapping.emulator.inspection import role_of, show_bytes
 from sskv_mapping.emulator.inspector import Inspector, exposure_warning, is_loopback
+from sskv_mapping.emulator.process import build_parser
+from sskv_mapping.emulator.store_view import role_of, show_bytes
 from tests._support.waiting import eventually
 
 

@@ -1,10 +1,11 @@
-"""A subset of the dict and cache contracts on a broker configured as a stock install runs it
-(``MosquittoBroker(stock=True)``: no ``set_tcp_nodelay``, so Nagle on the broker's side) with its own emulator.
+"""A subset of the dict and cache contracts on a mosquitto on its default settings, as an install runs it
+(``MosquittoBroker(default_settings=True)``: no ``set_tcp_nodelay``, so Nagle on the broker's side) with its own
+emulator.
 
 The full contracts run on the tuned session broker (tests/mapping, tests/cache); here the same behaviour over
-the stock broker: the request path (tests/transport/test_stream.py and tests/client/test_client_broker.py run
+the untuned broker: the request path (tests/transport/test_stream.py and tests/client/test_client_broker.py run
 there too) and the faces on top of it, including a second instance seeing a change (KEYNOTIFY through the
-stock broker) and the index a new dict key writes. Speed is the benchmarks' (``bench_dict.py --stock``).
+untuned broker) and the index a new dict key writes. Speed is the benchmarks' (``bench_untuned_broker.py``).
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ pytestmark = pytest.mark.broker
 
 
 @pytest.fixture
-def stock_dicts(stock_broker_url: tuple[str, int]) -> Iterator[tuple[StateStoreDict[Any], StateStoreDict[Any]]]:
-    """Two dicts on one namespace, each on its own client, over the stock broker."""
-    namespace = f"stock{uuid.uuid4().hex[:10]}"
-    clients = [StateStoreClient(*stock_broker_url) for _ in range(2)]
+def untuned_dicts(untuned_broker_address: tuple[str, int]) -> Iterator[tuple[StateStoreDict[Any], StateStoreDict[Any]]]:
+    """Two dicts on one namespace, each on its own client, over the untuned broker."""
+    namespace = f"untuned{uuid.uuid4().hex[:10]}"
+    clients = [StateStoreClient(*untuned_broker_address) for _ in range(2)]
     dicts: list[StateStoreDict[Any]] = []
     try:
         for c in clients:
@@ -42,9 +43,9 @@ def stock_dicts(stock_broker_url: tuple[str, int]) -> Iterator[tuple[StateStoreD
 
 
 @pytest.fixture
-async def stock_cache(stock_broker_url: tuple[str, int]) -> AsyncIterator[AsyncStateStoreCache[Any]]:
-    async with AsyncStateStoreClient(*stock_broker_url) as client:
-        cache: AsyncStateStoreCache[Any] = AsyncStateStoreCache(client, namespace=f"stock{uuid.uuid4().hex[:10]}")
+async def untuned_cache(untuned_broker_address: tuple[str, int]) -> AsyncIterator[AsyncStateStoreCache[Any]]:
+    async with AsyncStateStoreClient(*untuned_broker_address) as client:
+        cache: AsyncStateStoreCache[Any] = AsyncStateStoreCache(client, namespace=f"untuned{uuid.uuid4().hex[:10]}")
         await cache.open()
         try:
             yield cache
@@ -52,8 +53,10 @@ async def stock_cache(stock_broker_url: tuple[str, int]) -> AsyncIterator[AsyncS
             await cache.close()
 
 
-def test_dict_set_get_delete_on_a_stock_broker(stock_dicts: tuple[StateStoreDict[Any], StateStoreDict[Any]]) -> None:
-    d, other = stock_dicts
+def test_dict_set_get_delete_on_an_untuned_broker(
+    untuned_dicts: tuple[StateStoreDict[Any], StateStoreDict[Any]],
+) -> None:
+    d, other = untuned_dicts
     d["a"] = 1  # a new key: data and index entry
     d["b"] = {"nested": [1, 2, None]}
     assert d["a"] == 1 and d["b"] == {"nested": [1, 2, None]}
@@ -70,15 +73,17 @@ def test_dict_set_get_delete_on_a_stock_broker(stock_dicts: tuple[StateStoreDict
     assert "n" in other and other["n"] is None and other.get("m", "default") == "default"
 
 
-def test_many_writes_on_a_stock_broker_all_land(stock_dicts: tuple[StateStoreDict[Any], StateStoreDict[Any]]) -> None:
-    d, other = stock_dicts
+def test_many_writes_on_an_untuned_broker_all_land(
+    untuned_dicts: tuple[StateStoreDict[Any], StateStoreDict[Any]],
+) -> None:
+    d, other = untuned_dicts
     for i in range(50):
         d[f"k{i % 5}"] = i
     assert {k: other[k] for k in sorted(other)} == {f"k{j}": 45 + j for j in range(5)}
 
 
-async def test_cache_set_get_exists_delete_add_on_a_stock_broker(stock_cache: AsyncStateStoreCache[Any]) -> None:
-    cache = stock_cache
+async def test_cache_set_get_exists_delete_add_on_an_untuned_broker(untuned_cache: AsyncStateStoreCache[Any]) -> None:
+    cache = untuned_cache
     assert await cache.get("a") is None and not await cache.exists("a")
     await cache.set("a", {"n": [1, 2, None]})
     assert await cache.get("a") == {"n": [1, 2, None]} and await cache.exists("a")
@@ -89,8 +94,8 @@ async def test_cache_set_get_exists_delete_add_on_a_stock_broker(stock_cache: As
     assert await cache.get("k") == 1
 
 
-def test_the_stock_configuration_sets_nothing_a_stock_install_does_not() -> None:
-    broker = MosquittoBroker(stock=True, extra_config=["max_packet_size 1000"])
+def test_the_default_settings_set_nothing_an_install_does_not() -> None:
+    broker = MosquittoBroker(default_settings=True, extra_config=["max_packet_size 1000"])
     settings = [line.split()[0] for line in broker.config_text().splitlines() if line and not line.startswith("#")]
     # listener, anonymous access, and the emulator's connection log (a topic, plus a file to see it start)
     assert [s for s in settings if s not in ("user",)] == [
@@ -100,4 +105,15 @@ def test_the_stock_configuration_sets_nothing_a_stock_install_does_not() -> None
         "log_dest",
         "max_packet_size",
     ]
-    assert "stock" in repr(broker)
+    assert "default-settings" in repr(broker)
+
+
+def test_the_old_stock_keyword_and_attribute_still_work_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match=r"stock=\.\.\.\) is now MosquittoBroker\(default_settings="):
+        old = MosquittoBroker(stock=True, extra_config=["max_packet_size 1000"])
+    new = MosquittoBroker(default_settings=True, extra_config=["max_packet_size 1000"], port=old.port)
+    assert old.default_settings is True and old.config_text() == new.config_text()
+    with pytest.warns(DeprecationWarning, match="stock is now MosquittoBroker.default_settings"):
+        assert old.stock is True
+    with pytest.warns(DeprecationWarning):
+        assert MosquittoBroker(stock=False).default_settings is False

@@ -1,16 +1,16 @@
 """A broker on its default settings vs the tuned one: dict writes through mosquitto + the emulator.
 
-Run:  python benchmarks/bench_stock.py [--rounds 5] [--writes 200] [--new-keys 50] [--no-quickack] [--listing index]
+Run:  python benchmarks/bench_untuned_broker.py [--rounds 5] [--writes 200] [--new-keys 50] [--no-quickack] [--listing index]
 
 Two private mosquittos on loopback, each with its own emulator process: one as the test suite tunes it
-(``set_tcp_nodelay true``) and one as a stock install runs it (``MosquittoBroker(stock=True)``: Nagle on the
-broker's side). Per round, on each, interleaved: ``d[k] = v`` on an existing key (one SET round trip) and
+(``set_tcp_nodelay true``) and one on its default settings, as an install runs it
+(``MosquittoBroker(default_settings=True)``: Nagle on the broker's side). Per round, on each, interleaved: ``d[k] = v`` on an existing key (one SET round trip) and
 ``d[new] = v`` on a new key (the data and the namespace index entry), timed one by one on a blocking
 ``StateStoreDict``; a plain ``AsyncStateStoreClient.set`` round trip too. Each figure is the median over the
-rounds of each round's median; the stock/tuned ratio is from the same run.
+rounds of each round's median; the untuned/tuned ratio is from the same run.
 
 ``--no-quickack`` turns TCP_QUICKACK off in this process and in both emulators (what the code did before):
-the figures then show what a stock broker costs without it.
+the figures then show what an untuned broker costs without it.
 
 This is a script, not a test: the machine is shared and noisy; only same-run ratios mean much.
 """
@@ -34,7 +34,7 @@ from sskv_mapping.mapping import StateStoreDict
 READY = "serving state store on"
 _NO_QUICKACK = (
     "import sys, sskv_mapping._transport.stream as s; s._TCP_QUICKACK = None; "
-    "from sskv_mapping.emulator.__main__ import main; sys.exit(main(sys.argv[1:]))"
+    "from sskv_mapping.emulator.process import main; sys.exit(main(sys.argv[1:]))"
 )
 
 
@@ -80,7 +80,7 @@ async def set_round(host: str, port: int, writes: int) -> float:
         samples: list[float] = []
         for i in range(writes):
             t0 = time.perf_counter()
-            await client.set("bench-stock", str(i).encode())
+            await client.set("bench-untuned", str(i).encode())
             samples.append(time.perf_counter() - t0)
     return ms(samples)
 
@@ -96,7 +96,7 @@ def main() -> int:
     quickack = not args.no_quickack
     if not quickack:
         stream._TCP_QUICKACK = None
-    brokers = {"tuned": MosquittoBroker(), "stock": MosquittoBroker(stock=True)}
+    brokers = {"tuned": MosquittoBroker(), "untuned": MosquittoBroker(default_settings=True)}
     emulators: list[subprocess.Popen[str]] = []
     clients: list[StateStoreClient] = []
     results: dict[str, dict[str, list[float]]] = {name: {"set": [], "existing": [], "new": []} for name in brokers}
@@ -132,7 +132,7 @@ def main() -> int:
     print(
         f"\nTCP_QUICKACK {'on' if quickack else 'off'}, listing={args.listing}; median of {args.rounds} rounds (each a median)\n"
     )
-    print("| measure | tuned broker | stock broker | stock / tuned |")
+    print("| measure | tuned broker | untuned broker | untuned / tuned |")
     print("|---|---|---|---|")
     for what, label in (
         ("set", "client `set`"),
@@ -140,8 +140,8 @@ def main() -> int:
         ("new", "`d[k] = v`, new key"),
     ):
         tuned = statistics.median(results["tuned"][what])
-        stock = statistics.median(results["stock"][what])
-        print(f"| {label} | {tuned:.3f} ms | {stock:.3f} ms | {stock / tuned:.2f}x |")
+        untuned = statistics.median(results["untuned"][what])
+        print(f"| {label} | {tuned:.3f} ms | {untuned:.3f} ms | {untuned / tuned:.2f}x |")
     return 0
 
 

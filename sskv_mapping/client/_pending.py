@@ -4,7 +4,7 @@ Every pending call is removed in a ``finally`` by its owner (:meth:`PendingCalls
 matches nothing (late, duplicated, or with foreign correlation data) is counted and dropped, never
 delivered to another call.
 
-Must not import aiomqtt/paho nor anything above ``_transport``.
+Must not import aiomqtt/paho nor anything above ``client``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .base import InboundMessage
+from .._transport.base import InboundMessage
 
 __all__ = ["PendingCalls"]
 

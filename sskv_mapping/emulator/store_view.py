@@ -10,7 +10,7 @@ The layouts (written by the dict, the cache and the leased lock; namespaces hold
 * ``ns/<key>``: a dict's data key (with a stored index, or listed by SCAN: then nothing else marks it);
 * ``ns#index-meta`` (``{"version": 2, "shards": S}``), ``ns#index/<i:04x>`` (``{key: added_ms | [added_ms,
   expires_ms]}``), ``ns#index-used``, their locks ``ns#index-lock/<i>`` and ``ns#index-used-lock``; ``ns#index`` and
-  ``ns#index-lock`` are the 0.1.0 index: a dict's stored index;
+  ``ns#index-lock`` are the single-object index (format 1): a dict's stored index;
 * ``ns#gen`` (``{"gen": G, "retired": [...]}``) and its lock ``ns#gen-lock``, data keys ``ns#g.<G>/<key>``, the ledger
   of entries without a TTL ``ns#persist/<G>/<xx>`` and its locks ``ns#persist-lock/<G>/<xx>``, per-key locks
   ``ns#lock/<key>`` (``incr``, fenced writes) and ``ns#gos-lock/<key>`` (single flight): a cache;
@@ -32,7 +32,7 @@ from typing import Any
 from .._protocol.commands import Delete, Get, KeyNotify, Scan, Set, SetCondition, VDelete, parse_command
 from .._protocol.notifications import parse_notification_payload
 from ..errors import ProtocolError
-from .core import CoreResult, EmulatorCore, StoredEntry
+from .core import CoreResult, EmulatorCore, KeyRecord
 
 __all__ = [
     "KeyRole",
@@ -153,7 +153,7 @@ def role_of(key: bytes) -> KeyRole | None:
     if head == "index-used" and not tail:
         return KeyRole(ns, "dict", "index shards used")
     if head == "index":
-        return KeyRole(ns, "dict", "index shard" if tail else "index (0.1.0)", tail)
+        return KeyRole(ns, "dict", "index shard" if tail else "index (format 1)", tail)
     if head == "gen" and not tail:
         return KeyRole(ns, "cache", "generation")
     if head.startswith("g.") and tail:
@@ -166,12 +166,12 @@ def role_of(key: bytes) -> KeyRole | None:
     return None
 
 
-def _ttl_ms(entry: StoredEntry, now_ms: int) -> int | None:
+def _ttl_ms(entry: KeyRecord, now_ms: int) -> int | None:
     return None if entry.expires_at_ms is None else max(0, entry.expires_at_ms - now_ms)
 
 
 def key_record(
-    key: bytes, entry: StoredEntry, now_ms: int, watchers: Iterable[str] = (), limit: int | None = PREVIEW_CHARS
+    key: bytes, entry: KeyRecord, now_ms: int, watchers: Iterable[str] = (), limit: int | None = PREVIEW_CHARS
 ) -> dict[str, Any]:
     """One key as the page lists it."""
     role = role_of(key)
@@ -188,7 +188,7 @@ def key_record(
     }
 
 
-def _live(core: EmulatorCore, now_ms: int) -> list[tuple[bytes, StoredEntry]]:
+def _live(core: EmulatorCore, now_ms: int) -> list[tuple[bytes, KeyRecord]]:
     out = []
     for key in core:
         entry = core.entry(key)
@@ -210,7 +210,7 @@ def list_keys(core: EmulatorCore, now_ms: int, prefix: bytes = b"", limit: int =
     }
 
 
-def _json_of(entry: StoredEntry | None) -> Any:
+def _json_of(entry: KeyRecord | None) -> Any:
     if entry is None or len(entry.value) > _JSON_PARSE_MAX:  # a huge value is not parsed on the emulator's loop
         return None
     try:
@@ -222,7 +222,7 @@ def _json_of(entry: StoredEntry | None) -> Any:
 def list_namespaces(core: EmulatorCore, now_ms: int, prefix: bytes = b"") -> list[dict[str, Any]]:
     """Each namespace recognised from its keys, as its face shows it (a dict's index, a cache's generations)."""
     found: dict[str, dict[str, Any]] = {}
-    roles: list[tuple[KeyRole, bytes, StoredEntry]] = []
+    roles: list[tuple[KeyRole, bytes, KeyRecord]] = []
     for key, entry in _live(core, now_ms):
         role = role_of(key)
         if role is None or not key.startswith(prefix):

@@ -1,0 +1,286 @@
+"""The emulator as a process: its command line, logging, signals and serve loop.
+
+``python -m sskv_mapping.emulator --host H --port P`` (``__main__.py``) calls :func:`main`; ``sskv emulator``
+(``sskv_mapping/cli/_main.py``) reuses :func:`add_emulator_arguments` and :func:`run`.
+Must not import aiomqtt/paho directly (the server goes through ``_transport``), nor the client layers.
+
+The process prints one line containing ``serving state store on`` to stdout (flushed) once its request
+subscription is acknowledged; SIGTERM and SIGINT stop it cleanly with exit status 0. If the broker cannot
+be reached at start it exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from .._protocol.topics import REQUEST_TOPIC
+from ..errors import StateStoreError
+from .scan import DEFAULT_SCAN_PAGE_SIZE
+
+__all__ = ["add_emulator_arguments", "build_parser", "main", "run"]
+
+DESCRIPTION = f"""\
+Serve a faithful local emulator of the Azure IoT Operations state store on an MQTT 5 broker.
+
+The emulator connects to the broker as an ordinary client, subscribes to the state store
+request topic
+  {REQUEST_TOPIC}
+and answers like the service: GET, SET (NX, NEX, PX), DEL, VDEL, KEYNOTIFY, SCAN (glob
+patterns, service-chosen pages, opaque continuation tokens), hybrid logical clock versions,
+fencing tokens, expiry with DELETE notifications.
+
+Use a mosquitto started with 'log_dest topic' and 'connection_messages true' (or
+'sskv emulator --with-broker', which does that for you): that is how the emulator sees
+clients disconnect and drops their KEYNOTIFY registrations, as the service does.
+"""
+
+EPILOG = """\
+It prints 'sskv emulator: serving state store on mqtt://HOST:PORT ...' once ready, and stops cleanly on
+SIGTERM or Ctrl-C (exit status 0). Exit status 1: the broker could not be reached.
+
+examples:
+  python -m sskv_mapping.emulator --port 1883
+  python -m sskv_mapping.emulator --port 1883 --max-keys 10000 --persist-file store.json
+  python -m sskv_mapping.emulator --port 1883 --scan-page-size 5 --scan-empty-pages 1
+  python -m sskv_mapping.emulator --port 1883 --no-scan      # an older service without SCAN
+  python -m sskv_mapping.emulator --port 1883 --inspect 8080 # and open http://127.0.0.1:8080/
+"""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def _page_size(text: str) -> int:
+    value = _positive_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("a SCAN page holds at least 1 key")
+    return value
+
+
+def _empty_pages(text: str) -> int:
+    value = _positive_int(text)
+    if value > 255:
+        raise argparse.ArgumentTypeError("at most 255 empty pages")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _positive_int(text)
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError("a TCP port is 1-65535")
+    return value
+
+
+def _inspect_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", text
+    elif host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise argparse.ArgumentTypeError(f"write an IPv6 address in brackets: [{host}]:{port}")
+    if not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {port!r} (0-65535; 0: any free port)")
+    return host or "127.0.0.1", int(port)
+
+
+def add_emulator_arguments(parser: argparse.ArgumentParser, *, broker_address: bool = True) -> None:
+    """The options of the emulator process (shared by ``python -m sskv_mapping.emulator`` and ``sskv``)."""
+    if broker_address:
+        parser.add_argument("--host", default="127.0.0.1", help="broker host to connect to (default %(default)s)")
+        parser.add_argument("--port", type=_port, default=1883, help="broker port (default %(default)s)")
+    parser.add_argument(
+        "--client-id",
+        help="MQTT client id of the emulator (default: sskv-emulator-<random>; must be unique on the broker). "
+        "With an id given, the MQTT session outlives the connection: requests sent while the emulator reconnects, "
+        "or restarts with the same id, are served",
+    )
+    parser.add_argument(
+        "--max-keys",
+        type=_positive_int,
+        metavar="N",
+        help="key quota: a SET creating key N+1 fails with 'the quota has been exceeded' (default: none)",
+    )
+    parser.add_argument(
+        "--persist-file",
+        type=Path,
+        metavar="FILE",
+        help="keep entries written with 'aio-persistence: true' in FILE (JSON), reloaded at start",
+    )
+    parser.add_argument(
+        "--scan-page-size",
+        type=_page_size,
+        default=DEFAULT_SCAN_PAGE_SIZE,
+        metavar="N",
+        help="the most keys in one SCAN page (default %(default)s)",
+    )
+    parser.add_argument(
+        "--scan-empty-pages",
+        type=_empty_pages,
+        default=0,
+        metavar="N",
+        help="give N empty SCAN pages (with more to come) before every page of keys, as the real service may "
+        "(default %(default)s)",
+    )
+    parser.add_argument(
+        "--no-scan",
+        dest="scan",
+        action="store_false",
+        help="answer SCAN with 'unknown command', like a service older than SCAN",
+    )
+    parser.add_argument(
+        "--no-dedup",
+        dest="dedup",
+        action="store_false",
+        help="apply a request that arrives twice (re-sent after a reconnect) twice, as a service that does not "
+        "de-duplicate would; by default a copy within 60 s gets the first answer and changes nothing",
+    )
+    parser.add_argument(
+        "--inspect",
+        type=_inspect_address,
+        metavar="[HOST:]PORT",
+        help="serve the inspector web page (keys, namespaces, locks, watches, a live feed) on HOST:PORT; HOST is "
+        "127.0.0.1 unless given (another address is logged as a WARNING: it shows the store to the network); "
+        "PORT 0 picks a free one. Needs the 'inspect' extra (pip install 'sskv-mapping[inspect]')",
+    )
+    parser.add_argument(
+        "--inspect-writable",
+        action="store_true",
+        help="let the inspector page set and delete keys (read-only without it)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="log level on stderr (default %(default)s)",
+    )
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog or "python -m sskv_mapping.emulator",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_emulator_arguments(parser)
+    return parser
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _announce(line: str) -> None:
+    print(line, flush=True)
+
+
+async def serve(args: argparse.Namespace, host: str, port: int) -> int:
+    """Run the emulator until SIGTERM/SIGINT; returns the exit status."""
+    # Imported here so that `--help` stays fast and needs no MQTT library.
+    from .._transport.settings import ConnectionSettings
+    from .core import EmulatorCore
+    from .duplicates import DEFAULT_MAX_ENTRIES
+    from .server import EmulatorServer
+
+    # The MQTT session outlives a dropped connection (requests published while it reconnects are queued by the
+    # broker and served after), but only under a stable --client-id: a random id's session would outlive a
+    # crashed process and swallow requests nobody serves, where the broker otherwise answers "no subscriber"
+    # (PUBACK 0x10) and clients send again once a new emulator is up.
+    settings = ConnectionSettings(
+        host=host,
+        port=port,
+        client_id=args.client_id or f"sskv-emulator-{uuid.uuid4().hex[:12]}",
+        session_expiry=3600 if args.client_id else 0,
+    )
+    server = EmulatorServer(
+        settings,
+        EmulatorCore(
+            max_keys=args.max_keys,
+            scan=args.scan,
+            scan_page_size=args.scan_page_size,
+            scan_empty_pages=args.scan_empty_pages,
+            duplicate_window=DEFAULT_MAX_ENTRIES if args.dedup else 0,
+        ),
+        persist_file=args.persist_file,
+        on_ready=_announce,
+    )
+    inspector = None
+    if args.inspect is not None:
+        from .inspector import Inspector  # aiohttp, only when asked for
+
+        inspector = Inspector(server, writable=args.inspect_writable)
+        try:
+            url = await inspector.start(*args.inspect)
+        except OSError as exc:
+            print(
+                f"sskv emulator: cannot serve the inspector on {args.inspect[0]}:{args.inspect[1]}: {exc}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 1
+        mode = "writable" if args.inspect_writable else "read-only"
+        _announce(f"sskv emulator: inspector ({mode}) on {url}")
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
+        loop.add_signal_handler(sig, server.stop)
+    try:
+        await server.run()
+    except StateStoreError as exc:
+        print(f"sskv emulator: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except ValueError as exc:  # an unreadable persistence file
+        print(f"sskv emulator: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        if inspector is not None:
+            await inspector.close()
+    print("sskv emulator: stopped", flush=True)
+    return 0
+
+
+def _check_inspect_options(args: argparse.Namespace) -> str | None:
+    """Why the inspector options cannot be served (``None``: they can)."""
+    if args.inspect is None:
+        return "--inspect-writable needs --inspect [HOST:]PORT" if args.inspect_writable else None
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        return "--inspect needs aiohttp: pip install 'sskv-mapping[inspect]'"
+    return None
+
+
+def run(args: argparse.Namespace, host: str | None = None, port: int | None = None) -> int:
+    """Configure logging and serve on ``host:port`` (default: ``args.host``/``args.port``)."""
+    problem = _check_inspect_options(args)
+    if problem is not None:
+        print(f"sskv emulator: {problem}", file=sys.stderr, flush=True)
+        return 2
+    configure_logging(args.log_level)
+    return asyncio.run(serve(args, host or args.host, port or args.port))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run(args)
