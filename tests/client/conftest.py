@@ -25,7 +25,7 @@ def bare_broker() -> Iterator[MosquittoBroker]:
 
 
 @pytest.fixture
-def bare_broker_url(bare_broker: MosquittoBroker) -> tuple[str, int]:
+def bare_broker_address(bare_broker: MosquittoBroker) -> tuple[str, int]:
     return bare_broker.host, bare_broker.port
 
 

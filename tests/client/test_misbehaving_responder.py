@@ -73,17 +73,17 @@ OK_PROPS = [("__stat", "200"), ("__protVer", "1.0")]
 
 
 @pytest.fixture
-async def fake(bare_broker_url: tuple[str, int]) -> AsyncIterator[FakeService]:
-    service = FakeService(*bare_broker_url)
+async def fake(bare_broker_address: tuple[str, int]) -> AsyncIterator[FakeService]:
+    service = FakeService(*bare_broker_address)
     await service.start()
     yield service
     await service.close()
 
 
 @pytest.fixture
-async def lone_client(bare_broker_url: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
+async def lone_client(bare_broker_address: tuple[str, int]) -> AsyncIterator[AsyncStateStoreClient]:
     # a broker with no emulator on it: only the fake answers
-    async with AsyncStateStoreClient(*bare_broker_url, timeout=2.0) as c:
+    async with AsyncStateStoreClient(*bare_broker_address, timeout=2.0) as c:
         yield c
 
 

@@ -41,8 +41,8 @@ OPTIONS: dict[str, Any] = {
 
 
 @pytest.fixture
-def url(broker_url: tuple[str, int]) -> str:
-    host, port = broker_url
+def url(broker_address: tuple[str, int]) -> str:
+    host, port = broker_address
     return f"mqtt://{host}:{port}"
 
 

@@ -76,10 +76,10 @@ def test_the_new_variable_wins_over_the_old_one_without_a_warning(monkeypatch: p
     assert no_warning_chosen() == "stream"
 
 
-async def round_trip(broker_url: tuple[str, int]) -> object:
+async def round_trip(broker_address: tuple[str, int]) -> object:
     """A value set and read back through a client on the real broker; the connection it used."""
     key, value = f"transport-{uuid.uuid4().hex}", uuid.uuid4().bytes
-    async with AsyncStateStoreClient(*broker_url, timeout=10.0) as client:
+    async with AsyncStateStoreClient(*broker_address, timeout=10.0) as client:
         await client.set(key, value)
         entry = await client.get(key)
         assert entry is not None and entry.value == value
@@ -88,20 +88,20 @@ async def round_trip(broker_url: tuple[str, int]) -> object:
 
 
 async def test_the_variable_chooses_each_new_connection(
-    broker_url: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+    broker_address: tuple[str, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(TRANSPORT_ENV, "paho")
-    assert isinstance(await round_trip(broker_url), PahoConnection)
+    assert isinstance(await round_trip(broker_address), PahoConnection)
     monkeypatch.setenv(TRANSPORT_ENV, "stream")
-    assert isinstance(await round_trip(broker_url), StreamConnection)
+    assert isinstance(await round_trip(broker_address), StreamConnection)
 
 
 async def test_the_old_variable_does_the_same_with_a_warning(
-    broker_url: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+    broker_address: tuple[str, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(DEPRECATED_TRANSPORT_ENV, "0")
     with pytest.warns(DeprecationWarning, match="SSKV_MQTT_TRANSPORT=paho"):
-        assert isinstance(await round_trip(broker_url), PahoConnection)
+        assert isinstance(await round_trip(broker_address), PahoConnection)
     monkeypatch.setenv(DEPRECATED_TRANSPORT_ENV, "1")
     with pytest.warns(DeprecationWarning, match="SSKV_MQTT_TRANSPORT=stream"):
-        assert isinstance(await round_trip(broker_url), StreamConnection)
+        assert isinstance(await round_trip(broker_address), StreamConnection)
