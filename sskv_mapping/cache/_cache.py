@@ -421,8 +421,8 @@ class AsyncStateStoreCache(SharesCore[_CacheCore[V]]):
         return self._core.flight
 
     def peek(self, key: str) -> CachedEntry[V] | None:
-        """Deprecated, goes in the next release: ``get(key)`` from the local cache alone, or ``None`` when it
-        cannot answer (``local_cache.peek`` of :meth:`data_key` answers the same)."""
+        """Deprecated, goes in the next release: ``get(key)`` from the local cache alone (``value`` is ``ABSENT``
+        for a key known absent), or ``None`` when it cannot answer."""
         _deprecated("AsyncStateStoreCache.peek()", "await get()")
         return self._core.peek(key)
 
