@@ -62,7 +62,7 @@ async def main() -> None:
                     await d.get(k)
                 store, cache = d._store, d.local_cache
                 assert cache is not None
-                hit = d.hit_reader()
+                hit = d._core.hit
                 cached = sum(hit(k) is not None for k in keys)
                 print(f"{cached:,} of {args.entries:,} entries cached; waiting for the first to come due...")
                 while store.revalidations == 0:  # noqa: ASYNC110 - a counter, no event to wait on

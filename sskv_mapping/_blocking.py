@@ -10,14 +10,15 @@ import concurrent.futures
 import os
 import threading
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ._fork import in_child_after_fork
 from .errors import ClientStateError
 
-__all__ = ["BlockingTwin", "LoopThread", "get_loop_thread"]
+__all__ = ["BlockingTwin", "LoopThread", "SharesCore", "get_loop_thread"]
 
 T = TypeVar("T")
+C = TypeVar("C")
 
 #: What a call on a face made before ``os.fork()`` says in the child: its connection and loop stay the parent's.
 FORKED = (
@@ -132,8 +133,8 @@ class BlockingTwin:
     ``LeaderElection``, ``KeyWatch``): :meth:`_run` runs one coroutine of the async twin on the process-wide loop
     thread and returns its result, typed (``self._run(self.async_x.get(k))`` is an ``Entry | None`` for mypy).
 
-    A facade holds its async twin and calls only its public API; the one thing done in the calling thread (a
-    local-cache hit) goes through the twin's thread-safe, non-async ``peek``.
+    A facade holds its async twin and calls its public API; what is done in the calling thread (a local-cache hit,
+    encoding a value) goes through the private core both twins share (:class:`SharesCore`).
     """
 
     def __init__(self) -> None:
@@ -146,3 +147,16 @@ class BlockingTwin:
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._portal.run(coro)
+
+
+class SharesCore(Generic[C]):
+    """Base of both twins of a pair whose state and non-async steps live in one private core object (httpx's
+    ``BaseClient`` idea): the async twin makes the core; the blocking one shares it (:meth:`_share_core`), so what it
+    does in the calling thread (serve a local-cache hit, encode a value, count) needs no public method on the async
+    class, and no logic of its own."""
+
+    _core: C
+
+    def _share_core(self, twin: SharesCore[C]) -> None:
+        """Use ``twin``'s core: the blocking twin calls this with the async twin it drives."""
+        self._core = twin._core

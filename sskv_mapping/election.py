@@ -23,7 +23,7 @@ from ._protocol.notifications import KeyEvent, KeyOperation
 from .client._client import AsyncStateStoreClient, KeyLike, StateStoreClient
 from .client._closing import unless_closed
 from .errors import LockError, StateStoreError
-from .lock import AsyncLeasedLock
+from .lock import AsyncLeasedLock, renamed_clock
 
 __all__ = ["AsyncLeaderElection", "LeaderElection", "LeadershipChange"]
 
@@ -60,7 +60,8 @@ class AsyncLeaderElection:
         auto_renew: renew the term while leading (every ``term * renew_fraction`` seconds).
         renew_fraction: see ``auto_renew``.
         on_lost: called (on the client's loop) with the reason when a leadership ends other than by ``resign``.
-        clock: monotonic seconds, to know when a term surely ended.
+        monotonic: the monotonic clock (seconds) that tells when a term surely ended; inject a fake one in tests.
+        clock: deprecated name of ``monotonic`` (goes in the next release).
     """
 
     def __init__(
@@ -73,17 +74,19 @@ class AsyncLeaderElection:
         auto_renew: bool = True,
         renew_fraction: float = 0.5,
         on_lost: Callable[[str], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
     ) -> None:
+        monotonic = renamed_clock("AsyncLeaderElection", monotonic, clock)
         self.client = client
         self.name = store_key(name)
         self.candidate = candidate if candidate is not None else client.client_id
         self._lock = AsyncLeasedLock(
-            client, self.name, holder=self.candidate, lease=term, renew_fraction=renew_fraction, clock=clock
+            client, self.name, holder=self.candidate, lease=term, renew_fraction=renew_fraction, monotonic=monotonic
         )
         self._auto_renew = auto_renew
         self._interval = self._lock.lease_ms / 1000 * renew_fraction
-        self._clock = clock
+        self._clock = monotonic
         self._on_lost: list[Callable[[str], None]] = [on_lost] if on_lost is not None else []
         self._renewer: asyncio.Task[None] | None = None
         self._watchdog: asyncio.TimerHandle | None = None
@@ -271,8 +274,10 @@ class LeaderElection(BlockingTwin):
         auto_renew: bool = True,
         renew_fraction: float = 0.5,
         on_lost: Callable[[str], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
     ) -> None:
+        monotonic = renamed_clock("LeaderElection", monotonic, clock)
         self._client = client
         super().__init__()
         self._lost = threading.Event()
@@ -290,7 +295,7 @@ class LeaderElection(BlockingTwin):
             auto_renew=auto_renew,
             renew_fraction=renew_fraction,
             on_lost=lost,
-            clock=clock,
+            monotonic=monotonic,
         )
 
     def __repr__(self) -> str:

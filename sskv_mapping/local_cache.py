@@ -10,6 +10,7 @@ import logging
 import math
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import TracebackType
@@ -404,7 +405,7 @@ def _check_options(maxsize: object, ttl: object, clock: object, max_staleness: o
     if max_staleness is not None and not _is_seconds(max_staleness):
         raise ConfigurationError(f"max_staleness must be positive seconds or None, not {max_staleness!r}")
     if not callable(clock):
-        raise ConfigurationError("LocalCache clock must be a callable returning monotonic seconds")
+        raise ConfigurationError("LocalCache monotonic must be a callable returning monotonic seconds")
 
 
 def _is_seconds(value: object) -> bool:
@@ -434,18 +435,19 @@ class LocalCache(Generic[V]):
         maxsize: the most entries kept; the least recently used one is evicted first.
         ttl: if set, no entry is served longer than this many seconds after it was stored (a local bound
             on top of the keys' own expiry, for keys whose notifications might be missed).
-        clock: the monotonic clock (seconds) for ``ttl``, ``expires_at`` and ``max_staleness``; inject a fake one
-            in tests.
+        monotonic: the monotonic clock (seconds) for ``ttl``, ``expires_at`` and ``max_staleness``; inject a fake
+            one in tests.
         stale_while_disconnected: keep serving entries while disconnected, marked ``stale=True``.
         max_staleness: serve an entry only within this many seconds of its last confirmation (a read, a write, a
             notification, or :meth:`confirm`), so that a value whose notification was lost is stale for at most
             this long; ``None`` trusts notifications forever. Default :data:`DEFAULT_MAX_STALENESS` (30 s).
+        clock: deprecated name of ``monotonic`` (goes in the next release).
 
     Keys are the normalized ``bytes`` keys of the store.
 
     Example:
         >>> now = [0.0]
-        >>> cache: LocalCache[str] = LocalCache(maxsize=100, clock=lambda: now[0])
+        >>> cache: LocalCache[str] = LocalCache(maxsize=100, monotonic=lambda: now[0])
         >>> v1 = HybridLogicalClock(1_000, 0, "StateStore")
         >>> cache.store_write(b"k", CachedEntry("one", b"one", v1, expires_at=cache.deadline(5.0)))
         True
@@ -464,10 +466,19 @@ class LocalCache(Generic[V]):
         maxsize: int = 1024,
         *,
         ttl: float | None = None,
-        clock: MonotonicClock = time.monotonic,
+        monotonic: MonotonicClock = time.monotonic,
         stale_while_disconnected: bool = False,
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
+        clock: MonotonicClock | None = None,
     ) -> None:
+        if clock is not None:
+            warnings.warn(
+                "LocalCache(clock=) is deprecated and goes in the next release: pass monotonic= (monotonic seconds)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            monotonic = clock
+        clock = monotonic
         _check_options(maxsize, ttl, clock, max_staleness)
         self._clock = clock
         self._ttl = None if ttl is None else float(ttl)

@@ -10,6 +10,7 @@ import contextlib
 import logging
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from datetime import timedelta
 from types import TracebackType
@@ -42,6 +43,20 @@ __all__ = ["AsyncLeasedLock", "LeasedLock"]
 log = logging.getLogger("sskv_mapping.lock")
 
 
+def renamed_clock(owner: str, monotonic: Callable[[], float], clock: Callable[[], float] | None) -> Callable[[], float]:
+    """The monotonic clock a face was given: ``monotonic=``, or the deprecated ``clock=`` (which wins, with a
+    :class:`DeprecationWarning` for the caller of ``owner``'s constructor, which calls this itself)."""
+    if clock is None:
+        return monotonic
+    warnings.warn(
+        f"{owner}(clock=) is deprecated and goes in the next release: pass monotonic= (monotonic seconds; a client's "
+        "clock is wall_clock_ms=)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return clock
+
+
 class AsyncLeasedLock:
     """A leased lock in the state store.
 
@@ -59,7 +74,9 @@ class AsyncLeasedLock:
             in one process never mistake each other for themselves).
         lease: lease length in seconds; the key expires after it unless renewed.
         auto_renew: renew in the background every ``lease * renew_fraction`` while held.
-        clock: monotonic seconds, used to know when our own lease has surely run out.
+        monotonic: the monotonic clock (seconds) that tells when our own lease has surely run out; inject a fake one
+            in tests.
+        clock: deprecated name of ``monotonic`` (goes in the next release).
     """
 
     def __init__(
@@ -71,8 +88,10 @@ class AsyncLeasedLock:
         lease: float | timedelta = 10.0,
         auto_renew: bool = False,
         renew_fraction: float = 0.5,
-        clock: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
     ) -> None:
+        monotonic = renamed_clock("AsyncLeasedLock", monotonic, clock)
         self.client = client
         self.name = store_key(name)
         if holder is None:
@@ -86,7 +105,7 @@ class AsyncLeasedLock:
             raise ConfigurationError("renew_fraction must be between 0 and 1")
         self._renew_fraction = renew_fraction
         self._auto_renew = auto_renew
-        self._clock = clock
+        self._clock = monotonic
         self._token: HybridLogicalClock | None = None
         self._lease_deadline = 0.0
         self._renew_task: asyncio.Task[None] | None = None
@@ -315,8 +334,10 @@ class LeasedLock(BlockingTwin):
         lease: float | timedelta = 10.0,
         auto_renew: bool = False,
         renew_fraction: float = 0.5,
-        clock: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
     ) -> None:
+        monotonic = renamed_clock("LeasedLock", monotonic, clock)
         self._client = client
         super().__init__()
         self._async = AsyncLeasedLock(
@@ -326,7 +347,7 @@ class LeasedLock(BlockingTwin):
             lease=lease,
             auto_renew=auto_renew,
             renew_fraction=renew_fraction,
-            clock=clock,
+            monotonic=monotonic,
         )
 
     def __repr__(self) -> str:

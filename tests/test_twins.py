@@ -37,7 +37,10 @@ RENAMED: dict[str, dict[str, str]] = {
     },
 }
 
-_SERVES_THE_TWIN = "not async and no round trip: the blocking twin calls it to {} in the caller's thread"
+#: Members that served only the blocking twin: it now shares the async twin's private core (``SharesCore``), and
+#: these stay one release as deprecated aliases (tests/cache/test_cache_deprecations.py,
+#: tests/mapping/test_dict_deprecations.py); delete them and their entries together.
+_DEPRECATED = "deprecated alias, goes in the next release: the blocking twin {} through the core both twins share"
 
 #: (async class, method) -> why the blocking twin has no such method.
 ONLY_ASYNC: dict[tuple[str, str], str] = {
@@ -50,13 +53,13 @@ ONLY_ASYNC: dict[tuple[str, str], str] = {
         "not async (it sends nothing): the namespace layer checks a value's size before it writes the value's "
         "index entry; blocking code reaches it as client.async_client.check_set"
     ),
-    ("AsyncStateStoreDict", "encoded"): _SERVES_THE_TWIN.format("encode a value"),
-    ("AsyncStateStoreDict", "hit_reader"): _SERVES_THE_TWIN.format("serve d[key] from the local cache"),
-    ("AsyncStateStoreDict", "pairs"): _SERVES_THE_TWIN.format("read update()'s arguments"),
-    ("AsyncStateStoreDict", "peek"): _SERVES_THE_TWIN.format("serve a local-cache hit"),
-    ("AsyncStateStoreCache", "encoded"): _SERVES_THE_TWIN.format("encode a value"),
-    ("AsyncStateStoreCache", "peek"): _SERVES_THE_TWIN.format("serve a local-cache hit"),
-    ("AsyncStateStoreCache", "resolve_ttl"): _SERVES_THE_TWIN.format("resolve a ttl"),
+    ("AsyncStateStoreDict", "encoded"): _DEPRECATED.format("encodes a value"),
+    ("AsyncStateStoreDict", "hit_reader"): _DEPRECATED.format("serves d[key] from the local cache"),
+    ("AsyncStateStoreDict", "pairs"): _DEPRECATED.format("reads update()'s arguments"),
+    ("AsyncStateStoreDict", "peek"): _DEPRECATED.format("serves a local-cache hit"),
+    ("AsyncStateStoreCache", "encoded"): _DEPRECATED.format("encodes a value"),
+    ("AsyncStateStoreCache", "peek"): _DEPRECATED.format("serves a local-cache hit"),
+    ("AsyncStateStoreCache", "resolve_ttl"): _DEPRECATED.format("resolves a ttl"),
 }
 
 #: (blocking class, method) -> why the async class has no such method.

@@ -10,11 +10,12 @@ import inspect
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import Any, Final, Generic, TypeVar, cast, overload
+from typing import Any, Final, Generic, TypeVar, overload
 
-from .._blocking import BlockingTwin
+from .._blocking import BlockingTwin, SharesCore
 from .._keys import text_key, text_keys
 from .._namespace.fanout import gather_bounded
 from .._namespace.key_locks import KeyLocks
@@ -34,6 +35,7 @@ from ..client._client import (
 from ..codecs import Codec, JsonCodec, get_codec
 from ..errors import ClientStateError, ConfigurationError, StateStoreError
 from ..local_cache import ABSENT, DEFAULT_MAX_STALENESS, CachedEntry, LocalCache
+from ..lock import renamed_clock
 from ._counter import increment
 from ._generation import NamespaceGeneration, PersistentLedger
 from ._single_flight import Found, SingleFlight
@@ -64,16 +66,19 @@ DEFAULT_TTL: Final = 300.0
 # -- keys -------------------------------------------------------------------------------------------------
 
 
-def _local_cache(size: int, clock: Callable[[], float], max_staleness: float | None) -> LocalCache[Any] | None:
-    return LocalCache(maxsize=size, clock=clock, max_staleness=max_staleness) if size else None
+def _local_cache(size: int, monotonic: Callable[[], float], max_staleness: float | None) -> LocalCache[Any] | None:
+    return LocalCache(maxsize=size, monotonic=monotonic, max_staleness=max_staleness) if size else None
 
 
-def _check_options(local_cache_size: object, max_in_flight: object, lock_lease: object, lock_timeout: object) -> float:
-    """The cache's numeric options checked before anything is built; returns the lock lease in seconds."""
+def _check_options(local_cache_size: object, max_fanout: object, lock_lease: object, lock_timeout: object) -> float:
+    """The cache's numeric options checked before anything is built; returns the lock lease in seconds.
+
+    ``max_fanout=None`` is the deprecated ``max_in_flight=``'s default, "not given" (Django's adapter checks its
+    OPTIONS here with the constructor's defaults)."""
     if isinstance(local_cache_size, bool) or not isinstance(local_cache_size, int) or local_cache_size < 0:
         raise ConfigurationError(f"local_cache_size must be an int >= 0, not {local_cache_size!r}")
-    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
-        raise ConfigurationError(f"max_in_flight must be a positive int, not {max_in_flight!r}")
+    if max_fanout is not None and (isinstance(max_fanout, bool) or not isinstance(max_fanout, int) or max_fanout < 1):
+        raise ConfigurationError(f"max_fanout must be a positive int, not {max_fanout!r}")
     lease = check_ttl(lock_lease, "lock_lease")
     if lease is None or lease <= 0:
         raise ConfigurationError(f"lock_lease must be a positive number of seconds, not {lock_lease!r}")
@@ -84,7 +89,137 @@ def _check_options(local_cache_size: object, max_in_flight: object, lock_lease: 
     return lease
 
 
-class AsyncStateStoreCache(Generic[V]):
+def _deprecated(old: str, new: str) -> None:
+    """Warn the caller of the caller (a constructor or a member) that ``old`` goes in the next release."""
+    warnings.warn(f"{old} is deprecated and goes in the next release: {new}", DeprecationWarning, stacklevel=3)
+
+
+def _renamed_fanout(owner: str, max_fanout: int, max_in_flight: int | None) -> int:
+    """``max_fanout=``, or the deprecated ``max_in_flight=`` (which wins, with a warning for the constructor's
+    caller)."""
+    if max_in_flight is None:
+        return max_fanout
+    warnings.warn(
+        f"{owner}(max_in_flight=) is deprecated and goes in the next release: pass max_fanout= (it bounds the "
+        "*_many fan-out; a client's max_in_flight= bounds all its requests, and keeps its name)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return max_in_flight
+
+
+class _CacheCore(Generic[V]):
+    """What both twins of one cache share (httpx's ``BaseClient`` idea): the store, the default TTL, the counters,
+    ``get_or_set``'s flights, and the writes. A value may arrive encoded already (the blocking twin encodes it in
+    its caller's thread: :meth:`encoded`), so every write takes ``V | Encoded[V]``.
+
+    ``ready`` is awaited before each operation (the cache opens itself, or follows a new generation)."""
+
+    def __init__(
+        self,
+        store: NamespaceStore[V],
+        writer: EntryWriter[V],
+        counters: CacheCounters,
+        flight: SingleFlight,
+        *,
+        default_ttl: float | None,
+        max_fanout: int,
+        ready: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.store = store
+        self.writer = writer
+        self.counters = counters
+        self.flight = flight
+        self.default_ttl = default_ttl
+        self.max_fanout = max_fanout
+        self.ready = ready
+
+    # -- the blocking twin's steps in its caller's thread: not async, never a round trip ---------------------
+
+    def peek(self, key: str) -> CachedEntry[V] | None:
+        """``get(key)`` from the local cache alone (``value`` is ``ABSENT`` for a key known absent), or ``None``
+        when it cannot answer. Thread-safe; never counted (the caller counts what it serves)."""
+        return self.store.peek(key)
+
+    def encoded(self, key: str, value: V) -> Encoded[V]:
+        """``value`` encoded now, in the calling thread (framework code that may only run in the request's thread,
+        e.g. a lazy Django QuerySet, is pickled there); raises like the write would."""
+        return Encoded(value, self.store.encode(text_key(key, "cache key"), value))
+
+    def resolve_ttl(self, ttl: TtlArg) -> float | None:
+        """``ttl`` as seconds (``UNSET``: ``default_ttl``; ``None``: never; ``<= 0``: expire now)."""
+        return self.default_ttl if ttl is UNSET else check_ttl(ttl)
+
+    def raw(self, key: str, value: V | Encoded[V]) -> bytes:
+        """The bytes stored for ``value`` (an encoded one's own)."""
+        return value.raw if isinstance(value, Encoded) else self.store.encode(key, value)
+
+    # -- writes -----------------------------------------------------------------------------------------------
+
+    async def set(self, key: str, value: V | Encoded[V], ttl: TtlArg) -> None:
+        key = text_key(key, "cache key")
+        seconds = self.resolve_ttl(ttl)
+        self.raw(key, value)  # an EncodeError before anything is sent
+        await self.ready()
+        with self.counters.timed("set"):
+            if expire_now(seconds):
+                await self.delete_key(key)
+                return
+            await self.writer.write(key, value, seconds)
+        self.counters.count(sets=1)
+
+    async def add(self, key: str, value: V | Encoded[V], ttl: TtlArg) -> bool:
+        key = text_key(key, "cache key")
+        seconds = self.resolve_ttl(ttl)
+        raw = self.raw(key, value)
+        await self.ready()
+        with self.counters.timed("add"):
+            if not expire_now(seconds):
+                added = (await self.writer.write(key, value, seconds, condition=SetCondition.NX)).applied
+                if added:
+                    self.counters.count(sets=1)
+                return added
+            return await self.writer.add_expired(key, value, raw)
+
+    async def set_many(self, mapping: Mapping[str, V | Encoded[V]], ttl: TtlArg) -> list[str]:
+        if not isinstance(mapping, Mapping):
+            raise ConfigurationError(f"set_many takes a mapping of key -> value, not {type(mapping).__name__}")
+        pairs = [(text_key(k, "cache key"), v) for k, v in mapping.items()]
+        seconds = self.resolve_ttl(ttl)
+        for k, v in pairs:  # one item over a size limit: ValueTooLargeError, nothing written
+            self.store.check_size(k, self.raw(k, v), None if seconds is None or expire_now(seconds) else seconds)
+        await self.ready()
+        with self.counters.timed("set_many"):
+            if expire_now(seconds):
+                await self.delete_many([k for k, _ in pairs])
+                return []
+
+            async def one(key: str, value: V | Encoded[V]) -> StateStoreError | None:
+                try:
+                    await self.writer.write(key, value, seconds)
+                except StateStoreError as exc:
+                    log.warning("set_many could not store %r: %s", key, exc)
+                    return exc
+                return None
+
+            outcomes = await gather_bounded((one(k, v) for k, v in pairs), self.max_fanout)
+        failed = [k for (k, _), err in zip(pairs, outcomes, strict=True) if err is not None]
+        self.counters.count(sets=len(pairs) - len(failed))
+        return failed
+
+    async def delete_key(self, key: str) -> bool:
+        deleted = await self.writer.delete(key)
+        self.counters.count(deletes=int(deleted))  # counting nothing is a no-op
+        return deleted
+
+    async def delete_many(self, keys: list[str]) -> int:
+        results = await gather_bounded((self.writer.delete(k) for k in keys), self.max_fanout)
+        deleted = sum(results)
+        self.counters.count(deletes=deleted)
+        return deleted
+
+
+class AsyncStateStoreCache(SharesCore[_CacheCore[V]]):
     """An async cache backend over one namespace of the state store, shared by every process that opens it.
 
     Example:
@@ -109,8 +244,11 @@ class AsyncStateStoreCache(Generic[V]):
         lock_lease: lease (seconds) of the per-key locks of ``incr`` and ``get_or_set`` (the latter renews
             its lease while the value is computed), and of the generation and ledger locks.
         lock_timeout: how long to wait for such a lock before :class:`~sskv_mapping.LockError` (None: forever).
-        max_in_flight: the most requests ``get_many``/``set_many``/``delete_many`` keep in flight.
-        clock: monotonic seconds, for latencies and the local cache.
+        max_fanout: the most requests ``get_many``/``set_many``/``delete_many`` keep in flight (a client's own
+            ``max_in_flight=`` bounds all its requests).
+        monotonic: the monotonic clock (seconds) of the latencies and the local cache; inject a fake one in tests.
+        max_in_flight: deprecated name of ``max_fanout`` (goes in the next release).
+        clock: deprecated name of ``monotonic`` (goes in the next release).
 
     An entry without a TTL is one SET where the service answers SCAN (a ``clear`` finds it by a SCAN of the old
     generation); on a service without SCAN it is listed in the generation's ledger first (about six round trips).
@@ -127,16 +265,20 @@ class AsyncStateStoreCache(Generic[V]):
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
         lock_lease: float = 10.0,
         lock_timeout: float | None = 30.0,
-        max_in_flight: int = 256,
-        clock: Callable[[], float] = time.monotonic,
+        max_fanout: int = 256,
+        monotonic: Callable[[], float] = time.monotonic,
+        max_in_flight: int | None = None,
+        clock: Callable[[], float] | None = None,
         _owns_client: bool = False,
     ) -> None:
+        max_fanout = _renamed_fanout("AsyncStateStoreCache", max_fanout, max_in_flight)
+        monotonic = renamed_clock("AsyncStateStoreCache", monotonic, clock)
         resolved: Codec[Any] = JsonCodec() if codec is None else get_codec(codec)
-        self._default_ttl = check_ttl(default_ttl, "default_ttl")
-        lease = _check_options(local_cache_size, max_in_flight, lock_lease, lock_timeout)
-        cache: LocalCache[V] | None = _local_cache(local_cache_size, clock, max_staleness)
+        default_seconds = check_ttl(default_ttl, "default_ttl")
+        lease = _check_options(local_cache_size, max_fanout, lock_lease, lock_timeout)
+        cache: LocalCache[V] | None = _local_cache(local_cache_size, monotonic, max_staleness)
         self._store: NamespaceStore[V] = NamespaceStore(
-            client, namespace, resolved, cache=cache, index=None, clock=clock
+            client, namespace, resolved, cache=cache, index=None, clock=monotonic
         )
         ns = namespace.encode("utf-8")  # checked by NamespaceStore
         self._ns = ns
@@ -145,12 +287,19 @@ class AsyncStateStoreCache(Generic[V]):
         )
         self._ledger = PersistentLedger(client, ns, self._generation, lease=lease, lock_timeout=lock_timeout)
         self._locks = KeyLocks(client, ns, lease=lease, timeout=lock_timeout)
-        self._stats = watch_cache(self, CacheCounters(clock))  # OpenTelemetry reads them while the cache lives
-        self._writer: EntryWriter[V] = EntryWriter(self._store, self._ledger, self._locks, self._prefix_of)
-        self._sweeper = Sweeper(self._generation, self._ledger, self._writer, namespace)
-        self._flight = SingleFlight(self._store.read, self._writer.store_nx, self._locks, self._stats, self._ready)
-        self._max_in_flight = max_in_flight
-        self._clock = clock
+        self._stats = watch_cache(self, CacheCounters(monotonic))  # OpenTelemetry reads them while the cache lives
+        writer: EntryWriter[V] = EntryWriter(self._store, self._ledger, self._locks, self._prefix_of)
+        self._sweeper = Sweeper(self._generation, self._ledger, writer, namespace)
+        flight = SingleFlight(self._store.read, writer.store_nx, self._locks, self._stats, self._ready)
+        self._core = _CacheCore(
+            self._store,
+            writer,
+            self._stats,
+            flight,
+            default_ttl=default_seconds,
+            max_fanout=max_fanout,
+            ready=self._ready,
+        )
         self._open_lock = asyncio.Lock()
         self._opened = False
         self._closed = False
@@ -209,7 +358,7 @@ class AsyncStateStoreCache(Generic[V]):
     @property
     def default_ttl(self) -> float | None:
         """Seconds (``0.0``: every default write expires at once), or ``None`` for never."""
-        return self._default_ttl
+        return self._core.default_ttl
 
     @property
     def local_cache(self) -> LocalCache[V] | None:
@@ -222,33 +371,12 @@ class AsyncStateStoreCache(Generic[V]):
 
     def __repr__(self) -> str:
         return (
-            f"<AsyncStateStoreCache namespace={self.namespace!r} codec={self.codec!r} default_ttl={self._default_ttl}>"
+            f"<AsyncStateStoreCache namespace={self.namespace!r} codec={self.codec!r} default_ttl={self.default_ttl}>"
         )
 
     def stats(self) -> StateStoreCacheStats:
         """A consistent snapshot of the counters and latencies."""
         return self._stats.snapshot(None if self._store.cache is None else self._store.cache.stats())
-
-    @property
-    def counters(self) -> CacheCounters:
-        """The live counters behind :meth:`stats` (thread-safe; the blocking twin counts its local hits here)."""
-        return self._stats
-
-    @property
-    def single_flight(self) -> SingleFlight:
-        """The in-process flights and cross-process locks of ``get_or_set``: this cache's and its blocking twin's
-        (whose callable runs in the caller's thread between ``begin`` and ``finish``) drive this one object."""
-        return self._flight
-
-    def peek(self, key: str) -> CachedEntry[V] | None:
-        """``get(key)`` from the local cache alone: its entry (``value`` is ``ABSENT`` for a key known absent), or
-        ``None`` when the cache cannot answer. Thread-safe and not async -- how the blocking twin serves a hit in
-        the calling thread; never a round trip, never counted (the caller counts what it serves)."""
-        return self._store.peek(key)
-
-    def resolve_ttl(self, ttl: TtlArg) -> float | None:
-        """``ttl`` as seconds (``UNSET``: ``default_ttl``; ``None``: never; ``<= 0``: expire now)."""
-        return self._default_ttl if ttl is UNSET else check_ttl(ttl)
 
     async def data_key(self, key: str) -> bytes:
         """The store key that holds ``key`` now (in the namespace's current generation)."""
@@ -256,11 +384,36 @@ class AsyncStateStoreCache(Generic[V]):
         await self._ready()
         return self._store.data_key(key)
 
-    def encoded(self, key: str, value: V) -> V:
-        """``value`` encoded now, in the calling thread (for the blocking facade: framework code that may only
-        run in the request's thread, e.g. a lazy Django QuerySet, is pickled there). Pass the result where the
-        value would go; raises like the write would (:class:`EncodeError`, ``pickle.PickleError``)."""
-        return cast(V, Encoded(value, self._store.encode(text_key(key, "cache key"), value)))
+    # -- deprecated: the blocking twin's steps, on the private core both twins share now -------------------------
+
+    @property
+    def counters(self) -> CacheCounters:
+        """Deprecated, goes in the next release: the live counters behind :meth:`stats` (read :meth:`stats`)."""
+        _deprecated("AsyncStateStoreCache.counters", "read stats()")
+        return self._stats
+
+    @property
+    def single_flight(self) -> SingleFlight:
+        """Deprecated, goes in the next release: ``get_or_set``'s flights (call :meth:`get_or_set`)."""
+        _deprecated("AsyncStateStoreCache.single_flight", "call get_or_set()")
+        return self._core.flight
+
+    def peek(self, key: str) -> CachedEntry[V] | None:
+        """Deprecated, goes in the next release: ``get(key)`` from the local cache alone (``value`` is ``ABSENT``
+        for a key known absent), or ``None`` when it cannot answer."""
+        _deprecated("AsyncStateStoreCache.peek()", "await get()")
+        return self._core.peek(key)
+
+    def resolve_ttl(self, ttl: TtlArg) -> float | None:
+        """Deprecated, goes in the next release: ``ttl`` as seconds (``UNSET``: ``default_ttl``)."""
+        _deprecated("AsyncStateStoreCache.resolve_ttl()", "translate_ttl() or default_ttl")
+        return self._core.resolve_ttl(ttl)
+
+    def encoded(self, key: str, value: V) -> Any:
+        """Deprecated, goes in the next release: ``value`` encoded now, in the calling thread, to pass where the
+        value goes (the blocking :class:`StateStoreCache` encodes in its caller's thread itself)."""
+        _deprecated("AsyncStateStoreCache.encoded()", "pass the value itself")
+        return self._core.encoded(key, value)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -308,13 +461,6 @@ class AsyncStateStoreCache(Generic[V]):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    # -- helpers --------------------------------------------------------------------------------------
-
-    async def _delete_key(self, key: str) -> bool:
-        deleted = await self._writer.delete(key)
-        self._stats.count(deletes=int(deleted))  # counting nothing is a no-op
-        return deleted
-
     # -- reads ----------------------------------------------------------------------------------------
 
     @overload
@@ -351,7 +497,7 @@ class AsyncStateStoreCache(Generic[V]):
         wanted = text_keys(keys, "cache key")
         await self._ready()
         with self._stats.timed("get_many"):
-            entries = await gather_bounded((self._store.read(k) for k in wanted), self._max_in_flight)
+            entries = await gather_bounded((self._store.read(k) for k in wanted), self._core.max_fanout)
         found: dict[str, V] = {}
         for key, entry in zip(wanted, entries, strict=True):
             if entry.value is not ABSENT:
@@ -363,16 +509,7 @@ class AsyncStateStoreCache(Generic[V]):
 
     async def set(self, key: str, value: V, ttl: TtlArg = UNSET) -> None:
         """Store ``value``; ``ttl`` as in the module docstring (zero or negative deletes the key)."""
-        key = text_key(key, "cache key")
-        seconds = self.resolve_ttl(ttl)
-        self._store.encode(key, value)  # an EncodeError before anything is sent
-        await self._ready()
-        with self._stats.timed("set"):
-            if expire_now(seconds):
-                await self._delete_key(key)
-                return
-            await self._writer.write(key, value, seconds)
-        self._stats.count(sets=1)
+        await self._core.set(key, value, ttl)
 
     async def add(self, key: str, value: V, ttl: TtlArg = UNSET) -> bool:
         """Store ``value`` only if the key is absent (``SET NX``, atomic across processes); ``True`` if it did.
@@ -380,17 +517,7 @@ class AsyncStateStoreCache(Generic[V]):
         With an expire-now ``ttl`` nothing stays stored, but the result still says whether the key was
         absent (the value is added, then deleted if still ours: Django's behaviour).
         """
-        key = text_key(key, "cache key")
-        seconds = self.resolve_ttl(ttl)
-        raw = self._store.encode(key, value)
-        await self._ready()
-        with self._stats.timed("add"):
-            if not expire_now(seconds):
-                added = (await self._writer.write(key, value, seconds, condition=SetCondition.NX)).applied
-                if added:
-                    self._stats.count(sets=1)
-                return added
-            return await self._writer.add_expired(key, value, raw)
+        return await self._core.add(key, value, ttl)
 
     async def set_many(self, mapping: Mapping[str, V], ttl: TtlArg = UNSET) -> list[str]:
         """Store every pair concurrently; returns the keys that could not be stored (the service refused
@@ -399,32 +526,7 @@ class AsyncStateStoreCache(Generic[V]):
         Every key and value is checked (and encoded) before anything is sent: a key or value over its size limit
         raises :class:`~sskv_mapping.errors.ValueTooLargeError` and nothing is written.
         """
-        if not isinstance(mapping, Mapping):
-            raise ConfigurationError(f"set_many takes a mapping of key -> value, not {type(mapping).__name__}")
-        pairs = [(text_key(k, "cache key"), v) for k, v in mapping.items()]
-        seconds = self.resolve_ttl(ttl)
-        for k, v in pairs:  # one item over a size limit: ValueTooLargeError, nothing written
-            self._store.check_size(
-                k, self._store.encode(k, v), None if seconds is None or expire_now(seconds) else seconds
-            )
-        await self._ready()
-        with self._stats.timed("set_many"):
-            if expire_now(seconds):
-                await self._delete_many([k for k, _ in pairs])
-                return []
-
-            async def one(key: str, value: V) -> StateStoreError | None:
-                try:
-                    await self._writer.write(key, value, seconds)
-                except StateStoreError as exc:
-                    log.warning("set_many could not store %r: %s", key, exc)
-                    return exc
-                return None
-
-            outcomes = await gather_bounded((one(k, v) for k, v in pairs), self._max_in_flight)
-        failed = [k for (k, _), err in zip(pairs, outcomes, strict=True) if err is not None]
-        self._stats.count(sets=len(pairs) - len(failed))
-        return failed
+        return await self._core.set_many(mapping, ttl)
 
     # -- deletes --------------------------------------------------------------------------------------
 
@@ -433,20 +535,14 @@ class AsyncStateStoreCache(Generic[V]):
         key = text_key(key, "cache key")
         await self._ready()
         with self._stats.timed("delete"):
-            return await self._delete_key(key)
+            return await self._core.delete_key(key)
 
     async def delete_many(self, keys: Iterable[str]) -> int:
         """Delete the keys concurrently; returns how many existed."""
         wanted = text_keys(keys, "cache key")
         await self._ready()
         with self._stats.timed("delete_many"):
-            return await self._delete_many(wanted)
-
-    async def _delete_many(self, keys: list[str]) -> int:
-        results = await gather_bounded((self._writer.delete(k) for k in keys), self._max_in_flight)
-        deleted = sum(results)
-        self._stats.count(deletes=deleted)
-        return deleted
+            return await self._core.delete_many(wanted)
 
     async def clear(self) -> None:
         """Empty this namespace (and nothing else), in a constant number of round trips.
@@ -476,7 +572,7 @@ class AsyncStateStoreCache(Generic[V]):
         alone). An expire-now ``ttl`` deletes the key if its value is still the one read.
         """
         key = text_key(key, "cache key")
-        seconds = self.resolve_ttl(ttl)
+        seconds = self._core.resolve_ttl(ttl)
         await self._ready()
         with self._stats.timed("touch"):
             return await self._renew(key, seconds)
@@ -490,7 +586,7 @@ class AsyncStateStoreCache(Generic[V]):
             return await self._renew(key, seconds)
 
     async def _renew(self, key: str, seconds: float | None) -> bool:
-        renewed = await self._writer.renew(key, seconds)
+        renewed = await self._core.writer.renew(key, seconds)
         self._stats.count(deletes=int(renewed and expire_now(seconds)))  # a renewal to "expire now" deletes
         return renewed
 
@@ -510,7 +606,8 @@ class AsyncStateStoreCache(Generic[V]):
             raise ConfigurationError(f"delta must be an int, not {type(delta).__name__}")
         await self._ready()
         with self._stats.timed("incr"):
-            new = await increment(self._store, self._locks, key, delta, self._default_ttl, self._writer.fenced_write)
+            core = self._core
+            new = await increment(self._store, self._locks, key, delta, core.default_ttl, core.writer.fenced_write)
         self._stats.count(sets=1)
         return new
 
@@ -532,16 +629,16 @@ class AsyncStateStoreCache(Generic[V]):
         caller tries again. The value is stored with ``NX``: a value someone else stored meanwhile is kept.
         """
         key = text_key(key, "cache key")
-        seconds = self.resolve_ttl(ttl)
+        seconds = self._core.resolve_ttl(ttl)
         with self._stats.timed("get_or_set"):
-            return await self._flight.run(key, default_or_callable, seconds)
+            return await self._core.flight.run(key, default_or_callable, seconds)
 
 
 async def _awaited(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
 
-class StateStoreCache(BlockingTwin, Generic[V]):
+class StateStoreCache(BlockingTwin, SharesCore[_CacheCore[V]]):
     """The blocking twin of :class:`AsyncStateStoreCache`, for Django, Flask and other threaded code.
 
     Example:
@@ -568,11 +665,15 @@ class StateStoreCache(BlockingTwin, Generic[V]):
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
         lock_lease: float = 10.0,
         lock_timeout: float | None = 30.0,
-        max_in_flight: int = 256,
-        clock: Callable[[], float] = time.monotonic,
+        max_fanout: int = 256,
+        monotonic: Callable[[], float] = time.monotonic,
+        max_in_flight: int | None = None,
+        clock: Callable[[], float] | None = None,
         _owns_client: bool = False,
     ) -> None:
         super().__init__()
+        max_fanout = _renamed_fanout("StateStoreCache", max_fanout, max_in_flight)
+        monotonic = renamed_clock("StateStoreCache", monotonic, clock)
         self._client = client
         self._async: AsyncStateStoreCache[V] = AsyncStateStoreCache(
             client.async_client,
@@ -583,11 +684,11 @@ class StateStoreCache(BlockingTwin, Generic[V]):
             max_staleness=max_staleness,
             lock_lease=lock_lease,
             lock_timeout=lock_timeout,
-            max_in_flight=max_in_flight,
-            clock=clock,
+            max_fanout=max_fanout,
+            monotonic=monotonic,
         )
+        self._share_core(self._async)
         self._owns_client = _owns_client
-        self._clock = clock
         self._run(self._async.open())
 
     @classmethod
@@ -688,12 +789,13 @@ class StateStoreCache(BlockingTwin, Generic[V]):
 
     def get(self, key: str, default: Any = None) -> Any:
         key = text_key(key, "cache key")
-        started = self._clock()
-        hit = self._async.peek(key)
+        core = self._core
+        stats = core.counters
+        started = stats.clock()
+        hit = core.peek(key)
         if hit is None:
             return self._run(self._async.get(key, default))
-        stats = self._async.counters
-        stats.observe("get", self._clock() - started)
+        stats.observe("get", stats.clock() - started)
         if hit.value is ABSENT:
             stats.count(misses=1)
             return default
@@ -702,11 +804,12 @@ class StateStoreCache(BlockingTwin, Generic[V]):
 
     def exists(self, key: str) -> bool:
         key = text_key(key, "cache key")
-        started = self._clock()
-        hit = self._async.peek(key)
+        stats = self._core.counters
+        started = stats.clock()
+        hit = self._core.peek(key)
         if hit is None:
             return self._run(self._async.exists(key))
-        self._async.counters.observe("exists", self._clock() - started)
+        stats.observe("exists", stats.clock() - started)
         return hit.value is not ABSENT
 
     def get_many(self, keys: Iterable[str]) -> dict[str, V]:
@@ -717,16 +820,16 @@ class StateStoreCache(BlockingTwin, Generic[V]):
     # Values are encoded here, in the calling thread; only bytes cross to the loop thread.
 
     def set(self, key: str, value: V, ttl: TtlArg = UNSET) -> None:
-        self._run(self._async.set(key, self._async.encoded(key, value), ttl))
+        self._run(self._core.set(key, self._core.encoded(key, value), ttl))
 
     def add(self, key: str, value: V, ttl: TtlArg = UNSET) -> bool:
-        return self._run(self._async.add(key, self._async.encoded(key, value), ttl))
+        return self._run(self._core.add(key, self._core.encoded(key, value), ttl))
 
     def set_many(self, mapping: Mapping[str, V], ttl: TtlArg = UNSET) -> list[str]:
         if not isinstance(mapping, Mapping):
             raise ConfigurationError(f"set_many takes a mapping of key -> value, not {type(mapping).__name__}")
-        encoded = {k: self._async.encoded(k, v) for k, v in mapping.items()}
-        return self._run(self._async.set_many(encoded, ttl))
+        encoded = {k: self._core.encoded(k, v) for k, v in mapping.items()}
+        return self._run(self._core.set_many(encoded, ttl))
 
     def delete(self, key: str) -> bool:
         return self._run(self._async.delete(key))
@@ -755,13 +858,14 @@ class StateStoreCache(BlockingTwin, Generic[V]):
     def get_or_set(self, key: str, default_or_callable: Any, ttl: TtlArg = UNSET) -> Any:
         """Like the async twin; a callable runs in the calling thread (an async one on the loop thread)."""
         key = text_key(key, "cache key")
-        seconds = self._async.resolve_ttl(ttl)
-        flight = self._async.single_flight
-        started = self._clock()
+        core = self._core
+        seconds = core.resolve_ttl(ttl)
+        flight = core.flight
+        started = core.counters.clock()
         try:
-            hit = self._async.peek(key)
+            hit = core.peek(key)
             if hit is not None and hit.value is not ABSENT:
-                self._async.counters.count(hits=1)
+                core.counters.count(hits=1)
                 return hit.value
             outcome = self._run(flight.begin(key, caller=threading.current_thread()))
             if isinstance(outcome, Found):
@@ -773,7 +877,7 @@ class StateStoreCache(BlockingTwin, Generic[V]):
             except BaseException as exc:
                 self._run(flight.abort(outcome, exc))
                 raise
-            self._run(flight.finish(outcome, self._async.encoded(key, value), seconds))
+            self._run(flight.finish(outcome, core.encoded(key, value), seconds))
             return value
         finally:
-            self._async.counters.observe("get_or_set", self._clock() - started)
+            core.counters.observe("get_or_set", core.counters.clock() - started)

@@ -9,12 +9,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from .._keys import escape_glob
 from .._namespace.fanout import gather_bounded
 from .._namespace.key_locks import KeyLocks
-from .._namespace.store import NamespaceStore
+from .._namespace.store import Encoded, NamespaceStore
 from .._protocol.commands import SetCondition, VDeleteResult
 from .._protocol.hlc import HybridLogicalClock
 from ..client._client import SetResult
@@ -27,6 +27,12 @@ __all__ = ["EntryWriter", "Sweeper"]
 log = logging.getLogger("sskv_mapping.cache")
 
 V = TypeVar("V")
+
+
+def _as_written(value: V | Encoded[V]) -> V:
+    """``value`` for :meth:`NamespaceStore.write`, which takes an :class:`Encoded` where a value goes and unwraps it
+    (its annotation says ``V``; widening it to ``V | Encoded[V]`` in ``_namespace/store.py`` retires this cast)."""
+    return cast(V, value)
 
 
 class EntryWriter(Generic[V]):
@@ -47,15 +53,16 @@ class EntryWriter(Generic[V]):
     async def put(
         self,
         key: str,
-        value: V,
+        value: V | Encoded[V],
         seconds: float | None,
         token: HybridLogicalClock | None,
         condition: SetCondition | None = None,
     ) -> SetResult:
         """One SET; an entry without a TTL is listed in the generation's ledger first."""
+        written = _as_written(value)
         if seconds is not None:
             return await self._store.write(
-                key, value, ttl=seconds, condition=condition, fencing_token=token, listed=False
+                key, written, ttl=seconds, condition=condition, fencing_token=token, listed=False
             )
         if await self.scan_answers():
             # a sweep finds it by SCAN: one SET, no ledger (see _generation)
@@ -63,7 +70,7 @@ class EntryWriter(Generic[V]):
             gen = await generation.ensure_current()
             prefix = self.prefix_of(gen)
             result = await self._store.write(
-                key, value, ttl=None, condition=condition, fencing_token=token, listed=False, prefix=prefix
+                key, written, ttl=None, condition=condition, fencing_token=token, listed=False, prefix=prefix
             )
             if result.applied and await generation.ensure_current() != gen:
                 await self.delete(key, prefix)  # cleared meanwhile: its sweep may have missed this entry
@@ -71,7 +78,7 @@ class EntryWriter(Generic[V]):
         async with self._ledger.listing(key) as gen:
             return await self._store.write(
                 key,
-                value,
+                written,
                 ttl=None,
                 condition=condition,
                 fencing_token=token,
@@ -108,7 +115,7 @@ class EntryWriter(Generic[V]):
         return len(keys)
 
     async def write(
-        self, key: str, value: V, seconds: float | None, *, condition: SetCondition | None = None
+        self, key: str, value: V | Encoded[V], seconds: float | None, *, condition: SetCondition | None = None
     ) -> SetResult:
         """A SET of the key, under its fencing token when the key is fenced."""
 
@@ -122,13 +129,15 @@ class EntryWriter(Generic[V]):
                 return SetResult(False, None)
         return await self._locks.fenced(key, op)
 
-    async def store_nx(self, key: str, value: V, seconds: float | None) -> bool:
+    async def store_nx(self, key: str, value: V | Encoded[V], seconds: float | None) -> bool:
         return (await self.write(key, value, seconds, condition=SetCondition.NX)).applied
 
-    async def fenced_write(self, key: str, value: V, seconds: float | None, token: HybridLogicalClock) -> None:
+    async def fenced_write(
+        self, key: str, value: V | Encoded[V], seconds: float | None, token: HybridLogicalClock
+    ) -> None:
         await self.put(key, value, seconds, token)
 
-    async def add_expired(self, key: str, value: V, raw: bytes) -> bool:
+    async def add_expired(self, key: str, value: V | Encoded[V], raw: bytes) -> bool:
         """``add`` with an expire-now TTL: whether the key was absent. The value is added with a short PX as a
         safety net, then deleted if it is still ours (Django's behaviour: nothing stays stored)."""
         added = (await self.write(key, value, 1.0, condition=SetCondition.NX)).applied

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -206,6 +207,19 @@ class SetResult:
         return self.applied
 
 
+def _renamed_clock(owner: str, wall_clock_ms: Clock, clock: Clock | None) -> Clock:
+    """``wall_clock_ms=``, or the deprecated ``clock=`` (which wins, with a warning for the constructor's caller)."""
+    if clock is None:
+        return wall_clock_ms
+    warnings.warn(
+        f"{owner}(clock=) is deprecated and goes in the next release: pass wall_clock_ms= (int milliseconds since "
+        "the epoch)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return clock
+
+
 class AsyncStateStoreClient:
     """Async client of the Azure IoT Operations state store.
 
@@ -226,7 +240,8 @@ class AsyncStateStoreClient:
             token that lives in no file); called on the event loop at each connect and re-authentication.
         timeout: default per-call timeout in seconds (``None``: wait forever).
         reconnect: reconnect automatically with exponential backoff after a drop.
-        clock: wall clock in ms for the hybrid logical clock (injectable for tests).
+        wall_clock_ms: the wall clock (int milliseconds since the epoch) of the hybrid logical clock; inject a fake
+            one in tests. ``clock=`` is its deprecated name (goes in the next release).
         settings: a complete :class:`ConnectionSettings` instead of the individual arguments.
         connection_factory: how to build a connection (default: our MQTT 5 ``StreamConnection``).
         max_payload: a limit of the client's own on the request payload (the encoded command: key + value +
@@ -254,13 +269,15 @@ class AsyncStateStoreClient:
         reconnect: bool = True,
         backoff_initial: float = 0.05,
         backoff_max: float = 2.0,
-        clock: Clock = system_clock_ms,
+        wall_clock_ms: Clock = system_clock_ms,
         settings: ConnectionSettings | None = None,
         connection_factory: ConnectionFactory | None = None,
         max_payload: int | None = None,
         sat_token_provider: Callable[[], str | bytes] | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        clock: Clock | None = None,
     ) -> None:
+        wall_clock_ms = _renamed_clock("AsyncStateStoreClient", wall_clock_ms, clock)
         if settings is None:
             extra: dict[str, Any] = {}
             if client_id is not None:
@@ -287,7 +304,7 @@ class AsyncStateStoreClient:
         self._backoff = (backoff_initial, backoff_max)
         self._reconnect = reconnect
         self._factory = connection_factory
-        self.hlc = HlcClock(settings.client_id, clock)
+        self.hlc = HlcClock(settings.client_id, wall_clock_ms)
         self._notify_filter = topics.notification_filter(settings.client_id)
         self._keeper = ConnectionKeeper(
             self._new_connection,
@@ -763,14 +780,16 @@ class StateStoreClient(BlockingTwin):
         reconnect: bool = True,
         backoff_initial: float = 0.05,
         backoff_max: float = 2.0,
-        clock: Clock = system_clock_ms,
+        wall_clock_ms: Clock = system_clock_ms,
         settings: ConnectionSettings | None = None,
         connection_factory: ConnectionFactory | None = None,
         max_payload: int | None = None,
         sat_token_provider: Callable[[], str | bytes] | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        clock: Clock | None = None,
     ) -> None:
         super().__init__()
+        wall_clock_ms = _renamed_clock("StateStoreClient", wall_clock_ms, clock)
         self._async = AsyncStateStoreClient(
             host,
             port,
@@ -783,7 +802,7 @@ class StateStoreClient(BlockingTwin):
             reconnect=reconnect,
             backoff_initial=backoff_initial,
             backoff_max=backoff_max,
-            clock=clock,
+            wall_clock_ms=wall_clock_ms,
             settings=settings,
             connection_factory=connection_factory,
             max_payload=max_payload,

@@ -9,6 +9,7 @@ import math
 import re
 import struct
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -115,7 +116,8 @@ class StateStoreStore(NamespacedStore):
         namespace: the root namespace (letters, digits, ``_``, ``-``); child namespaces are ``root.child``.
         client: an :class:`~sskv_mapping.AsyncStateStoreClient` to use (connected by its owner on the app's
             loop) instead of one the store connects in its lifespan.
-        clock: wall-clock seconds, for the expiry written into each entry's envelope.
+        wall_clock: the wall clock (float seconds since the epoch, like :func:`time.time`) of the expiry written into
+            each entry's envelope. ``clock=`` is its deprecated name (goes in the next release).
         client_id, username, password, tls, sat_token_file, keepalive, connect_timeout: connection options.
         request_timeout: seconds to wait for each request to the store (``None``: forever; default 10).
 
@@ -132,15 +134,24 @@ class StateStoreStore(NamespacedStore):
         *,
         namespace: str = "litestar",
         client: AsyncStateStoreClient | None = None,
-        clock: Callable[[], float] = time.time,
+        wall_clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         **connection: Any,
     ) -> None:
+        if clock is not None:
+            warnings.warn(
+                "StateStoreStore(clock=) is deprecated and goes in the next release: pass wall_clock= (float seconds "
+                "since the epoch)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            wall_clock = clock
         unknown = set(connection) - set(_CONNECTION_OPTIONS)
         if unknown:
             raise TypeError(f"unexpected StateStoreStore option(s): {', '.join(sorted(unknown))}")
         timeout = request_timeout(connection.pop("request_timeout", 10.0))
         settings = None if client is not None else settings_from_options(url or DEFAULT_URL, connection)
-        self._setup(_Connection(settings, client, timeout), _check_name(namespace, "namespace"), None, clock)
+        self._setup(_Connection(settings, client, timeout), _check_name(namespace, "namespace"), None, wall_clock)
 
     def _setup(
         self, conn: _Connection, namespace: str, parent: StateStoreStore | None, clock: Callable[[], float]

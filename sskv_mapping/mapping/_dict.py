@@ -6,11 +6,12 @@ A network failure raises a ``TransportError``, never ``KeyError`` (docs/guide/di
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable, ItemsView, Iterator, Mapping, MutableMapping, ValuesView
 from functools import partial
 from typing import Any, Generic, TypeVar, cast, overload
 
-from .._blocking import BlockingTwin
+from .._blocking import BlockingTwin, SharesCore
 from .._keys import check_namespace, is_text_key, text_key
 from .._namespace.fanout import gather_bounded
 from .._namespace.key_index import KeyIndex
@@ -28,7 +29,7 @@ from ..client._client import (
 from ..codecs import Codec, JsonCodec, get_codec
 from ..errors import StateStoreError
 from ..local_cache import ABSENT, DEFAULT_MAX_STALENESS, CachedEntry, LocalCache
-from ..lock import AsyncLeasedLock, LeasedLock
+from ..lock import AsyncLeasedLock, LeasedLock, renamed_clock
 from ._listing import ListingMode, NamespaceListing, check_listing
 
 __all__ = ["AsyncStateStoreDict", "StateStoreDict"]
@@ -77,7 +78,88 @@ def _no_cache(key: object) -> None:
     return None
 
 
-class AsyncStateStoreDict(Generic[V]):
+def _deprecated(old: str, new: str) -> None:
+    """Warn the caller of the caller (a constructor or a member) that ``old`` goes in the next release."""
+    warnings.warn(f"{old} is deprecated and goes in the next release: {new}", DeprecationWarning, stacklevel=3)
+
+
+def _pairs(other: Any, kwargs: Mapping[str, T]) -> list[tuple[str, T]]:
+    """``dict.update``'s arguments as a list of pairs."""
+    pairs: list[tuple[str, T]] = []
+    if isinstance(other, Mapping):
+        pairs.extend((k, other[k]) for k in other)
+    elif hasattr(other, "keys"):
+        pairs.extend((k, other[k]) for k in other.keys())  # noqa: SIM118 - a duck-typed mapping
+    else:
+        for item in other:
+            k, v = item
+            pairs.append((k, v))
+    pairs.extend(kwargs.items())
+    return pairs
+
+
+def _as_written(value: V | Encoded[V]) -> V:
+    """``value`` for :meth:`NamespaceStore.write`, which takes an :class:`Encoded` where a value goes and unwraps it
+    (its annotation says ``V``; widening it to ``V | Encoded[V]`` in ``_namespace/store.py`` retires this cast)."""
+    return cast(V, value)
+
+
+class _DictCore(Generic[V]):
+    """What both twins of one dict (or of one fenced view) share (httpx's ``BaseClient`` idea): the store, the local
+    cache's one-call reader, the fencing token of a fenced view, and the writes. A value may arrive encoded already
+    (the blocking twin encodes it in its caller's thread: :meth:`encoded`), so every write takes ``V | Encoded[V]``.
+    """
+
+    def __init__(self, store: NamespaceStore[V], fence: Callable[[], HybridLogicalClock] | None = None) -> None:
+        self.store = store
+        cache = store.cache
+        #: ``d[key]`` from the local cache alone: its entry (``value`` is ``ABSENT`` for a key known absent), or
+        #: ``None`` when the cache cannot answer. Thread-safe, not async, never a round trip: one call into the
+        #: local cache (a dict's key prefix never changes), how the blocking twin serves a hit in its caller's thread.
+        self.hit: Callable[[object], CachedEntry[V] | None] = _no_cache if cache is None else cache.reader(store.prefix)
+        self._fence = fence
+
+    def fenced(self, fence: Callable[[], HybridLogicalClock]) -> _DictCore[V]:
+        """This core with every write carrying ``fence()``'s token."""
+        return _DictCore(self.store, fence)
+
+    def token(self) -> HybridLogicalClock | None:
+        return self._fence() if self._fence is not None else None
+
+    def encoded(self, key: str, value: V) -> Encoded[V]:
+        """``value`` encoded now, in the calling thread; raises like the write would."""
+        text_key(key)
+        return Encoded(value, self.store.encode(key, value))
+
+    async def set(self, key: str, value: V | Encoded[V], ttl: float | None) -> HybridLogicalClock | None:
+        text_key(key)
+        result = await self.store.write(key, _as_written(value), ttl=ttl, fencing_token=self.token())
+        return result.version
+
+    async def setdefault(self, key: str, default: V | Encoded[V]) -> V:
+        text_key(key)
+        while True:
+            written = _as_written(default)
+            result = await self.store.write(key, written, condition=SetCondition.NX, fencing_token=self.token())
+            if result.applied:
+                return default.value if isinstance(default, Encoded) else default
+            entry = await self.store.read(key, fresh=True)
+            if entry.value is not ABSENT:
+                value: V = entry.value
+                return value
+            # it was deleted between our NX and our read: try again
+
+    async def update(self, pairs: list[tuple[str, V | Encoded[V]]]) -> None:
+        store = self.store
+        for k, v in pairs:  # check everything before sending anything: all of it is written or none
+            text_key(k)
+            store.check_size(k, v.raw if isinstance(v, Encoded) else store.encode(k, v))
+        if store.index is not None:
+            await store.index.add((k, None) for k, _ in pairs)
+        await gather_bounded((self.set(k, v, None) for k, v in pairs), _MAX_FAN_OUT)
+
+
+class AsyncStateStoreDict(SharesCore[_DictCore[V]]):
     """The async twin of :class:`StateStoreDict`: the same operations as coroutines.
 
     Example:
@@ -98,9 +180,11 @@ class AsyncStateStoreDict(Generic[V]):
         stale_while_disconnected: bool = False,
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
         listing: ListingMode = "auto",
-        clock: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
         _owns_client: bool = False,
     ) -> None:
+        monotonic = renamed_clock("AsyncStateStoreDict", monotonic, clock)
         mode = check_listing(listing)
         resolved: Codec[Any] = JsonCodec() if codec is None else get_codec(codec)
         cache: LocalCache[V] | None = None
@@ -108,7 +192,7 @@ class AsyncStateStoreDict(Generic[V]):
             cache = LocalCache(
                 maxsize=local_cache_size,
                 ttl=cache_ttl,
-                clock=clock,
+                monotonic=monotonic,
                 stale_while_disconnected=stale_while_disconnected,
                 max_staleness=max_staleness,
             )
@@ -117,12 +201,10 @@ class AsyncStateStoreDict(Generic[V]):
             return NamespaceListing(client, check_namespace(namespace), store.data_key, mode=mode)
 
         self._store: NamespaceStore[V] = NamespaceStore(
-            client, namespace, resolved, cache=cache, index=index, clock=clock
+            client, namespace, resolved, cache=cache, index=index, clock=monotonic
         )
-        # every d[key] hit: one call into the local cache (a dict's key prefix never changes)
-        self._reader = None if cache is None else cache.reader(self._store.prefix)
+        self._core = _DictCore(self._store)
         self._owns_client = _owns_client
-        self._fence: Callable[[], HybridLogicalClock] | None = None
 
     @classmethod
     async def connect(
@@ -182,17 +264,30 @@ class AsyncStateStoreDict(Generic[V]):
         """The in-process cache kept current by KEYNOTIFY; ``None`` when ``local_cache_size=0``."""
         return self._store.cache
 
+    # -- deprecated: the blocking twin's steps, on the private core both twins share now -------------------------
+
     def peek(self, key: str) -> CachedEntry[V] | None:
-        """``d[key]`` from the local cache alone: its entry (``value`` is ``ABSENT`` for a key known absent), or
-        ``None`` when the cache cannot answer. Thread-safe and not async -- how the blocking dict serves a hit in
-        the calling thread; never a round trip."""
-        reader = self._reader
-        return None if reader is None else reader(key)
+        """Deprecated, goes in the next release: ``d[key]`` from the local cache alone (``value`` is ``ABSENT`` for a
+        key known absent), or ``None`` when it cannot answer."""
+        _deprecated("AsyncStateStoreDict.peek()", "await get()")
+        return self._core.hit(key)
 
     def hit_reader(self) -> Callable[[object], CachedEntry[V] | None]:
-        """:meth:`peek` as one call into the local cache (what the blocking dict binds for ``d[key]``)."""
-        reader = self._reader
-        return reader if reader is not None else _no_cache
+        """Deprecated, goes in the next release: :meth:`peek` as one call into the local cache."""
+        _deprecated("AsyncStateStoreDict.hit_reader()", "await get()")
+        return self._core.hit
+
+    def encoded(self, key: str, value: V) -> Any:
+        """Deprecated, goes in the next release: ``value`` encoded now, to pass where the value goes (the blocking
+        :class:`StateStoreDict` encodes in its caller's thread itself)."""
+        _deprecated("AsyncStateStoreDict.encoded()", "pass the value itself")
+        return self._core.encoded(key, value)
+
+    @staticmethod
+    def pairs(other: Any, kwargs: Mapping[str, V]) -> list[tuple[str, V]]:
+        """Deprecated, goes in the next release: ``dict.update``'s arguments as a list of pairs."""
+        _deprecated("AsyncStateStoreDict.pairs()", "dict(other, **kwargs).items()")
+        return _pairs(other, kwargs)
 
     async def open(self) -> AsyncStateStoreDict[V]:
         """Start watching the namespace index (done by ``async with`` and :meth:`connect`)."""
@@ -296,32 +391,18 @@ class AsyncStateStoreDict(Generic[V]):
 
     # -- writes -------------------------------------------------------------------------------------------
 
-    def _token(self) -> HybridLogicalClock | None:
-        return self._fence() if self._fence is not None else None
-
     async def set(self, key: str, value: V, *, ttl: float | None = None) -> HybridLogicalClock | None:
         """``d[key] = value`` (optionally expiring after ``ttl`` seconds); returns the new version."""
-        text_key(key)
-        result = await self._store.write(key, value, ttl=ttl, fencing_token=self._token())
-        return result.version
+        return await self._core.set(key, value, ttl)
 
     async def delitem(self, key: str) -> None:
         """``del d[key]``: ``KeyError`` if absent."""
-        if not is_text_key(key) or not await self._store.delete(key, fencing_token=self._token()):
+        if not is_text_key(key) or not await self._store.delete(key, fencing_token=self._core.token()):
             raise KeyError(key)
 
     async def setdefault(self, key: str, default: V = None) -> V:  # type: ignore[assignment]
         """Atomic across processes: ``SET NX``; returns the value now stored."""
-        text_key(key)
-        while True:
-            result = await self._store.write(key, default, condition=SetCondition.NX, fencing_token=self._token())
-            if result.applied:
-                return default
-            entry = await self._store.read(key, fresh=True)
-            if entry.value is not ABSENT:
-                value: V = entry.value
-                return value
-            # it was deleted between our NX and our read: try again
+        return await self._core.setdefault(key, default)
 
     async def pop(self, key: str, default: Any = _NO_DEFAULT) -> Any:
         """Remove and return; uses VDEL so a value another process just wrote is never deleted."""
@@ -336,7 +417,7 @@ class AsyncStateStoreDict(Generic[V]):
                     raise KeyError(key)
                 return default
             assert entry.raw is not None
-            result = await self._store.delete_if(key, entry.raw, fencing_token=self._token())
+            result = await self._store.delete_if(key, entry.raw, fencing_token=self._core.token())
             if result is VDeleteResult.DELETED:
                 return entry.value
             # changed (or deleted) under us: read again and decide on the new state
@@ -366,18 +447,12 @@ class AsyncStateStoreDict(Generic[V]):
 
         Every key and value is encoded and checked against the size limits first: one over its limit raises
         :class:`~sskv_mapping.errors.ValueTooLargeError` and nothing is written."""
-        pairs = self.pairs(other, kwargs)
-        for k, v in pairs:  # check everything before sending anything: all of it is written or none
-            text_key(k)
-            self._store.check_size(k, self._store.encode(k, v))
-        if self._store.index is not None:
-            await self._store.index.add((k, None) for k, _ in pairs)
-        await gather_bounded((self.set(k, v) for k, v in pairs), _MAX_FAN_OUT)
+        await self._core.update(list(_pairs(other, kwargs)))
 
     async def clear(self) -> None:
         """Delete every key of the namespace."""
         keys = await self._store.listed_keys(refresh=True)
-        token = self._token()
+        token = self._core.token()
         delete = partial(self._store.client.delete, fencing_token=token)
         await gather_bounded((delete(self._store.data_key(k)) for k in keys), _MAX_FAN_OUT)
         if self._store.cache is not None:
@@ -386,36 +461,16 @@ class AsyncStateStoreDict(Generic[V]):
         if self._store.index is not None:
             await self._store.index.remove(keys)
 
-    def encoded(self, key: str, value: V) -> V:
-        """``value`` encoded now, in the calling thread (see the blocking facade); pass it where the value goes."""
-        text_key(key)
-        return cast(V, Encoded(value, self._store.encode(key, value)))
-
-    @staticmethod
-    def pairs(other: Any, kwargs: Mapping[str, V]) -> list[tuple[str, V]]:
-        """``dict.update``'s arguments as a list of pairs."""
-        pairs: list[tuple[str, V]] = []
-        if isinstance(other, Mapping):
-            pairs.extend((k, other[k]) for k in other)
-        elif hasattr(other, "keys"):
-            pairs.extend((k, other[k]) for k in other.keys())  # noqa: SIM118 - a duck-typed mapping
-        else:
-            for item in other:
-                k, v = item
-                pairs.append((k, v))
-        pairs.extend(kwargs.items())
-        return pairs
-
     def fenced(self, lock: AsyncLeasedLock) -> AsyncStateStoreDict[V]:
         """A view whose every write carries ``lock``'s current fencing token (``LockError`` if not held)."""
         view: AsyncStateStoreDict[V] = object.__new__(type(self))
         view.__dict__.update(self.__dict__)
         view._owns_client = False
-        view._fence = lambda: lock.fencing_token
+        view._core = self._core.fenced(lambda: lock.fencing_token)
         return view
 
 
-class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
+class StateStoreDict(BlockingTwin, SharesCore[_DictCore[V]], MutableMapping[str, V]):
     """A ``dict`` backed by the state store: one namespace, shared by every process that opens it.
 
     Example:
@@ -440,11 +495,13 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
         stale_while_disconnected: bool = False,
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
         listing: ListingMode = "auto",
-        clock: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
         _owns_client: bool = False,
     ) -> None:
         self._client = client
         super().__init__()
+        monotonic = renamed_clock("StateStoreDict", monotonic, clock)
         self._async: AsyncStateStoreDict[V] = AsyncStateStoreDict(
             client.async_client,
             namespace=namespace,
@@ -454,11 +511,12 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
             stale_while_disconnected=stale_while_disconnected,
             max_staleness=max_staleness,
             listing=listing,
-            clock=clock,
+            monotonic=monotonic,
         )
+        self._share_core(self._async)
         self._owns_client = _owns_client
         # the hit path of every d[key], bound once: the local cache's one-call reader (no cache: nothing to peek)
-        self._peek = self._async.hit_reader()
+        self._peek = self._core.hit
         self._run(self._async.open())
 
     @classmethod
@@ -620,18 +678,17 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
     # Values are encoded here, in the calling thread; only bytes cross to the loop thread.
 
     def __setitem__(self, key: str, value: V) -> None:
-        self._run(self._async.set(key, self._async.encoded(key, value)))
+        self._run(self._core.set(key, self._core.encoded(key, value), None))
 
     def set(self, key: str, value: V, *, ttl: float | None = None) -> HybridLogicalClock | None:
         """``d[key] = value`` with an optional ``ttl`` in seconds; returns the new version."""
-        return self._run(self._async.set(key, self._async.encoded(key, value), ttl=ttl))
+        return self._run(self._core.set(key, self._core.encoded(key, value), ttl))
 
     def __delitem__(self, key: str) -> None:
         self._run(self._async.delitem(key))
 
     def setdefault(self, key: str, default: V = None) -> V:  # type: ignore[assignment]
-        result: V = self._run(self._async.setdefault(key, self._async.encoded(key, default)))
-        return result.value if isinstance(result, Encoded) else result
+        return self._run(self._core.setdefault(key, self._core.encoded(key, default)))
 
     def pop(self, key: str, default: Any = _NO_DEFAULT) -> Any:
         return self._run(self._async.pop(key, default))
@@ -640,8 +697,9 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
         return self._run(self._async.popitem())
 
     def update(self, other: Any = (), /, **kwargs: V) -> None:
-        pairs = self._async.pairs(other, kwargs)
-        self._run(self._async.update([(k, self._async.encoded(k, v)) for k, v in pairs]))
+        core = self._core
+        pairs = _pairs(other, kwargs)
+        self._run(core.update([(k, core.encoded(k, v)) for k, v in pairs]))
 
     def clear(self) -> None:
         self._run(self._async.clear())
@@ -652,5 +710,6 @@ class StateStoreDict(BlockingTwin, MutableMapping[str, V]):
         view.__dict__.update(self.__dict__)
         view._owns_client = False
         view._async = self._async.fenced(lock.async_lock)
-        view._peek = view._async.hit_reader()
+        view._share_core(view._async)
+        view._peek = view._core.hit
         return view

@@ -33,11 +33,11 @@ class FakeClock:
         return f"<FakeClock wall_ms={self._wall_ms} monotonic={self._monotonic:.3f}>"
 
     def wall_ms(self) -> int:
-        """The wall clock, milliseconds since the epoch (what ``now_ms=`` and a client's ``clock=`` take)."""
+        """The wall clock, milliseconds since the epoch (what ``now_ms=`` and a client's ``wall_clock_ms=`` take)."""
         return self._wall_ms
 
     def monotonic(self) -> float:
-        """The monotonic clock, seconds (what a lock's, a dict's or a cache's ``clock=`` takes)."""
+        """The monotonic clock, seconds (what a lock's, a dict's or a cache's ``monotonic=`` takes)."""
         return self._monotonic
 
     def advance(self, seconds: float) -> None:

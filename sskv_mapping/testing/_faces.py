@@ -37,7 +37,7 @@ class StoreFaces:
         raise NotImplementedError
 
     def _face_kwargs(self) -> dict[str, Any]:
-        return {} if self.clock is None else {"clock": self.clock.monotonic}
+        return {} if self.clock is None else {"monotonic": self.clock.monotonic}
 
     @property
     def client(self) -> StateStoreClient:

@@ -81,13 +81,13 @@ class InProcessStore(StoreFaces):
     @property
     def connection_factory(self) -> ConnectionFactory:
         """The ``connection_factory=`` that puts a client of your own (of either kind, on any loop) on this
-        store; give it ``clock=statestore.clock.wall_ms`` too."""
+        store; give it ``wall_clock_ms=statestore.clock.wall_ms`` too."""
         if self._loop is None:
             raise RuntimeError("the in-process store is not started")
         return bridged_factory(self.store.broker.connection, self._loop)
 
     def _client_kwargs(self) -> dict[str, Any]:
-        return {"connection_factory": self.connection_factory, "clock": self.clock.wall_ms}
+        return {"connection_factory": self.connection_factory, "wall_clock_ms": self.clock.wall_ms}
 
     def _async_client_kwargs(self) -> dict[str, Any]:
         return self._client_kwargs()

@@ -103,7 +103,8 @@ async def test_constructor_refuses_bad_settings(store_backend: StoreBackend) -> 
         {"local_cache_size": -1},
         {"lock_lease": 0},
         {"lock_timeout": -1},
-        {"max_in_flight": 0},
+        {"max_fanout": 0},
+        {"max_fanout": True},
         {"codec": "pickle"},  # pickle is never chosen by name: it runs code when loading
     ):
         with pytest.raises(ConfigurationError):
@@ -254,7 +255,7 @@ async def test_get_many_set_many_delete_many(cache: AsyncStateStoreCache[Any]) -
     assert await cache.get_many([]) == {}
     assert await cache.delete_many(["a", "c", "zz"]) == 2
     assert await cache.get_many(["a", "b", "c"]) == {"b": [2]}
-    many = {f"k{i}": i for i in range(300)}  # more than max_in_flight
+    many = {f"k{i}": i for i in range(300)}  # more than max_fanout
     assert await cache.set_many(many, ttl=60) == []
     assert await cache.get_many(many) == many
     assert await cache.delete_many(many) == 300
@@ -382,14 +383,14 @@ async def test_get_or_set_computes_once_across_two_caches_and_twenty_callers(mak
     async with asyncio.timeout(10):
         await computing.wait()
     # both caches have a caller in flight for the key: one computing, the other waiting on the store lock
-    await eventually(lambda: "hot" in a._flight._flights and "hot" in b._flight._flights)
+    await eventually(lambda: "hot" in a._core.flight._flights and "hot" in b._core.flight._flights)
     release.set()
     results = await asyncio.gather(*callers)
     assert results == [{"answer": 42}] * 20
     assert calls == 1
     assert await a.get("hot") == {"answer": 42}
     assert a.stats().misses + b.stats().misses == 20
-    assert not a._flight._flights and not b._flight._flights
+    assert not a._core.flight._flights and not b._core.flight._flights
 
 
 async def test_get_or_set_failure_reaches_the_waiters_and_the_next_call_retries(

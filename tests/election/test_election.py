@@ -40,7 +40,7 @@ async def test_a_former_leader_is_fenced_out_and_knows_it_lost(store_backend: St
     now = [0.0]
     lost: list[str] = []
     client_a = await store_backend.async_client()
-    a = AsyncLeaderElection(client_a, name, term=0.3, candidate="a", auto_renew=False, clock=lambda: now[0])
+    a = AsyncLeaderElection(client_a, name, term=0.3, candidate="a", auto_renew=False, monotonic=lambda: now[0])
     a.add_lost_listener(lost.append)
     token_a = await a.campaign(timeout=10)
     await client_a.set(protected, b"from a", fencing_token=token_a)

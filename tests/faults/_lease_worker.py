@@ -99,7 +99,7 @@ class LeaseWorker:
         self.clock.thaw()
         holder = f"{self.client.client_id}/holder"
         lease = self.args.lease_ms / 1000
-        self.blind = LeasedLock(self.client, self.args.lock, holder=holder, lease=lease, clock=self.clock)
+        self.blind = LeasedLock(self.client, self.args.lock, holder=holder, lease=lease, monotonic=self.clock)
         self.honest = LeasedLock(self.client, self.args.lock, holder=holder, lease=lease)
         self.clock.freeze()  # from its request on, the blind lock sees no time pass
         blind_token = self.blind.try_acquire()

@@ -94,7 +94,7 @@ async def test_broker_drops_messages(fault_report: FaultRow) -> None:
                 await r.update({f"k{i}": f"old-{i}" for i in range(STALL_KEYS)})
                 for i in range(STALL_KEYS):
                     await r.get(f"k{i}")
-                hit = r.hit_reader()
+                hit = r._core.hit
                 subprocess.run(  # noqa: ASYNC221 - blocking this loop is the fault
                     [sys.executable, "-c", WRITER, broker.host, str(broker.port), str(STALL_KEYS)],
                     check=True,

@@ -53,7 +53,7 @@ async def test_a_client_two_minutes_fast_gets_the_timestamp_error_and_nothing_el
     async with (
         AsyncStateStoreClient(**address) as healthy,
         AsyncStateStoreClient(**address) as watcher,
-        AsyncStateStoreClient(**address, clock=skewed_clock(SKEW_MS)) as fast,
+        AsyncStateStoreClient(**address, wall_clock_ms=skewed_clock(SKEW_MS)) as fast,
     ):
         before = await healthy.set(key, b"v1")
         events: asyncio.Queue[KeyEvent] = asyncio.Queue()
@@ -109,7 +109,7 @@ async def test_a_client_two_minutes_slow_works_and_counts_the_drift(
     address: dict[str, Any] = {"host": mosquitto.host, "port": mosquitto.port, "timeout": 5}
     async with (
         AsyncStateStoreClient(**address) as healthy,
-        AsyncStateStoreClient(**address, clock=skewed_clock(-SKEW_MS)) as slow,
+        AsyncStateStoreClient(**address, wall_clock_ms=skewed_clock(-SKEW_MS)) as slow,
     ):
         result = await slow.set(key, b"from the past")
         assert result.applied and result.version is not None

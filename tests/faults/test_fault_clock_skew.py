@@ -84,7 +84,7 @@ def test_a_blocking_client_two_minutes_fast_is_refused_writes_nothing_and_breaks
     with (
         StateStoreClient(**address) as healthy,
         StateStoreClient(**address) as watcher,
-        StateStoreClient(**address, clock=fast_clock) as fast,
+        StateStoreClient(**address, wall_clock_ms=fast_clock) as fast,
     ):
         before = healthy.set(key, b"v1")
         watch = watcher.watch(key).start()
@@ -157,7 +157,7 @@ def test_a_blocking_client_two_minutes_fast_is_refused_writes_nothing_and_breaks
             fast.get(key)
         assert fast.state is ConnectionState.CONNECTED
         # a new client with the fixed clock works at once; the emulator kept serving throughout
-        with StateStoreClient(**address, clock=fast_clock) as fixed:
+        with StateStoreClient(**address, wall_clock_ms=fast_clock) as fixed:
             assert fixed.set(key, b"after the fix").applied
             entry = fixed.get(key)
             assert entry is not None and entry.value == b"after the fix"
@@ -181,8 +181,8 @@ async def test_a_fixed_clock_works_again_on_the_same_connection_in_process(fault
     fast_clock = OffsetClock(SKEW_MS, base=lambda: service_ms[0])
     async with (
         InProcessStateStore(now_ms=lambda: service_ms[0]) as store,
-        store.client(clock=lambda: service_ms[0], timeout=5) as healthy,
-        store.client(clock=fast_clock, timeout=5) as fast,
+        store.client(wall_clock_ms=lambda: service_ms[0], timeout=5) as healthy,
+        store.client(wall_clock_ms=fast_clock, timeout=5) as fast,
     ):
         with pytest.raises(TimestampSkewError, match=ADVICE):
             await fast.set("k", b"from the future")
@@ -230,7 +230,7 @@ def test_a_blocking_client_two_minutes_slow_works(
     address: dict[str, Any] = {"host": mosquitto.host, "port": mosquitto.port, "timeout": 5}
     with (
         StateStoreClient(**address) as healthy,
-        StateStoreClient(**address, clock=OffsetClock(-SKEW_MS)) as slow,
+        StateStoreClient(**address, wall_clock_ms=OffsetClock(-SKEW_MS)) as slow,
     ):
         result = slow.set(key, b"from the past")
         assert result.applied and result.version is not None

@@ -268,8 +268,8 @@ async def test_stale_holder_through_the_lock_api_in_process(fault_report: FaultR
     last_value = b""
     async with (
         InProcessStateStore(now_ms=fake.now_ms) as store,
-        store.client(clock=fake.now_ms, timeout=5) as a,
-        store.client(clock=fake.now_ms, timeout=5) as b,
+        store.client(wall_clock_ms=fake.now_ms, timeout=5) as a,
+        store.client(wall_clock_ms=fake.now_ms, timeout=5) as b,
     ):
         ns = f"fenceinproc{uuid.uuid4().hex[:8]}"
         lock_name, key = f"{ns}-lock", f"{ns}/protected".encode()
@@ -277,9 +277,9 @@ async def test_stale_holder_through_the_lock_api_in_process(fault_report: FaultR
         b_dict: AsyncStateStoreDict[Any] = AsyncStateStoreDict(b, namespace=ns, local_cache_size=0)
         for i in range(rounds):
             # the blind lock's clock will not see the pause; the honest one's is the injected clock
-            blind = AsyncLeasedLock(a, lock_name, holder="A", lease=lease, clock=standing_clock(fake.monotonic()))
-            honest = AsyncLeasedLock(a, lock_name, holder="A", lease=lease, clock=fake.monotonic)
-            taker = AsyncLeasedLock(b, lock_name, holder="B", lease=lease, clock=fake.monotonic)
+            blind = AsyncLeasedLock(a, lock_name, holder="A", lease=lease, monotonic=standing_clock(fake.monotonic()))
+            honest = AsyncLeasedLock(a, lock_name, holder="A", lease=lease, monotonic=fake.monotonic)
+            taker = AsyncLeasedLock(b, lock_name, holder="B", lease=lease, monotonic=fake.monotonic)
             blind_token = await blind.try_acquire()
             stale = await honest.try_acquire()  # the same holder: a renewal
             assert blind_token is not None and stale is not None and stale > blind_token, f"round {i}"

@@ -94,15 +94,15 @@ async def test_paused_lease_holders_never_write_in_process(fault_report: FaultRo
     async with InProcessStateStore(now_ms=fake.now_ms) as store:
         factory = store.broker.connection
         async with (
-            AsyncStateStoreClient(connection_factory=factory, clock=fake.now_ms, timeout=5) as a,
-            AsyncStateStoreClient(connection_factory=factory, clock=fake.now_ms, timeout=5) as b,
+            AsyncStateStoreClient(connection_factory=factory, wall_clock_ms=fake.now_ms, timeout=5) as a,
+            AsyncStateStoreClient(connection_factory=factory, wall_clock_ms=fake.now_ms, timeout=5) as b,
         ):
             namespace = f"fence{uuid.uuid4().hex[:8]}"
             a_dict: AsyncStateStoreDict[Any] = AsyncStateStoreDict(a, namespace=namespace, local_cache_size=0)
             lock_name, key = f"{namespace}-lock", f"{namespace}-protected"
             for i in range(rounds):
-                holder = AsyncLeasedLock(a, lock_name, lease=lease_ms / 1000, clock=fake.monotonic)
-                taker = AsyncLeasedLock(b, lock_name, lease=lease_ms / 1000, clock=fake.monotonic)
+                holder = AsyncLeasedLock(a, lock_name, lease=lease_ms / 1000, monotonic=fake.monotonic)
+                taker = AsyncLeasedLock(b, lock_name, lease=lease_ms / 1000, monotonic=fake.monotonic)
                 stale = await holder.try_acquire()
                 assert stale is not None, f"round {i}: the holder could not take a free lock"
                 assert await taker.try_acquire() is None  # held: the taker must wait

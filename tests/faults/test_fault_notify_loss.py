@@ -204,5 +204,5 @@ async def test_dropped_and_duplicated_notifications(
 
 
 def _cached_value(d: AsyncStateStoreDict[Any], key: str) -> Any:
-    hit = d.peek(key)
+    hit = d._core.hit(key)
     return None if hit is None else hit.value

@@ -62,7 +62,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def cache(clock: FakeClock) -> LocalCache[str]:
-    return LocalCache(maxsize=100, clock=clock)
+    return LocalCache(maxsize=100, monotonic=clock)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -130,7 +130,7 @@ def test_none_is_a_value_not_an_absence() -> None:
         {"ttl": float("inf")},
         {"ttl": "5"},
         {"ttl": True},
-        {"clock": 1.0},
+        {"monotonic": 1.0},
     ],
 )
 def test_bad_configuration(kwargs: dict[str, Any]) -> None:
@@ -530,7 +530,7 @@ def test_entry_never_outlives_the_keys_expiry(cache: LocalCache[str], clock: Fak
 
 
 def test_local_ttl_bounds_every_entry(clock: FakeClock) -> None:
-    c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, clock=clock)
+    c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, monotonic=clock)
     assert c.ttl == 5.0
     c.store_write(K, entry("x", 1))
     clock.advance(4.9)
@@ -541,7 +541,7 @@ def test_local_ttl_bounds_every_entry(clock: FakeClock) -> None:
 
 
 def test_the_earlier_of_local_ttl_and_key_expiry_wins(clock: FakeClock) -> None:
-    c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, clock=clock)
+    c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, monotonic=clock)
     c.store_write(b"short-key-ttl", entry("x", 1, expires_at=clock.now + 2.0))
     c.store_write(b"long-key-ttl", entry("y", 1, expires_at=clock.now + 60.0))
     clock.advance(2.0)
@@ -552,7 +552,7 @@ def test_the_earlier_of_local_ttl_and_key_expiry_wins(clock: FakeClock) -> None:
 
 
 def test_an_update_restarts_the_local_ttl(clock: FakeClock) -> None:
-    c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, clock=clock)
+    c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, monotonic=clock)
     c.store_write(K, entry("x", 1))
     clock.advance(4.0)
     c.apply_event(set_event(K, "y", 2), loads)
@@ -563,7 +563,7 @@ def test_an_update_restarts_the_local_ttl(clock: FakeClock) -> None:
 
 
 def test_an_event_for_a_locally_expired_entry_does_not_revive_it(clock: FakeClock) -> None:
-    c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, clock=clock)
+    c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, monotonic=clock)
     c.store_write(K, entry("x", 1))
     clock.advance(5.0)
     c.apply_event(set_event(K, "y", 2), loads)
@@ -571,7 +571,7 @@ def test_an_event_for_a_locally_expired_entry_does_not_revive_it(clock: FakeCloc
 
 
 def test_expire_purges_now(clock: FakeClock) -> None:
-    c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, clock=clock)
+    c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, monotonic=clock)
     c.store_write(b"a", entry("a", 1, expires_at=clock.now + 1.0))
     c.store_write(b"b", entry("b", 1))
     clock.advance(3.0)
@@ -629,7 +629,7 @@ def test_nothing_is_served_while_disconnected(cache: LocalCache[str]) -> None:
 
 
 def test_stale_while_disconnected_serves_marked_entries(clock: FakeClock) -> None:
-    c: LocalCache[str] = LocalCache(maxsize=10, clock=clock, stale_while_disconnected=True)
+    c: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, stale_while_disconnected=True)
     c.store_write(K, entry("x", 1))
     c.store_write(b"expiring", entry("e", 1, expires_at=clock.now + 1.0))
     c.disconnected()

@@ -39,7 +39,7 @@ def clock() -> FakeClock:
 
 @pytest.mark.parametrize("ttl", [None, 1000.0], ids=["hot-map", "locked-path"])
 def test_an_entry_is_served_only_within_max_staleness_of_its_confirmation(clock: FakeClock, ttl: float | None) -> None:
-    cache: LocalCache[str] = LocalCache(maxsize=10, clock=clock, ttl=ttl, max_staleness=5)
+    cache: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, ttl=ttl, max_staleness=5)
     cache.store_write(K, entry("one", 1))
     clock.now += 4.9
     assert cache.get(K).value == "one"  # type: ignore[union-attr]
@@ -52,7 +52,7 @@ def test_an_entry_is_served_only_within_max_staleness_of_its_confirmation(clock:
 
 
 def test_a_notification_confirms_and_a_reread_of_the_same_version_confirms(clock: FakeClock) -> None:
-    cache: LocalCache[str] = LocalCache(maxsize=10, clock=clock, max_staleness=5)
+    cache: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, max_staleness=5)
     cache.store_write(K, entry("one", 1))
     clock.now += 4
     cache.apply_event(KeyEvent(K, KeyOperation.SET, b"two", v(2)), bytes.decode)
@@ -71,7 +71,7 @@ def test_a_notification_confirms_and_a_reread_of_the_same_version_confirms(clock
 
 
 def test_confirm_restamps_only_the_version_held(clock: FakeClock) -> None:
-    cache: LocalCache[str] = LocalCache(maxsize=10, clock=clock, max_staleness=5)
+    cache: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, max_staleness=5)
     cache.store_write(K, entry("one", 1))
     clock.now += 5
     assert not cache.confirm(K, v(2))  # the store has another version: this entry stays unserved
@@ -82,7 +82,7 @@ def test_confirm_restamps_only_the_version_held(clock: FakeClock) -> None:
 
 
 def test_due_lists_what_ages_out_soon_oldest_first_and_leaves_expiring_keys_alone(clock: FakeClock) -> None:
-    cache: LocalCache[str] = LocalCache(maxsize=10, clock=clock, max_staleness=10)
+    cache: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, max_staleness=10)
     cache.store_write(b"a", entry("a", 1))
     clock.now += 3
     cache.store_write(b"b", entry("b", 2))
@@ -98,8 +98,8 @@ def test_due_lists_what_ages_out_soon_oldest_first_and_leaves_expiring_keys_alon
 
 
 def test_none_trusts_notifications_forever_and_the_default_is_30_s(clock: FakeClock) -> None:
-    forever: LocalCache[str] = LocalCache(maxsize=10, clock=clock, max_staleness=None)
-    default: LocalCache[str] = LocalCache(maxsize=10, clock=clock)
+    forever: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, max_staleness=None)
+    default: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock)
     assert default.max_staleness == DEFAULT_MAX_STALENESS == 30.0
     for c in (forever, default):
         c.store_write(K, entry("one", 1))

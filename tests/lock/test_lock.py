@@ -99,7 +99,7 @@ async def test_paused_former_holder_is_fenced_out(client: AsyncStateStoreClient,
     """A holder that was paused past its lease writes with its old token and is rejected."""
     name, protected = unique(), unique("protected")
     now = [0.0]
-    stale = AsyncLeasedLock(client, name, lease=0.3, clock=lambda: now[0])
+    stale = AsyncLeasedLock(client, name, lease=0.3, monotonic=lambda: now[0])
     await stale.try_acquire()
     old_token = stale.fencing_token
     await stale.set(protected, b"from the first holder")
@@ -122,7 +122,7 @@ async def test_paused_former_holder_is_fenced_out(client: AsyncStateStoreClient,
 
 async def test_lock_never_fails_open(client: AsyncStateStoreClient) -> None:
     now = [100.0]
-    lock = AsyncLeasedLock(client, unique(), lease=1, clock=lambda: now[0])
+    lock = AsyncLeasedLock(client, unique(), lease=1, monotonic=lambda: now[0])
     with pytest.raises(LockError):
         _ = lock.fencing_token  # never acquired
     await lock.try_acquire()

@@ -42,7 +42,7 @@ async def test_a_reader_whose_loop_stalled_serves_current_values_within_max_stal
                 )
                 await d.open()
                 await d.update({f"k{i}": f"old-{i}" for i in range(KEYS)})
-                hit = d.hit_reader()
+                hit = d._core.hit
                 for i in range(KEYS):  # cached and watched, each confirmed by a read
                     await d.get(f"k{i}")
 
@@ -102,7 +102,7 @@ async def test_the_background_revalidation_keeps_entries_served_past_max_stalene
             assert await d.get(f"k{i}") == i
         store = d._store
         await eventually(lambda: store.revalidations >= 60, timeout=30)  # three rounds of 20, at least
-        hit = d.hit_reader()
+        hit = d._core.hit
         # served from the cache, many max_staleness periods after they were read (no timing asserted: a shared
         # CPU may delay a round, and an entry is then a miss until its re-read lands)
         await eventually(lambda: all((e := hit(f"k{i}")) is not None and e.value == i for i in range(20)), timeout=30)
@@ -114,7 +114,7 @@ async def test_many_readers_of_an_aged_or_uncached_key_make_one_read(broker_addr
     now = [1000.0]
     async with AsyncStateStoreClient(*broker_address) as client, AsyncStateStoreClient(*broker_address) as other:
         d: AsyncStateStoreDict[str] = AsyncStateStoreDict(
-            client, namespace="stampede", max_staleness=1000, clock=lambda: now[0]
+            client, namespace="stampede", max_staleness=1000, monotonic=lambda: now[0]
         )
         await d.open()
         await other.set(d._store.data_key("k"), b'"one"')
@@ -122,7 +122,7 @@ async def test_many_readers_of_an_aged_or_uncached_key_make_one_read(broker_addr
         assert await asyncio.gather(*(d.get("k") for _ in range(50))) == ["one"] * 50
         assert client.requests_sent - before == 2  # its KEYNOTIFY and one GET
         now[0] += 1001  # the entry is past max_staleness: not served until re-read
-        assert d.hit_reader()("k") is None
+        assert d._core.hit("k") is None
         await other.set(d._store.data_key("k"), b'"two"')  # (its notification may land first: either way, fresh)
         before = client.requests_sent
         assert await asyncio.gather(*(d.get("k") for _ in range(50))) == ["two"] * 50
