@@ -401,6 +401,25 @@ def test_no_docstring_numbers_its_layer(name: str) -> None:
     assert re.search(r"\bLayer \d", doc) is None
 
 
+#: a module docstring is a summary, a sentence or two and a link to its design page (docs/contributing.md)
+MODULE_DOCSTRING_LINES = 5
+
+
+def _docstring_lines(source: str) -> int:
+    doc = ast.get_docstring(ast.parse(source), clean=False) or ""
+    return len(doc.strip("\n").splitlines())
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_module_docstrings_are_a_few_lines(name: str) -> None:
+    # longer text belongs on a design page, where it is read once, not in a docstring copied beside it
+    assert _docstring_lines(MODULES[name].read_text(encoding="utf-8")) <= MODULE_DOCSTRING_LINES
+
+
+def test_the_docstring_length_check_can_fail() -> None:
+    assert _docstring_lines('"""One.\n\nTwo.\nThree.\nFour.\nFive.\n"""') == 6
+
+
 def test_the_architecture_page_draws_every_package() -> None:
     # the docs' drawing is the tree: a package added to sskv_mapping/ must be placed on the page too
     page = (PACKAGE.parent / "docs" / "design" / "architecture.md").read_text(encoding="utf-8")

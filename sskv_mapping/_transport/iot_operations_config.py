@@ -1,15 +1,6 @@
 """Connection settings the way Azure IoT Operations apps are configured.
 
-The official SDKs build their MQTT connection from the ``AIO_*`` environment variables a deployment sets, or
-from a connection string with the same names (``HostName=aio-broker;TcpPort=1883;UseTls=false``); the table is
-their ``doc/reference/connection-settings.md``. This module reads both into the keyword arguments of
-:class:`~sskv_mapping._transport.settings.ConnectionSettings`, with the SDKs' defaults (port 8883, TLS on,
-keepalive 60 s, a persistent session of 3600 s asked for). Files named by the settings are read (passwords) or
-checked (certificates, the SAT token) here, so that a wrong path fails at once, naming the variable. A bad value
-raises :class:`~sskv_mapping.errors.ConfigurationError` naming the variable (or connection string key), never
-its value when that could be a secret.
-
-Must not import aiomqtt/paho nor anything above ``_transport``.
+What it does and why: docs/design/transport.md, "The session core and the other transports", `_transport/iot_operations_config.py`.
 """
 
 from __future__ import annotations

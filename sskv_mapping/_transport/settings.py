@@ -1,7 +1,7 @@
-"""How to reach and authenticate to a broker.
+"""How to reach and authenticate to a broker: the one place a URL, ``env:`` or options become settings.
 
-Must not import aiomqtt/paho (only the ``_transport/paho.py`` module does) nor anything above ``_transport``.
-Secrets never appear in ``repr``.
+The client, every face's ``connect()``, the adapters and the ``sskv`` command all call :func:`settings_from_options`;
+secrets never appear in ``repr`` (docs/reference/connection.md).
 """
 
 from __future__ import annotations

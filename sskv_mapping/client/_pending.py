@@ -1,10 +1,6 @@
 """The correlation-data -> Future table of in-flight requests.
 
-Every pending call is removed in a ``finally`` by its owner (:meth:`PendingCalls.call`); a response that
-matches nothing (late, duplicated, or with foreign correlation data) is counted and dropped, never
-delivered to another call.
-
-Must not import aiomqtt/paho nor anything above ``client``.
+What it does and why: docs/design/architecture.md, "The client's parts", `client/_pending.py`.
 """
 
 from __future__ import annotations

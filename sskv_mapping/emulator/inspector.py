@@ -1,27 +1,6 @@
 """The inspector: a web page served from the emulator process (``sskv emulator --inspect``).
 
-An aiohttp application in the emulator's own event loop. It reads the core directly (no request goes over MQTT to
-look), so what it shows is what the service holds at that instant:
-
-* ``GET /``: the page (``inspector.html`` beside this module: one static file, plain JS, no build step);
-* ``GET /api/state?prefix=P&limit=N``: everything the page shows at once -- keys, namespaces, locks, watches,
-  counters; ``/api/keys``, ``/api/namespaces``, ``/api/locks``, ``/api/watches`` the same parts one by one;
-* ``GET /api/key?key=K`` (or ``key_hex=``): one key and its value (a value over 64 Ki characters is cut, with its
-  size: nothing the inspector sends costs more to build than that, whatever the values' sizes);
-* ``PUT /api/key?key=K[&ttl_ms=N]`` (body: the value) and ``DELETE /api/key?key=K``: a SET or DEL served like a
-  client's (watchers are notified), only when started with ``--inspect-writable``; otherwise 403;
-* ``GET /api/events``: the live feed, server-sent events: a ``batch`` event about every 100 ms with the requests
-  served (at most ``FEED_PER_SECOND`` a second in detail, the rest counted in ``skipped``).
-
-Cost when no page is open: the server's ``tap`` is ``None`` and serving a request tests it once; the tap is set
-while at least one ``/api/events`` stream is connected. With a page open, a request costs an append to a list (or a
-counter increment past the per-second budget); the formatting happens once per batch, for all pages.
-
-Only requests whose ``Host`` is the address the inspector listens on or a loopback name are answered, so a web page
-on another site cannot read the store through a browser (DNS rebinding); writes need ``PUT``/``DELETE``, which a
-cross-site page cannot send without a CORS preflight this server never grants.
-
-Must not import aiomqtt/paho, the client, or the mapping or cache modules.
+What it does and why: docs/design/architecture.md, "The emulator's parts", `emulator/inspector.py`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """The emulator as a process: its command line, logging, signals and serve loop.
 
-``python -m sskv_mapping.emulator --host H --port P`` (``__main__.py``) calls :func:`main`; ``sskv emulator``
-(``sskv_mapping/cli/_main.py``) reuses :func:`add_emulator_arguments` and :func:`run`.
-Must not import aiomqtt/paho directly (the server goes through ``_transport``), nor the client layers.
-
-The process prints one line containing ``serving state store on`` to stdout (flushed) once its request
-subscription is acknowledged; SIGTERM and SIGINT stop it cleanly with exit status 0. If the broker cannot
-be reached at start it exits with status 1.
+What it does and why: docs/design/architecture.md, "The emulator's parts", `emulator/process.py`.
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
 """The inspector's pure part: the store's contents as a person reads them.
 
-What :mod:`sskv_mapping.emulator.inspector` serves as JSON, computed from an :class:`EmulatorCore` and a wall
-time: each key with its value shown as JSON, text or hex, its version, TTL left and fencing token; the namespaces
-of the library's faces recognised from their key layouts; the leased locks; the KEYNOTIFY registrations; and one
-line per request served, for the live feed.
-
-The layouts (written by the dict, the cache and the leased lock; namespaces hold neither ``/`` nor ``#``):
-
-* ``ns/<key>``: a dict's data key (with a stored index, or listed by SCAN: then nothing else marks it);
-* ``ns#index-meta`` (``{"version": 2, "shards": S}``), ``ns#index/<i:04x>`` (``{key: added_ms | [added_ms,
-  expires_ms]}``), ``ns#index-used``, their locks ``ns#index-lock/<i>`` and ``ns#index-used-lock``; ``ns#index`` and
-  ``ns#index-lock`` are the single-object index (format 1): a dict's stored index;
-* ``ns#gen`` (``{"gen": G, "retired": [...]}``) and its lock ``ns#gen-lock``, data keys ``ns#g.<G>/<key>``, the ledger
-  of entries without a TTL ``ns#persist/<G>/<xx>`` and its locks ``ns#persist-lock/<G>/<xx>``, per-key locks
-  ``ns#lock/<key>`` (``incr``, fenced writes) and ``ns#gos-lock/<key>`` (single flight): a cache;
-* a leased lock under any name: a key whose value is its holder, last written by ``SET NEX PX`` without a fencing
-  token (docs/design/protocol.md §6); its fencing token is the key's version.
-
-The recognisers read key bytes only, so they follow those layouts without importing the faces.
-
-Must not import asyncio, sockets, the transport, the client, or the mapping or cache modules.
+What it does and why: docs/design/architecture.md, "The emulator's parts", `emulator/store_view.py`.
 """
 
 from __future__ import annotations

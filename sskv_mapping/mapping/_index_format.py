@@ -1,20 +1,8 @@
 """The stored key index's format, pure: what a shard, the used-shards key and a format-1 index look like as bytes,
 and which shard a key belongs to. :mod:`sskv_mapping.mapping._index` (``StoredKeyIndex``) reads and writes the store
-with it; its module docstring is the storage spec.
+with it.
 
-* a shard is a JSON object ``{key: added_ms}``, or ``{key: [added_ms, expires_ms]}`` for a key written with a
-  TTL (wall-clock ms), encoded canonically (sorted keys, no spaces, UTF-8), so equal entries give equal bytes;
-* the used-shards key is a sorted JSON list of shard numbers;
-* the single-object index (format 1; read once, to migrate it into the sharded format 2) is one JSON object
-  ``{key: added_ms}``;
-* a key's shard is a stable hash of its UTF-8 bytes (8 bytes of blake2b, never Python's ``hash``) modulo the
-  shard count, the same in every process and every release.
-
-Bytes that do not decode raise :class:`ProtocolError` (another writer, or a corrupted key); an absent or empty
-value is an empty shard. No I/O.
-
-Must not import anything but the standard library, :mod:`sskv_mapping.errors` and
-:mod:`sskv_mapping._namespace.key_index`.
+What it does and why: docs/design/namespaces.md, "The stored index, key by key", `mapping/_index_format.py`.
 """
 
 from __future__ import annotations
