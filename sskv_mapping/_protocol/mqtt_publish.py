@@ -199,9 +199,29 @@ def _decode_publish_unchecked(header: int, buf: bytes) -> tuple[InboundMessage, 
     while pos < end:
         ident = buf[pos]
         pos += 1
-        if ident == 0x26:  # User Property (may repeat)
-            name, pos = read_utf8(buf, pos, end)
-            value, pos = read_utf8(buf, pos, end)
+        if ident == 0x26:  # User Property (may repeat): read_utf8 twice, inline (five or more per request)
+            if pos + 2 > end:
+                raise MalformedPacketError("Not enough data to read string length")
+            stop = pos + 2 + ((buf[pos] << 8) | buf[pos + 1])
+            if stop > end:
+                raise MalformedPacketError("Length delimited string too long")
+            try:
+                name = buf[pos + 2 : stop].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise MalformedPacketError(f"string not UTF-8: {exc}") from exc
+            if "\x00" in name or "\ufeff" in name:
+                raise MalformedPacketError("[MQTT-1.5.4-2] Null or U+FEFF found in UTF-8 data")
+            if stop + 2 > end:
+                raise MalformedPacketError("Not enough data to read string length")
+            pos = stop + 2 + ((buf[stop] << 8) | buf[stop + 1])
+            if pos > end:
+                raise MalformedPacketError("Length delimited string too long")
+            try:
+                value = buf[stop + 2 : pos].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise MalformedPacketError(f"string not UTF-8: {exc}") from exc
+            if "\x00" in value or "\ufeff" in value:
+                raise MalformedPacketError("[MQTT-1.5.4-2] Null or U+FEFF found in UTF-8 data")
             user.append((name, value))
             continue
         if ident == 0x0B:  # Subscription Identifier (may repeat): a VBI, 1..268435455
