@@ -52,7 +52,7 @@ from .._protocol.commands import (
     parse_command,
 )
 from .._protocol.headers import FENCING_TOKEN, PERSISTENCE, TIMESTAMP
-from .._protocol.hlc import MAX_DRIFT_MS, HybridLogicalClock, system_clock_ms
+from .._protocol.hlc import MAX_DRIFT_MS, HybridLogicalClock, system_clock_ms, trusted
 from .._protocol.notifications import KeyOperation, encode_notification
 from .._protocol.topics import notification_topic
 from ..errors import (
@@ -91,6 +91,24 @@ _NIL = resp3.encode_bulk(None)
 _DELETE_PAYLOAD = encode_notification(KeyOperation.DELETE)
 
 _PERSIST_FORMAT = 1
+
+#: how every client sends a GET: ``*2``, ``$3 GET``, then the key's length (upper case, as the SDKs write it)
+_GET_HEAD = b"*2\r\n$3\r\nGET\r\n$"
+
+
+def _get_key(payload: bytes) -> bytes | None:
+    """The key of a well-formed ``GET key`` request that starts with :data:`_GET_HEAD`; ``None`` for anything else
+    (an empty key, a malformed length, bytes after the request...), which the general parser then answers."""
+    end = payload.find(b"\r\n", 14)
+    raw = payload[14:end]
+    if end < 0 or not raw.isdigit() or len(raw) > 10:
+        return None
+    start = end + 2
+    stop = start + int(raw)
+    if stop == start or len(payload) != stop + 2 or payload[stop:] != b"\r\n":
+        return None
+    return payload[start:stop]
+
 
 # The requests whose answers are remembered for their copies: those that change the store. A copy of a GET or a
 # SCAN is answered afresh (nothing is applied twice, and their answers, values and key pages, may be large), and so
@@ -261,6 +279,10 @@ class EmulatorCore:
         (``duplicate=True``) and changes nothing.
         """
         now = self._now()
+        if type(payload) is bytes and payload[:14] == _GET_HEAD:
+            key = _get_key(payload)
+            if key is not None:
+                return self._get(key, props, now)
         seen: tuple[str, bytes] | None = None
         if correlation is not None and client_id is not None:
             seen = (client_id, correlation)
@@ -276,7 +298,7 @@ class EmulatorCore:
                 raise UnknownCommandError()
             raw_ts = props.get(TIMESTAMP)
             if raw_ts is not None:
-                self._merge(self._request_hlc(raw_ts, now, TimestampSkewError), now)
+                self._merge_request(raw_ts, now)
             elif kind is Set:
                 raise MissingTimestampError()
             result = self._dispatch(cmd, client_id, props, now, notes)
@@ -285,6 +307,23 @@ class EmulatorCore:
         if seen is not None and kind in _REMEMBERED:
             self.answers.remember(seen, payload, result.payload, result.version, now)
         return result
+
+    def _get(self, key: bytes, props: Mapping[str, str], now: int) -> CoreResult:
+        """A well-formed ``GET key``, what :meth:`handle` does for it without the general parser or a command object.
+        No copy of a GET is ever answered from :attr:`answers` (only SET/DEL/VDEL are remembered, and a copy has the
+        same bytes), so it is not looked up."""
+        notes = self._expire(now) if self._expiries and self._expiries[0][0] <= now else []
+        raw_ts = props.get(TIMESTAMP)
+        if raw_ts is not None:
+            try:
+                self._merge_request(raw_ts, now)
+            except ServiceError as exc:
+                return CoreResult(resp3.encode_error(exc.text), None, notes)
+        entry = self._store.get(key)
+        if entry is None:
+            return CoreResult(_NIL, None, notes)
+        value = entry.value
+        return CoreResult(b"$%d\r\n%s\r\n" % (len(value), value), entry.version, notes)  # resp3.encode_bulk
 
     def _dispatch(
         self,
@@ -343,7 +382,8 @@ class EmulatorCore:
             self.keyspace.added(key)
         if expires is not None:
             self._schedule(expires, key)
-        self._notify(key, encode_notification(KeyOperation.SET, cmd.value), version, notes)
+        if key in self._watchers:  # the payload (a copy of the value) only made for a watched key
+            self._notify(key, encode_notification(KeyOperation.SET, cmd.value), version, notes)
         return CoreResult(_OK, version, notes)
 
     def _delete(
@@ -540,6 +580,38 @@ class EmulatorCore:
             raise FencingTokenRequiredError()
         if token < entry.fencing_token:
             raise FencingTokenLowerVersionError()
+
+    def _merge_request(self, raw: str, now: int) -> None:
+        """``self._merge(self._request_hlc(raw, now, TimestampSkewError), now)`` in one step, the merge's arithmetic
+        (``HybridLogicalClock.merged``'s, with no drift limit) inline: every request with a ``__ts`` does this."""
+        try:
+            ts = HybridLogicalClock.parse(raw)
+        except (ProtocolError, ValueError):
+            raise MalformedTimestampError() from None
+        wall = ts.wall_ms
+        if wall - now > MAX_DRIFT_MS:
+            raise TimestampSkewError()
+        c = self._clock
+        if ts.node_id != c.node_id:
+            own = c.wall_ms
+            if now > own and now > wall:
+                if now <= _MAX_COUNTER:
+                    self._clock = trusted(HybridLogicalClock, now, 0, c.node_id)
+                    return
+            elif own == wall:
+                counter = c.counter if c.counter > ts.counter else ts.counter
+                if counter < _MAX_COUNTER:
+                    self._clock = trusted(HybridLogicalClock, own, counter + 1, c.node_id)
+                    return
+            elif own > wall:
+                if c.counter < _MAX_COUNTER:
+                    self._clock = trusted(HybridLogicalClock, own, c.counter + 1, c.node_id)
+                    return
+            elif ts.counter < _MAX_COUNTER:
+                self._clock = trusted(HybridLogicalClock, wall, ts.counter + 1, c.node_id)
+                return
+        # our own node id, or a counter at its maximum, or a wall time past 64 bits: as _merge does then
+        self._merge_version(ts)
 
     def _merge(self, ts: HybridLogicalClock, now: int) -> None:
         if ts.node_id != self._clock.node_id:
