@@ -56,7 +56,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .._protocol import headers
-from .._protocol.hlc import system_clock_ms
+from .._protocol.hlc import HybridLogicalClock, system_clock_ms
 from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic
 from .._transport.backoff import Backoff
 from .._transport.base import Connection, ConnectionFactory, InboundMessage
@@ -79,6 +79,8 @@ log = logging.getLogger("sskv_mapping.emulator")
 
 _LOG_TOPIC_PREFIX = "$SYS/broker/log/"
 _RESPONSE_CONTENT_TYPE = headers.CONTENT_TYPE
+#: the properties of a 200 reply without a __ts (shared: never changed)
+_NO_VERSION_PROPERTIES = tuple(headers.response_properties(None))
 _UNSUPPORTED_VERSION_MESSAGE = "unsupported protocol version {!r}; this service supports major version 1"
 _RECONNECT_MIN_S = 0.05
 _RECONNECT_MAX_S = 2.0
@@ -169,6 +171,9 @@ class EmulatorServer:
         self.outbox = Outbox(lambda: self._conn, self.stats, self._publishes)
         # clients mosquitto said it drops messages for, so that each is reported once at WARNING
         self._dropping_for: set[str] = set()
+        # the properties of the last reply with a __ts, and that version (see _reply_properties)
+        self._reply_version: HybridLogicalClock | None = None
+        self._reply_props: Sequence[tuple[str, str]] = ()
         #: Called after every request served and every expiry, while an inspector page listens (``None``
         #: otherwise: then serving a request costs one attribute test and builds nothing for it).
         self.tap: RequestTap | None = None
@@ -354,12 +359,11 @@ class EmulatorServer:
             self.stats["ignored"] += 1
             log.warning("ignoring a request with the forbidden response topic %r", response_topic[:200])
             return
-        props: dict[str, str] = {}
-        for name, value in message.user_properties:
-            props.setdefault(name, value)  # the first occurrence wins, as InboundMessage.user_property
+        # the first occurrence of a name wins, as InboundMessage.user_property: built from the last pair to the first
+        props: dict[str, str] = dict(reversed(message.user_properties))
         self.stats["requests"] += 1
         version = props.get(headers.PROT_VER)
-        if version is not None and not _protocol_major_ok(version):
+        if version is not None and version != headers.PROTOCOL_VERSION and not _protocol_major_ok(version):
             self._publish(
                 response_topic,
                 b"",
@@ -389,7 +393,7 @@ class EmulatorServer:
             response_topic,
             result.payload,
             correlation,
-            headers.response_properties(result.version),
+            self._reply_properties(result.version),
             _RESPONSE_CONTENT_TYPE,
         )
         if result.duplicate:  # answered again; nothing changed, nothing to notify or show
@@ -401,6 +405,16 @@ class EmulatorServer:
         tap = self.tap
         if tap is not None:
             tap(client_id, message.payload, result, props.get("traceparent"))
+
+    def _reply_properties(self, version: HybridLogicalClock | None) -> Sequence[tuple[str, str]]:
+        """``headers.response_properties(version)``, built once per version: every GET of an unchanged key answers
+        with the same ``__ts``, and a SET's reply and its notifications share one (the list is never changed)."""
+        if version is None:
+            return _NO_VERSION_PROPERTIES
+        if version is not self._reply_version:
+            self._reply_version = version
+            self._reply_props = headers.response_properties(version)
+        return self._reply_props
 
     def handle_local(self, payload: bytes, props: dict[str, str]) -> CoreResult:
         """Serve one request that did not come over MQTT (the inspector's writes): the core answers it, and its
