@@ -96,6 +96,12 @@ _PERSIST_FORMAT = 1
 _GET_HEAD = b"*2\r\n$3\r\nGET\r\n$"
 
 
+#: well-formed GET requests seen lately -> their keys (the same keys are read again and again); emptied when full
+_GET_KEYS: dict[bytes, bytes] = {}
+_GET_KEYS_MAX = 4096
+_GET_KEYS_PAYLOAD = 256
+
+
 def _get_key(payload: bytes) -> bytes | None:
     """The key of a well-formed ``GET key`` request that starts with :data:`_GET_HEAD`; ``None`` for anything else
     (an empty key, a malformed length, bytes after the request...), which the general parser then answers."""
@@ -279,8 +285,14 @@ class EmulatorCore:
         (``duplicate=True``) and changes nothing.
         """
         now = self._now()
-        if type(payload) is bytes and payload[:14] == _GET_HEAD:
-            key = _get_key(payload)
+        if type(payload) is bytes:
+            key = _GET_KEYS.get(payload)
+            if key is None and payload[:14] == _GET_HEAD:
+                key = _get_key(payload)
+                if key is not None and len(payload) <= _GET_KEYS_PAYLOAD:
+                    if len(_GET_KEYS) >= _GET_KEYS_MAX:
+                        _GET_KEYS.clear()
+                    _GET_KEYS[payload] = key
             if key is not None:
                 return self._get(key, props, now)
         seen: tuple[str, bytes] | None = None
@@ -583,35 +595,47 @@ class EmulatorCore:
 
     def _merge_request(self, raw: str, now: int) -> None:
         """``self._merge(self._request_hlc(raw, now, TimestampSkewError), now)`` in one step, the merge's arithmetic
-        (``HybridLogicalClock.merged``'s, with no drift limit) inline: every request with a ``__ts`` does this."""
-        try:
-            ts = HybridLogicalClock.parse(raw)
-        except (ProtocolError, ValueError):
-            raise MalformedTimestampError() from None
-        wall = ts.wall_ms
-        if wall - now > MAX_DRIFT_MS:
-            raise TimestampSkewError()
-        c = self._clock
-        if ts.node_id != c.node_id:
-            own = c.wall_ms
-            if now > own and now > wall:
-                if now <= _MAX_COUNTER:
-                    self._clock = trusted(HybridLogicalClock, now, 0, c.node_id)
-                    return
-            elif own == wall:
-                counter = c.counter if c.counter > ts.counter else ts.counter
-                if counter < _MAX_COUNTER:
-                    self._clock = trusted(HybridLogicalClock, own, counter + 1, c.node_id)
-                    return
-            elif own > wall:
-                if c.counter < _MAX_COUNTER:
-                    self._clock = trusted(HybridLogicalClock, own, c.counter + 1, c.node_id)
-                    return
-            elif ts.counter < _MAX_COUNTER:
-                self._clock = trusted(HybridLogicalClock, wall, ts.counter + 1, c.node_id)
-                return
-        # our own node id, or a counter at its maximum, or a wall time past 64 bits: as _merge does then
-        self._merge_version(ts)
+        (``HybridLogicalClock.merged``'s, with no drift limit) inline: every request with a ``__ts`` does this. The
+        usual text (``HybridLogicalClock.parse``'s fast case: ASCII digits and node id) is read here without making a
+        clock of it; anything else goes through ``_request_hlc`` and ``_merge``, with their exact results."""
+        parts = raw.split(":")
+        if len(parts) == 3:
+            w, n, node = parts
+            if (
+                w.isdigit()
+                and n.isdigit()
+                and w.isascii()
+                and n.isascii()
+                and node.isascii()
+                and len(w) <= 20
+                and len(n) <= 20
+            ):
+                wall, counter = int(w), int(n)
+                if wall <= _MAX_COUNTER and counter <= _MAX_COUNTER:
+                    if wall - now > MAX_DRIFT_MS:
+                        raise TimestampSkewError()
+                    c = self._clock
+                    if node != c.node_id:
+                        own = c.wall_ms
+                        if now > own and now > wall:
+                            if now <= _MAX_COUNTER:
+                                self._clock = trusted(HybridLogicalClock, now, 0, c.node_id)
+                                return
+                        elif own == wall:
+                            if c.counter > counter:
+                                counter = c.counter
+                            if counter < _MAX_COUNTER:
+                                self._clock = trusted(HybridLogicalClock, own, counter + 1, c.node_id)
+                                return
+                        elif own > wall:
+                            if c.counter < _MAX_COUNTER:
+                                self._clock = trusted(HybridLogicalClock, own, c.counter + 1, c.node_id)
+                                return
+                        elif counter < _MAX_COUNTER:
+                            self._clock = trusted(HybridLogicalClock, wall, counter + 1, c.node_id)
+                            return
+        # our own node id, a counter at its maximum, a wall time past 64 bits, or an unusual (or wrong) text
+        self._merge(self._request_hlc(raw, now, TimestampSkewError), now)
 
     def _merge(self, ts: HybridLogicalClock, now: int) -> None:
         if ts.node_id != self._clock.node_id:
@@ -632,8 +656,8 @@ class EmulatorCore:
         c = self._clock
         if now > c.wall_ms:
             self._clock = HybridLogicalClock(now, 0, c.node_id)
-        elif c.counter < _MAX_COUNTER:
-            self._clock = HybridLogicalClock(c.wall_ms, c.counter + 1, c.node_id)
+        elif c.counter < _MAX_COUNTER:  # the counter + 1 of a valid clock: valid
+            self._clock = trusted(HybridLogicalClock, c.wall_ms, c.counter + 1, c.node_id)
         else:  # never refuse a change: step the wall time instead of overflowing the counter
             self._clock = HybridLogicalClock(c.wall_ms + 1, 0, c.node_id)
         return self._clock

@@ -171,6 +171,8 @@ class EmulatorServer:
         self.outbox = Outbox(lambda: self._conn, self.stats, self._publishes)
         # clients mosquitto said it drops messages for, so that each is reported once at WARNING
         self._dropping_for: set[str] = set()
+        # the last response topic that passed is_forbidden_response_topic
+        self._allowed_topic = ""
         # the properties of the last reply with a __ts, and that version (see _reply_properties)
         self._reply_version: HybridLogicalClock | None = None
         self._reply_props: Sequence[tuple[str, str]] = ()
@@ -354,11 +356,12 @@ class EmulatorServer:
                 "correlation data" if correlation is None else "a response topic",
             )
             return
-        if is_forbidden_response_topic(response_topic):
+        if response_topic != self._allowed_topic and is_forbidden_response_topic(response_topic):
             # The real service disconnects such a client; the emulator cannot, so it stays silent.
             self.stats["ignored"] += 1
             log.warning("ignoring a request with the forbidden response topic %r", response_topic[:200])
             return
+        self._allowed_topic = response_topic  # a requester's next requests: the same topic, not checked again
         # the first occurrence of a name wins, as InboundMessage.user_property: built from the last pair to the first
         props: dict[str, str] = dict(reversed(message.user_properties))
         self.stats["requests"] += 1
