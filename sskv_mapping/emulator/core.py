@@ -35,6 +35,7 @@ from __future__ import annotations
 import base64
 import heapq
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,6 +96,10 @@ _PERSIST_FORMAT = 1
 #: how every client sends a GET: ``*2``, ``$3 GET``, then the key's length (upper case, as the SDKs write it)
 _GET_HEAD = b"*2\r\n$3\r\nGET\r\n$"
 
+
+#: a ``__ts`` in its usual form, the one ``HybridLogicalClock.parse`` reads without its checking way: ASCII digits
+#: (at most 20 each), an ASCII node id (without ':', as the split into three parts gives)
+_USUAL_TS = re.compile(r"([0-9]{1,20}):([0-9]{1,20}):([\x00-\x39\x3b-\x7f]*)").fullmatch
 
 #: well-formed GET requests seen lately -> their keys (the same keys are read again and again); emptied when full
 _GET_KEYS: dict[bytes, bytes] = {}
@@ -598,42 +603,33 @@ class EmulatorCore:
         (``HybridLogicalClock.merged``'s, with no drift limit) inline: every request with a ``__ts`` does this. The
         usual text (``HybridLogicalClock.parse``'s fast case: ASCII digits and node id) is read here without making a
         clock of it; anything else goes through ``_request_hlc`` and ``_merge``, with their exact results."""
-        parts = raw.split(":")
-        if len(parts) == 3:
-            w, n, node = parts
-            if (
-                w.isdigit()
-                and n.isdigit()
-                and w.isascii()
-                and n.isascii()
-                and node.isascii()
-                and len(w) <= 20
-                and len(n) <= 20
-            ):
-                wall, counter = int(w), int(n)
-                if wall <= _MAX_COUNTER and counter <= _MAX_COUNTER:
-                    if wall - now > MAX_DRIFT_MS:
-                        raise TimestampSkewError()
-                    c = self._clock
-                    if node != c.node_id:
-                        own = c.wall_ms
-                        if now > own and now > wall:
-                            if now <= _MAX_COUNTER:
-                                self._clock = trusted(HybridLogicalClock, now, 0, c.node_id)
-                                return
-                        elif own == wall:
-                            if c.counter > counter:
-                                counter = c.counter
-                            if counter < _MAX_COUNTER:
-                                self._clock = trusted(HybridLogicalClock, own, counter + 1, c.node_id)
-                                return
-                        elif own > wall:
-                            if c.counter < _MAX_COUNTER:
-                                self._clock = trusted(HybridLogicalClock, own, c.counter + 1, c.node_id)
-                                return
-                        elif counter < _MAX_COUNTER:
-                            self._clock = trusted(HybridLogicalClock, wall, counter + 1, c.node_id)
+        usual = _USUAL_TS(raw)
+        if usual is not None:
+            w, n, node = usual.groups()
+            wall, counter = int(w), int(n)
+            if wall <= _MAX_COUNTER and counter <= _MAX_COUNTER:
+                if wall - now > MAX_DRIFT_MS:
+                    raise TimestampSkewError()
+                c = self._clock
+                if node != c.node_id:
+                    own = c.wall_ms
+                    if now > own and now > wall:
+                        if now <= _MAX_COUNTER:
+                            self._clock = trusted(HybridLogicalClock, now, 0, c.node_id)
                             return
+                    elif own == wall:
+                        if c.counter > counter:
+                            counter = c.counter
+                        if counter < _MAX_COUNTER:
+                            self._clock = trusted(HybridLogicalClock, own, counter + 1, c.node_id)
+                            return
+                    elif own > wall:
+                        if c.counter < _MAX_COUNTER:
+                            self._clock = trusted(HybridLogicalClock, own, c.counter + 1, c.node_id)
+                            return
+                    elif counter < _MAX_COUNTER:
+                        self._clock = trusted(HybridLogicalClock, wall, counter + 1, c.node_id)
+                        return
         # our own node id, a counter at its maximum, a wall time past 64 bits, or an unusual (or wrong) text
         self._merge(self._request_hlc(raw, now, TimestampSkewError), now)
 
