@@ -101,6 +101,33 @@ _GET_HEAD = b"*2\r\n$3\r\nGET\r\n$"
 #: (at most 20 each), an ASCII node id (without ':', as the split into three parts gives)
 _USUAL_TS = re.compile(r"([0-9]{1,20}):([0-9]{1,20}):([\x00-\x39\x3b-\x7f]*)").fullmatch
 
+#: how every client sends a SET: ``*3`` (no option), ``$3 SET``, then the key's length
+_SET_HEAD = b"*3\r\n$3\r\nSET\r\n$"
+
+
+def _plain_set(payload: bytes) -> Set | None:
+    """``parse_command(payload)`` for a well-formed ``SET key value`` (no option) that starts with :data:`_SET_HEAD`;
+    ``None`` for anything else (an empty key, a malformed length, bytes after the request...), which
+    :func:`parse_command` then answers."""
+    end = payload.find(b"\r\n", 14)
+    raw = payload[14:end]
+    if end < 0 or not raw.isdigit() or len(raw) > 10:
+        return None
+    start = end + 2
+    stop = start + int(raw)
+    if stop == start or payload[stop : stop + 3] != b"\r\n$":
+        return None
+    end = payload.find(b"\r\n", stop + 3)
+    raw = payload[stop + 3 : end]
+    if end < 0 or not raw.isdigit() or len(raw) > 10:
+        return None
+    begin = end + 2
+    finish = begin + int(raw)
+    if len(payload) != finish + 2 or payload[finish:] != b"\r\n":
+        return None
+    return Set(payload[start:stop], payload[begin:finish], None, None)
+
+
 #: well-formed GET requests seen lately -> their keys (the same keys are read again and again); emptied when full
 _GET_KEYS: dict[bytes, bytes] = {}
 _GET_KEYS_MAX = 4096
@@ -309,7 +336,8 @@ class EmulatorCore:
         notes = self._expire(now) if self._expiries and self._expiries[0][0] <= now else []
         kind: type[Command] | None = None
         try:
-            cmd = parse_command(payload)
+            plain = _plain_set(payload) if type(payload) is bytes and payload[:14] == _SET_HEAD else None
+            cmd: Command = parse_command(payload) if plain is None else plain
             kind = type(cmd)
             if self.keyspace is None and kind is Scan:
                 raise UnknownCommandError()
