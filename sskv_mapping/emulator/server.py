@@ -89,6 +89,26 @@ _PERSIST_DELAY_S = 0.05
 _DROPPING = "Outgoing messages are being dropped for client "
 
 
+#: the last response topic that passed is_forbidden_response_topic (any server of this process; a str: replaced whole)
+_allowed_topic = ""
+#: the last version a reply carried and that reply's properties (one tuple, replaced whole: safe across threads)
+_last_reply: tuple[HybridLogicalClock | None, Sequence[tuple[str, str]]] = (None, ())
+
+
+def _reply_properties(version: HybridLogicalClock | None) -> Sequence[tuple[str, str]]:
+    """``headers.response_properties(version)``, built once per version: every GET of an unchanged key answers with
+    the same ``__ts`` (the lists are never changed)."""
+    global _last_reply
+    if version is None:
+        return _NO_VERSION_PROPERTIES
+    last = _last_reply
+    if last[0] is version:
+        return last[1]
+    props = headers.response_properties(version)
+    _last_reply = (version, props)
+    return props
+
+
 def client_id_from_response_topic(topic: str) -> str | None:
     """``clients/{id}/...`` → ``id`` (``clients/{id}/services/...`` is preferred: ids may contain ``/``)."""
     if not topic.startswith("clients/"):
@@ -171,11 +191,6 @@ class EmulatorServer:
         self.outbox = Outbox(lambda: self._conn, self.stats, self._publishes)
         # clients mosquitto said it drops messages for, so that each is reported once at WARNING
         self._dropping_for: set[str] = set()
-        # the last response topic that passed is_forbidden_response_topic
-        self._allowed_topic = ""
-        # the properties of the last reply with a __ts, and that version (see _reply_properties)
-        self._reply_version: HybridLogicalClock | None = None
-        self._reply_props: Sequence[tuple[str, str]] = ()
         #: Called after every request served and every expiry, while an inspector page listens (``None``
         #: otherwise: then serving a request costs one attribute test and builds nothing for it).
         self.tap: RequestTap | None = None
@@ -356,12 +371,13 @@ class EmulatorServer:
                 "correlation data" if correlation is None else "a response topic",
             )
             return
-        if response_topic != self._allowed_topic and is_forbidden_response_topic(response_topic):
+        global _allowed_topic
+        if response_topic != _allowed_topic and is_forbidden_response_topic(response_topic):
             # The real service disconnects such a client; the emulator cannot, so it stays silent.
             self.stats["ignored"] += 1
             log.warning("ignoring a request with the forbidden response topic %r", response_topic[:200])
             return
-        self._allowed_topic = response_topic  # a requester's next requests: the same topic, not checked again
+        _allowed_topic = response_topic  # a requester's next requests: the same topic, not checked again
         # the first occurrence of a name wins, as InboundMessage.user_property: built from the last pair to the first
         props: dict[str, str] = dict(reversed(message.user_properties))
         self.stats["requests"] += 1
@@ -396,7 +412,7 @@ class EmulatorServer:
             response_topic,
             result.payload,
             correlation,
-            self._reply_properties(result.version),
+            _reply_properties(result.version),
             _RESPONSE_CONTENT_TYPE,
         )
         if result.duplicate:  # answered again; nothing changed, nothing to notify or show
@@ -408,16 +424,6 @@ class EmulatorServer:
         tap = self.tap
         if tap is not None:
             tap(client_id, message.payload, result, props.get("traceparent"))
-
-    def _reply_properties(self, version: HybridLogicalClock | None) -> Sequence[tuple[str, str]]:
-        """``headers.response_properties(version)``, built once per version: every GET of an unchanged key answers
-        with the same ``__ts``, and a SET's reply and its notifications share one (the list is never changed)."""
-        if version is None:
-            return _NO_VERSION_PROPERTIES
-        if version is not self._reply_version:
-            self._reply_version = version
-            self._reply_props = headers.response_properties(version)
-        return self._reply_props
 
     def handle_local(self, payload: bytes, props: dict[str, str]) -> CoreResult:
         """Serve one request that did not come over MQTT (the inspector's writes): the core answers it, and its
