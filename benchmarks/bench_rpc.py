@@ -345,17 +345,19 @@ async def inspector_main(args: argparse.Namespace) -> None:
     modes: list[tuple[str, tuple[str, ...], Path | None]] = []
     if args.baseline is not None:
         modes.append(("baseline (--baseline tree), no inspector", (), args.baseline.resolve()))
-    modes += [
-        ("inspector off (no --inspect)", (), None),
-        ("--inspect, no page open", ("--inspect", "0"), None),
-        ("--inspect, a page open (feed + /api/state every 250 ms)", ("--inspect", "0"), None),
-    ]
+    modes.append(("inspector off (no --inspect)", (), None))
+    if not args.versus:
+        modes += [
+            ("--inspect, no page open", ("--inspect", "0"), None),
+            ("--inspect, a page open (feed + /api/state every 250 ms)", ("--inspect", "0"), None),
+        ]
     brokers = [MosquittoBroker().start() for _ in modes]
     procs: list[subprocess.Popen[str]] = []
     try:
         for (_, extra, tree), broker in zip(modes, brokers, strict=True):
             procs.append(start_emulator(broker.host, broker.port, *extra, tree=tree))
-        procs.append(start_page(procs[-1].inspector_url))  # type: ignore[attr-defined]
+        if not args.versus:
+            procs.append(start_page(procs[-1].inspector_url))  # type: ignore[attr-defined]
         for broker in brokers:
             async with AsyncStateStoreClient(broker.host, broker.port) as c:
                 await c.set("bench", b"x" * 16)
@@ -403,6 +405,8 @@ async def inspector_main(args: argparse.Namespace) -> None:
         print(
             f"| {name} | {li * 1e3:.3f} ms | {li / ml:.2f}x | {ti:,.0f} ops/s | {ti / mt:.2f}x | {ci * 1e6:.1f} us | {ci / mc:.2f}x |"
         )
+    if args.versus:
+        return
     page_l, page_t = statistics.median(lat[-1]) / ml, statistics.median(tput[-1]) / mt
     page_c = statistics.median(cpu[-1]) / mc
     print()
@@ -420,10 +424,18 @@ async def main() -> None:
     ap.add_argument("--inspector", action="store_true", help="only (f): inspector off, idle, and with a page open")
     ap.add_argument("--baseline", type=Path, help="with --inspector: also an emulator run from this source tree")
     ap.add_argument("--set", action="store_true", help="with --inspector: (f) sends SET requests instead of GET")
+    ap.add_argument(
+        "--versus",
+        type=Path,
+        metavar="DIR",
+        help="only (f): this tree's emulator against DIR's (e.g. a worktree of main), in turn within each round",
+    )
     ap.add_argument("--loops", action="store_true", help="only (h): asyncio's loop vs uvloop")
     args = ap.parse_args()
     print(f"machine: {machine()}", flush=True)
-    if args.inspector:
+    if args.versus:
+        args.baseline = args.versus
+    if args.inspector or args.versus:
         await inspector_main(args)
         return
     if args.loops:

@@ -289,6 +289,8 @@ def parse_command(payload: bytes) -> Command:
             return KeyNotify(key, stop=True)
         return KeyNotify(key)
     # SET key value [NX|NEX] [PX ms] -- the condition always before PX
+    if len(args) == 3:  # most SETs: no option to read
+        return Set(key, args[2], None, None)
     rest = [a.upper() for a in args[3:]]
     condition: SetCondition | None = None
     expiry: int | None = None

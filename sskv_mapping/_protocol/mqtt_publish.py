@@ -135,6 +135,15 @@ def read_utf8(buf: bytes, pos: int, end: int) -> tuple[str, int]:
     return value, stop
 
 
+#: The user properties that end a PUBLISH's properties, after its first user property, decoded: the bytes (every
+#: one of them checked once, as any others) -> the pairs. A client's requests repeat them byte for byte (its id,
+#: the protocol version, the partition...; only the first, ``__ts``, changes), so a request's are looked up rather
+#: than decoded again. Bounded in entries and in the bytes of each; emptied when full.
+_USER_TAILS: dict[bytes, tuple[tuple[str, str], ...]] = {}
+_USER_TAILS_MAX = 1024
+_USER_TAIL_BYTES = 1024
+
+
 def decode_publish(header: int, packet: bytes | bytearray) -> tuple[InboundMessage, int]:
     """A PUBLISH packet's variable header and payload -> ``(message, packet id)``, QoS 0 and 1.
 
@@ -189,14 +198,46 @@ def _decode_publish_unchecked(header: int, buf: bytes) -> tuple[InboundMessage, 
     expiry: int | None = None
     user: list[tuple[str, str]] = []
     seen_single = 0  # bit set of the single-valued ids seen (all PUBLISH ids are < 64)
+    tail_at = -1  # where the user properties after the first begin (-2: something else follows them)
     while pos < end:
         ident = buf[pos]
         pos += 1
-        if ident == 0x26:  # User Property (may repeat)
-            name, pos = read_utf8(buf, pos, end)
-            value, pos = read_utf8(buf, pos, end)
+        if ident == 0x26:  # User Property (may repeat): read_utf8 twice, inline (five or more per request)
+            if tail_at == -1 and len(user) == 1:
+                # the properties after a request's first (its __ts) are the same bytes on each of its client's
+                # requests: decoded once, then looked up (see _USER_TAILS)
+                tail = _USER_TAILS.get(buf[pos - 1 : end])
+                if tail is not None:
+                    user.extend(tail)
+                    pos = end
+                    break
+                tail_at = pos - 1
+            if pos + 2 > end:
+                raise MalformedPacketError("Not enough data to read string length")
+            stop = pos + 2 + ((buf[pos] << 8) | buf[pos + 1])
+            if stop > end:
+                raise MalformedPacketError("Length delimited string too long")
+            try:
+                name = buf[pos + 2 : stop].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise MalformedPacketError(f"string not UTF-8: {exc}") from exc
+            if "\x00" in name or "\ufeff" in name:
+                raise MalformedPacketError("[MQTT-1.5.4-2] Null or U+FEFF found in UTF-8 data")
+            if stop + 2 > end:
+                raise MalformedPacketError("Not enough data to read string length")
+            pos = stop + 2 + ((buf[stop] << 8) | buf[stop + 1])
+            if pos > end:
+                raise MalformedPacketError("Length delimited string too long")
+            try:
+                value = buf[stop + 2 : pos].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise MalformedPacketError(f"string not UTF-8: {exc}") from exc
+            if "\x00" in value or "\ufeff" in value:
+                raise MalformedPacketError("[MQTT-1.5.4-2] Null or U+FEFF found in UTF-8 data")
             user.append((name, value))
             continue
+        if tail_at >= 0:  # the properties after the first user property are not all user properties: not kept
+            tail_at = -2
         if ident == 0x0B:  # Subscription Identifier (may repeat): a VBI, 1..268435455
             sub_id = shift = 0
             for _ in range(4):
@@ -225,8 +266,19 @@ def _decode_publish_unchecked(header: int, buf: bytes) -> tuple[InboundMessage, 
                 raise MalformedPacketError("Length delimited binary data too long")
             correlation = buf[pos + 2 : stop]
             pos = stop
-        elif ident == 0x08:  # Response Topic
-            response_topic, pos = read_utf8(buf, pos, end)
+        elif ident == 0x08:  # Response Topic: read_utf8, inline (every request has one)
+            if pos + 2 > end:
+                raise MalformedPacketError("Not enough data to read string length")
+            stop = pos + 2 + ((buf[pos] << 8) | buf[pos + 1])
+            if stop > end:
+                raise MalformedPacketError("Length delimited string too long")
+            try:
+                response_topic = buf[pos + 2 : stop].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise MalformedPacketError(f"string not UTF-8: {exc}") from exc
+            if "\x00" in response_topic or "\ufeff" in response_topic:
+                raise MalformedPacketError("[MQTT-1.5.4-2] Null or U+FEFF found in UTF-8 data")
+            pos = stop
         elif ident == 0x03:  # Content Type
             content_type, pos = read_utf8(buf, pos, end)
         elif ident == 0x02:  # Message Expiry Interval
@@ -244,6 +296,10 @@ def _decode_publish_unchecked(header: int, buf: bytes) -> tuple[InboundMessage, 
             pos += 2
         else:
             raise MalformedPacketError(f"property {ident:#04x} is not allowed in a PUBLISH")
+    if tail_at >= 0 and end - tail_at <= _USER_TAIL_BYTES:
+        if len(_USER_TAILS) >= _USER_TAILS_MAX:
+            _USER_TAILS.clear()
+        _USER_TAILS[buf[tail_at:end]] = tuple(user[1:])
     message = InboundMessage(
         topic=topic,
         payload=buf[end:],

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import heapq
 import json
+import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from .._protocol.commands import (
     parse_command,
 )
 from .._protocol.headers import FENCING_TOKEN, PERSISTENCE, TIMESTAMP
-from .._protocol.hlc import MAX_DRIFT_MS, HybridLogicalClock, system_clock_ms
+from .._protocol.hlc import MAX_DRIFT_MS, HybridLogicalClock, system_clock_ms, trusted
 from .._protocol.notifications import KeyOperation, encode_notification
 from .._protocol.topics import notification_topic
 from ..errors import (
@@ -65,6 +66,61 @@ _NIL = resp3.encode_bulk(None)
 _DELETE_PAYLOAD = encode_notification(KeyOperation.DELETE)
 
 _PERSIST_FORMAT = 1
+
+#: how every client sends a GET: ``*2``, ``$3 GET``, then the key's length (upper case, as the SDKs write it)
+_GET_HEAD = b"*2\r\n$3\r\nGET\r\n$"
+
+
+#: a ``__ts`` in its usual form, the one ``HybridLogicalClock.parse`` reads without its checking way: ASCII digits
+#: (at most 20 each), an ASCII node id (without ':', as the split into three parts gives)
+_USUAL_TS = re.compile(r"([0-9]{1,20}):([0-9]{1,20}):([\x00-\x39\x3b-\x7f]*)").fullmatch
+
+#: how every client sends a SET: ``*3`` (no option), ``$3 SET``, then the key's length
+_SET_HEAD = b"*3\r\n$3\r\nSET\r\n$"
+
+
+def _plain_set(payload: bytes) -> Set | None:
+    """``parse_command(payload)`` for a well-formed ``SET key value`` (no option) that starts with :data:`_SET_HEAD`;
+    ``None`` for anything else (an empty key, a malformed length, bytes after the request...), which
+    :func:`parse_command` then answers."""
+    end = payload.find(b"\r\n", 14)
+    raw = payload[14:end]
+    if end < 0 or not raw.isdigit() or len(raw) > 10:
+        return None
+    start = end + 2
+    stop = start + int(raw)
+    if stop == start or payload[stop : stop + 3] != b"\r\n$":
+        return None
+    end = payload.find(b"\r\n", stop + 3)
+    raw = payload[stop + 3 : end]
+    if end < 0 or not raw.isdigit() or len(raw) > 10:
+        return None
+    begin = end + 2
+    finish = begin + int(raw)
+    if len(payload) != finish + 2 or payload[finish:] != b"\r\n":
+        return None
+    return Set(payload[start:stop], payload[begin:finish], None, None)
+
+
+#: well-formed GET requests seen lately -> their keys (the same keys are read again and again); emptied when full
+_GET_KEYS: dict[bytes, bytes] = {}
+_GET_KEYS_MAX = 4096
+_GET_KEYS_PAYLOAD = 256
+
+
+def _get_key(payload: bytes) -> bytes | None:
+    """The key of a well-formed ``GET key`` request that starts with :data:`_GET_HEAD`; ``None`` for anything else
+    (an empty key, a malformed length, bytes after the request...), which the general parser then answers."""
+    end = payload.find(b"\r\n", 14)
+    raw = payload[14:end]
+    if end < 0 or not raw.isdigit() or len(raw) > 10:
+        return None
+    start = end + 2
+    stop = start + int(raw)
+    if stop == start or len(payload) != stop + 2 or payload[stop:] != b"\r\n":
+        return None
+    return payload[start:stop]
+
 
 # The requests whose answers are remembered for their copies: those that change the store. A copy of a GET or a
 # SCAN is answered afresh (nothing is applied twice, and their answers, values and key pages, may be large), and so
@@ -247,6 +303,16 @@ class EmulatorCore:
         (``duplicate=True``) and changes nothing.
         """
         now = self._now()
+        if type(payload) is bytes:
+            key = _GET_KEYS.get(payload)
+            if key is None and payload[:14] == _GET_HEAD:
+                key = _get_key(payload)
+                if key is not None and len(payload) <= _GET_KEYS_PAYLOAD:
+                    if len(_GET_KEYS) >= _GET_KEYS_MAX:
+                        _GET_KEYS.clear()
+                    _GET_KEYS[payload] = key
+            if key is not None:
+                return self._get(key, props, now)
         seen: tuple[str, bytes] | None = None
         if correlation is not None and client_id is not None:
             seen = (client_id, correlation)
@@ -256,13 +322,14 @@ class EmulatorCore:
         notes = self._expire(now) if self._expiries and self._expiries[0][0] <= now else []
         kind: type[Command] | None = None
         try:
-            cmd = parse_command(payload)
+            plain = _plain_set(payload) if type(payload) is bytes and payload[:14] == _SET_HEAD else None
+            cmd: Command = parse_command(payload) if plain is None else plain
             kind = type(cmd)
             if self.keyspace is None and kind is Scan:
                 raise UnknownCommandError()
             raw_ts = props.get(TIMESTAMP)
             if raw_ts is not None:
-                self._merge(self._request_hlc(raw_ts, now, TimestampSkewError), now)
+                self._merge_request(raw_ts, now)
             elif kind is Set:
                 raise MissingTimestampError()
             result = self._dispatch(cmd, client_id, props, now, notes)
@@ -271,6 +338,23 @@ class EmulatorCore:
         if seen is not None and kind in _REMEMBERED:
             self.answers.remember(seen, payload, result.payload, result.version, now)
         return result
+
+    def _get(self, key: bytes, props: Mapping[str, str], now: int) -> CoreResult:
+        """A well-formed ``GET key``, what :meth:`handle` does for it without the general parser or a command object.
+        No copy of a GET is ever answered from :attr:`answers` (only SET/DEL/VDEL are remembered, and a copy has the
+        same bytes), so it is not looked up."""
+        notes = self._expire(now) if self._expiries and self._expiries[0][0] <= now else []
+        raw_ts = props.get(TIMESTAMP)
+        if raw_ts is not None:
+            try:
+                self._merge_request(raw_ts, now)
+            except ServiceError as exc:
+                return CoreResult(resp3.encode_error(exc.text), None, notes)
+        entry = self._store.get(key)
+        if entry is None:
+            return CoreResult(_NIL, None, notes)
+        value = entry.value
+        return CoreResult(b"$%d\r\n%s\r\n" % (len(value), value), entry.version, notes)  # resp3.encode_bulk
 
     def _dispatch(
         self,
@@ -329,7 +413,8 @@ class EmulatorCore:
             self.keyspace.added(key)
         if expires is not None:
             self._schedule(expires, key)
-        self._notify(key, encode_notification(KeyOperation.SET, cmd.value), version, notes)
+        if key in self._watchers:  # the payload (a copy of the value) only made for a watched key
+            self._notify(key, encode_notification(KeyOperation.SET, cmd.value), version, notes)
         return CoreResult(_OK, version, notes)
 
     def _delete(
@@ -527,6 +612,41 @@ class EmulatorCore:
         if token < entry.fencing_token:
             raise FencingTokenLowerVersionError()
 
+    def _merge_request(self, raw: str, now: int) -> None:
+        """``self._merge(self._request_hlc(raw, now, TimestampSkewError), now)`` in one step, the merge's arithmetic
+        (``HybridLogicalClock.merged``'s, with no drift limit) inline: every request with a ``__ts`` does this. The
+        usual text (``HybridLogicalClock.parse``'s fast case: ASCII digits and node id) is read here without making a
+        clock of it; anything else goes through ``_request_hlc`` and ``_merge``, with their exact results."""
+        usual = _USUAL_TS(raw)
+        if usual is not None:
+            w, n, node = usual.groups()
+            wall, counter = int(w), int(n)
+            if wall <= _MAX_COUNTER and counter <= _MAX_COUNTER:
+                if wall - now > MAX_DRIFT_MS:
+                    raise TimestampSkewError()
+                c = self._clock
+                if node != c.node_id:
+                    own = c.wall_ms
+                    if now > own and now > wall:
+                        if now <= _MAX_COUNTER:
+                            self._clock = trusted(HybridLogicalClock, now, 0, c.node_id)
+                            return
+                    elif own == wall:
+                        if c.counter > counter:
+                            counter = c.counter
+                        if counter < _MAX_COUNTER:
+                            self._clock = trusted(HybridLogicalClock, own, counter + 1, c.node_id)
+                            return
+                    elif own > wall:
+                        if c.counter < _MAX_COUNTER:
+                            self._clock = trusted(HybridLogicalClock, own, c.counter + 1, c.node_id)
+                            return
+                    elif counter < _MAX_COUNTER:
+                        self._clock = trusted(HybridLogicalClock, wall, counter + 1, c.node_id)
+                        return
+        # our own node id, a counter at its maximum, a wall time past 64 bits, or an unusual (or wrong) text
+        self._merge(self._request_hlc(raw, now, TimestampSkewError), now)
+
     def _merge(self, ts: HybridLogicalClock, now: int) -> None:
         if ts.node_id != self._clock.node_id:
             try:
@@ -546,8 +666,8 @@ class EmulatorCore:
         c = self._clock
         if now > c.wall_ms:
             self._clock = HybridLogicalClock(now, 0, c.node_id)
-        elif c.counter < _MAX_COUNTER:
-            self._clock = HybridLogicalClock(c.wall_ms, c.counter + 1, c.node_id)
+        elif c.counter < _MAX_COUNTER:  # the counter + 1 of a valid clock: valid
+            self._clock = trusted(HybridLogicalClock, c.wall_ms, c.counter + 1, c.node_id)
         else:  # never refuse a change: step the wall time instead of overflowing the counter
             self._clock = HybridLogicalClock(c.wall_ms + 1, 0, c.node_id)
         return self._clock

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .._protocol import headers
-from .._protocol.hlc import system_clock_ms
+from .._protocol.hlc import HybridLogicalClock, system_clock_ms
 from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic
 from .._transport.backoff import Backoff
 from .._transport.base import Connection, ConnectionFactory, InboundMessage
@@ -37,12 +37,34 @@ log = logging.getLogger("sskv_mapping.emulator")
 
 _LOG_TOPIC_PREFIX = "$SYS/broker/log/"
 _RESPONSE_CONTENT_TYPE = headers.CONTENT_TYPE
+#: the properties of a 200 reply without a __ts (shared: never changed)
+_NO_VERSION_PROPERTIES = tuple(headers.response_properties(None))
 _UNSUPPORTED_VERSION_MESSAGE = "unsupported protocol version {!r}; this service supports major version 1"
 _RECONNECT_MIN_S = 0.05
 _RECONNECT_MAX_S = 2.0
 _PERSIST_DELAY_S = 0.05
 # mosquitto's log line when a session's queue is full: "Outgoing messages are being dropped for client X."
 _DROPPING = "Outgoing messages are being dropped for client "
+
+
+#: the last response topic that passed is_forbidden_response_topic (any server of this process; a str: replaced whole)
+_allowed_topic = ""
+#: the last version a reply carried and that reply's properties (one tuple, replaced whole: safe across threads)
+_last_reply: tuple[HybridLogicalClock | None, Sequence[tuple[str, str]]] = (None, ())
+
+
+def _reply_properties(version: HybridLogicalClock | None) -> Sequence[tuple[str, str]]:
+    """``headers.response_properties(version)``, built once per version: every GET of an unchanged key answers with
+    the same ``__ts`` (the lists are never changed)."""
+    global _last_reply
+    if version is None:
+        return _NO_VERSION_PROPERTIES
+    last = _last_reply
+    if last[0] is version:
+        return last[1]
+    props = headers.response_properties(version)
+    _last_reply = (version, props)
+    return props
 
 
 def client_id_from_response_topic(topic: str) -> str | None:
@@ -307,17 +329,18 @@ class EmulatorServer:
                 "correlation data" if correlation is None else "a response topic",
             )
             return
-        if is_forbidden_response_topic(response_topic):
+        global _allowed_topic
+        if response_topic != _allowed_topic and is_forbidden_response_topic(response_topic):
             # The real service disconnects such a client; the emulator cannot, so it stays silent.
             self.stats["ignored"] += 1
             log.warning("ignoring a request with the forbidden response topic %r", response_topic[:200])
             return
-        props: dict[str, str] = {}
-        for name, value in message.user_properties:
-            props.setdefault(name, value)  # the first occurrence wins, as InboundMessage.user_property
+        _allowed_topic = response_topic  # a requester's next requests: the same topic, not checked again
+        # the first occurrence of a name wins, as InboundMessage.user_property: built from the last pair to the first
+        props: dict[str, str] = dict(reversed(message.user_properties))
         self.stats["requests"] += 1
         version = props.get(headers.PROT_VER)
-        if version is not None and not _protocol_major_ok(version):
+        if version is not None and version != headers.PROTOCOL_VERSION and not _protocol_major_ok(version):
             self._publish(
                 response_topic,
                 b"",
@@ -347,7 +370,7 @@ class EmulatorServer:
             response_topic,
             result.payload,
             correlation,
-            headers.response_properties(result.version),
+            _reply_properties(result.version),
             _RESPONSE_CONTENT_TYPE,
         )
         if result.duplicate:  # answered again; nothing changed, nothing to notify or show
