@@ -1,6 +1,7 @@
 """Connection settings the way Azure IoT Operations apps are configured.
 
-What it does and why: docs/design/transport.md, "The session core and the other transports", `_transport/iot_operations_config.py`.
+What it does and why: docs/design/transport.md, "The session core and the other transports",
+`_transport/iot_operations_config.py`.
 """
 
 from __future__ import annotations
