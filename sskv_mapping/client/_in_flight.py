@@ -18,20 +18,51 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 
 from ..errors import ConfigurationError, RequestTimeoutError
 
-__all__ = ["DEFAULT_MAX_IN_FLIGHT", "InFlightGate"]
+__all__ = ["BACKGROUND_BUSY", "BACKGROUND_IDLE", "DEFAULT_MAX_IN_FLIGHT", "InFlightGate", "background"]
 
 #: Default bound on a client's requests awaiting an answer: well under what a stock mosquitto queues per session
 #: (20 in flight + 1,000 queued), so that one client's burst never fills the service's queue on its own, and far
 #: above what a round trip needs to keep a loopback or LAN link busy (bench_rpc saturates at 64 in flight).
 DEFAULT_MAX_IN_FLIGHT = 256
+#: Background requests (see :func:`background`) in flight at once while the client's own calls are in flight or
+#: waiting, or were sent since the last background request was let through: a call then finds at most this many
+#: background requests ahead of it at the broker and the service.
+BACKGROUND_BUSY = 1
+#: Background requests in flight at once while nothing else is: enough to keep a loopback or LAN link busy, few
+#: enough that the first call after a quiet moment waits for at most this many.
+BACKGROUND_IDLE = 8
+
+# Set in the tasks that do a library's background work (watch releases, revalidations, sweeps); tasks they start
+# inherit it (asyncio copies the context into each new task).
+_BACKGROUND: ContextVar[bool] = ContextVar("sskv_mapping_background", default=False)
+
+
+@contextlib.contextmanager
+def background() -> Iterator[None]:
+    """Make the requests sent in this block, and by the tasks started in it, background work: they yield to the
+    client's other calls (:class:`InFlightGate`). Enter and leave it in one task."""
+    token = _BACKGROUND.set(True)
+    try:
+        yield
+    finally:
+        _BACKGROUND.reset(token)
 
 
 class InFlightGate:
-    """At most ``limit`` holders at a time; the others wait in arrival order.
+    """At most ``limit`` holders at a time; the others wait in arrival order -- and background work yields.
+
+    A holder is a foreground call unless it runs inside :func:`background`. Background requests take a bounded
+    share: at most :data:`BACKGROUND_BUSY` in flight while any foreground request is in flight or waiting (or was
+    sent since the last background request was let through: a caller that sends call after call is busy between
+    its calls too), at most :data:`BACKGROUND_IDLE` otherwise. A foreground call never queues behind a background
+    one: a freed slot goes to a waiting foreground call first -- except that background work always keeps one
+    request going, so it is never starved (only when the whole window is full of foreground calls and none is
+    background does one slot go to background first).
 
     Example:
         >>> gate = InFlightGate(1)
@@ -42,28 +73,75 @@ class InFlightGate:
         0
     """
 
-    __slots__ = ("_waiters", "in_flight", "limit", "waited")
+    __slots__ = (
+        "_background_waiters",
+        "_foreground_seen",
+        "_foreground_sent",
+        "_waiters",
+        "background",
+        "background_sent",
+        "background_waited",
+        "busy_background_peak",
+        "in_flight",
+        "limit",
+        "waited",
+    )
 
     def __init__(self, limit: int) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ConfigurationError(f"max_in_flight must be a positive int, not {limit!r}")
         self.limit = limit
+        #: holders now, foreground and background
         self.in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
-        #: how many callers had to wait for a slot
+        self._background_waiters: deque[asyncio.Future[None]] = deque()
+        #: how many callers had to wait for a slot (background ones too)
         self.waited = 0
+        #: background holders now (part of ``in_flight``)
+        self.background = 0
+        #: background holders let through so far
+        self.background_sent = 0
+        #: background requests that waited for a slot (the foreground's share, the background bound, the limit)
+        self.background_waited = 0
+        #: the most background holders there were as one was let through while foreground calls were in flight
+        #: or waiting: never over :data:`BACKGROUND_BUSY` (what the tests check)
+        self.busy_background_peak = 0
+        self._foreground_sent = 0  # foreground holders let through so far
+        self._foreground_seen = 0  # ... as the last background bound was decided
 
     @property
     def waiting(self) -> int:
-        """Callers waiting for a slot now."""
-        return len(self._waiters)
+        """Callers waiting for a slot now (background ones too)."""
+        return len(self._waiters) + len(self._background_waiters)
 
     def try_enter(self) -> bool:
         """Take a slot if one is free and nobody waits for one (no barging past the queue)."""
+        if _BACKGROUND.get():
+            if not self._background_waiters and self._background_room() > 0:
+                self._let_background_in()
+                return True
+            return False
         if self.in_flight < self.limit and not self._waiters:
             self.in_flight += 1
+            self._foreground_sent += 1
             return True
         return False
+
+    def _background_room(self) -> int:
+        """How many more background holders may enter now (ignoring its waiters' queue)."""
+        if self.in_flight >= self.limit or self._waiters:
+            return 0
+        sent = self._foreground_sent
+        busy = self.in_flight > self.background or sent != self._foreground_seen
+        self._foreground_seen = sent
+        return (BACKGROUND_BUSY if busy else BACKGROUND_IDLE) - self.background
+
+    def _let_background_in(self) -> None:
+        self.in_flight += 1
+        self.background += 1
+        self.background_sent += 1
+        if (self.in_flight > self.background or self._waiters) and self.background > self.busy_background_peak:
+            self.busy_background_peak = self.background
 
     async def enter(self, deadline: float | None) -> bool:
         """Wait for a slot until ``deadline`` (loop time; ``None``: no limit). ``False`` if the deadline passed
@@ -72,7 +150,11 @@ class InFlightGate:
             return True
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
-        self._waiters.append(fut)
+        if _BACKGROUND.get():
+            self._background_waiters.append(fut)
+            self.background_waited += 1
+        else:
+            self._waiters.append(fut)
         self.waited += 1
         timer = None if deadline is None else loop.call_at(deadline, _give_up, fut)
         try:
@@ -98,18 +180,42 @@ class InFlightGate:
             )
 
     def _forget(self, fut: asyncio.Future[None]) -> None:
-        with contextlib.suppress(ValueError):  # not there: already handed a slot (popped by leave)
-            self._waiters.remove(fut)
+        for waiters in (self._waiters, self._background_waiters):
+            with contextlib.suppress(ValueError):  # not there: already handed a slot (popped by _admit)
+                waiters.remove(fut)
 
     def leave(self) -> None:
-        """Give a slot back: handed straight to the first waiter still waiting, else freed."""
-        waiters = self._waiters
-        while waiters:
-            fut = waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)  # the slot passes to it: in_flight stays as it is
-                return
+        """Give a slot back (in the task that took it): handed to the first foreground waiter still waiting, or to
+        background waiters as their share allows, else freed."""
         self.in_flight -= 1
+        if _BACKGROUND.get():
+            self.background -= 1
+        if self._waiters or self._background_waiters:
+            self._admit()
+
+    def _admit(self) -> None:
+        """Hand the free slots to waiters: background first only when it has nothing in flight (never starved),
+        then foreground, then background within its share."""
+        while self.in_flight < self.limit:
+            if self._background_waiters and self.background == 0 and _wake(self._background_waiters):
+                self._let_background_in()
+            elif self._waiters and _wake(self._waiters):
+                self.in_flight += 1
+                self._foreground_sent += 1
+            elif self._background_waiters and self._background_room() > 0 and _wake(self._background_waiters):
+                self._let_background_in()
+            else:
+                return
+
+
+def _wake(waiters: deque[asyncio.Future[None]]) -> bool:
+    """Give a slot to the first waiter still waiting (dropping the ones that gave up); False if none is left."""
+    while waiters:
+        fut = waiters.popleft()
+        if not fut.done():
+            fut.set_result(None)
+            return True
+    return False
 
 
 class _SlotTimeout(Exception):

@@ -1,0 +1,194 @@
+"""Background work yields to the client's calls: watch releases (KEYNOTIFY STOPs past the watch limit),
+revalidations and sweeps take a bounded share of the request window while foreground calls are in flight or
+waiting, a foreground call never queues behind them, and they still finish (never starved).
+
+Counters, not clocks: the gate records the most background requests there were as one was let through while
+foreground calls were in flight or waiting (``busy_background_peak``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sskv_mapping import AsyncStateStoreClient
+from sskv_mapping.client._in_flight import BACKGROUND_BUSY, BACKGROUND_IDLE, InFlightGate, background
+from sskv_mapping.mapping import AsyncStateStoreDict
+from tests._support.waiting import eventually
+
+# -- the gate itself --------------------------------------------------------------------------------------
+
+
+class _Holders:
+    """Tasks that take a slot of ``gate`` (in the background or not) and hold it until released."""
+
+    def __init__(self, gate: InFlightGate) -> None:
+        self.gate = gate
+        self.holding: list[str] = []
+        self._release: dict[str, asyncio.Event] = {}
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def start(self, name: str, *, in_background: bool) -> None:
+        release = self._release[name] = asyncio.Event()
+
+        async def hold() -> None:
+            if in_background:
+                with background():
+                    await self._hold(name, release)
+            else:
+                await self._hold(name, release)
+
+        self.tasks.append(asyncio.create_task(hold()))
+
+    async def _hold(self, name: str, release: asyncio.Event) -> None:
+        assert await self.gate.enter(None)
+        self.holding.append(name)
+        try:
+            await release.wait()
+        finally:
+            self.holding.remove(name)
+            self.gate.leave()
+
+    def release(self, name: str) -> None:
+        self._release[name].set()
+
+
+async def test_with_a_foreground_call_in_flight_background_gets_one_slot_and_more_once_it_is_quiet() -> None:
+    gate = InFlightGate(64)
+    h = _Holders(gate)
+    h.start("fg", in_background=False)
+    for i in range(BACKGROUND_IDLE + 2):
+        h.start(f"bg{i}", in_background=True)
+    await eventually(lambda: gate.waiting == BACKGROUND_IDLE + 1)
+    assert h.holding == ["fg", "bg0"]  # one background request beside the foreground call, the rest wait
+    assert gate.background == 1 and gate.busy_background_peak == BACKGROUND_BUSY
+    h.release("bg0")  # still busy: the next background request takes its place, one at a time
+    await eventually(lambda: "bg1" in h.holding)
+    assert gate.background == 1 and gate.waiting == BACKGROUND_IDLE
+    h.release("fg")
+    h.release("bg1")  # quiet now: background may have BACKGROUND_IDLE in flight
+    await eventually(lambda: gate.background == BACKGROUND_IDLE)
+    assert gate.waiting == 0 and gate.in_flight == BACKGROUND_IDLE
+    assert gate.busy_background_peak == BACKGROUND_BUSY  # never more while the foreground call was there
+    for i in range(2, BACKGROUND_IDLE + 2):
+        h.release(f"bg{i}")
+    await asyncio.gather(*h.tasks)
+    assert gate.in_flight == gate.background == 0
+    assert gate.background_sent == BACKGROUND_IDLE + 2
+
+
+async def test_a_freed_slot_goes_to_a_waiting_foreground_call_before_background_which_is_never_starved() -> None:
+    gate = InFlightGate(2)
+    h = _Holders(gate)
+    h.start("bg0", in_background=True)
+    h.start("fg0", in_background=False)
+    await eventually(lambda: len(h.holding) == 2)
+    h.start("bg1", in_background=True)  # the window is full: both wait, background first
+    await eventually(lambda: gate.waiting == 1)
+    h.start("fg1", in_background=False)
+    await eventually(lambda: gate.waiting == 2)
+    h.release("fg0")  # the foreground waiter gets the slot although background came first
+    await eventually(lambda: "fg1" in h.holding)
+    assert "bg1" not in h.holding
+    h.start("fg2", in_background=False)
+    await eventually(lambda: gate.waiting == 2)
+    h.release("bg0")  # background has nothing in flight now: its waiter gets this slot (never starved)
+    await eventually(lambda: "bg1" in h.holding)
+    assert "fg2" not in h.holding and gate.background == 1
+    h.release("fg1")
+    await eventually(lambda: "fg2" in h.holding)
+    for name in ("bg1", "fg2"):
+        h.release(name)
+    await asyncio.gather(*h.tasks)
+    assert gate.in_flight == gate.background == 0 and gate.waiting == 0
+
+
+async def test_a_foreground_call_sent_since_the_last_background_request_keeps_the_gate_busy() -> None:
+    """A caller that sends call after call has nothing in flight between two calls: background must not take
+    its BACKGROUND_IDLE share in that moment, only once a whole background request went by without a call."""
+    gate = InFlightGate(64)
+    h = _Holders(gate)
+    h.start("bg0", in_background=True)
+    await eventually(lambda: h.holding == ["bg0"])
+    assert gate.try_enter()  # a foreground call comes and goes while bg0 is in flight
+    gate.leave()
+    for i in range(1, 4):
+        h.start(f"bg{i}", in_background=True)
+    await eventually(lambda: gate.waiting == 3)
+    assert gate.background == 1  # no call in flight now, but one was sent since the last decision: busy
+    h.release("bg0")
+    await eventually(lambda: gate.background == 3)  # a background request went by without a call: quiet
+    for i in range(1, 4):
+        h.release(f"bg{i}")
+    await asyncio.gather(*h.tasks)
+
+
+# -- over real processes ----------------------------------------------------------------------------------
+
+CACHE = 8
+KEYS = 400
+
+
+async def test_watch_releases_yield_to_callers_finish_under_their_load_and_the_cache_stays_current(
+    broker_url: tuple[str, int], namespace: str
+) -> None:
+    host, port = broker_url
+    async with (
+        AsyncStateStoreClient(host, port, timeout=30) as client,
+        AsyncStateStoreClient(host, port, timeout=30) as writer,
+    ):
+        w: AsyncStateStoreDict[Any] = AsyncStateStoreDict(writer, namespace=namespace, listing="scan")
+        await w.update({f"k{i}": i for i in range(KEYS)})
+        d: AsyncStateStoreDict[Any] = AsyncStateStoreDict(
+            client, namespace=namespace, listing="scan", local_cache_size=CACHE
+        )
+        store = d._store
+        gate = client.in_flight
+        done = asyncio.Event()
+        calls = 0
+
+        async def caller() -> None:  # foreground load until the background work is over
+            nonlocal calls
+            while not done.is_set():
+                await client.get("not-there")
+                calls += 1
+
+        callers = [asyncio.create_task(caller()) for _ in range(4)]
+        try:
+            for i in range(KEYS):  # past the watch limit (2 x 8) the idle watches are released in the background
+                assert await d.get(f"k{i}") == i
+            released = store.watches_released
+            assert released >= KEYS - 2 * store.watch_limit
+            await eventually(lambda: store._releasing.done == store.watches_released, timeout=60)
+        finally:
+            done.set()
+            await asyncio.gather(*callers)
+        assert calls > 0
+        assert gate.background_sent >= released  # each STOP went through the background's share...
+        assert gate.background_waited > 0  # ...which made some of them wait
+        assert gate.busy_background_peak == BACKGROUND_BUSY  # and never took more beside a caller's request
+        assert gate.in_flight == gate.background == 0
+        # the STOPs reached the service: the client watches only what the dict still does
+        assert set(client.watched_keys) == set(store._watches)
+        # the cache stays current: a cached key changed elsewhere is seen, and so is a released one read again
+        last = f"k{KEYS - 1}"
+        assert store.cache is not None and store.cache.holds(store.data_key(last))
+        await w.set(last, "new")
+        await eventually(lambda: d._store.peek(last) is not None and d._store.peek(last).value == "new", timeout=10)  # type: ignore[union-attr]
+        await w.set("k0", "changed")
+        assert await d.get("k0") == "changed"
+        await d.close()
+
+
+async def test_revalidations_are_background_work(broker_url: tuple[str, int], namespace: str) -> None:
+    host, port = broker_url
+    async with AsyncStateStoreClient(host, port, timeout=30) as client:
+        d: AsyncStateStoreDict[Any] = AsyncStateStoreDict(
+            client, namespace=namespace, listing="scan", max_staleness=0.5
+        )
+        await d.update({f"k{i}": i for i in range(20)})
+        for i in range(20):
+            assert await d.get(f"k{i}") == i
+        sent = client.in_flight.background_sent
+        await eventually(lambda: d._store.revalidations >= 20, timeout=20)
+        assert client.in_flight.background_sent - sent >= 20
+        await d.close()
