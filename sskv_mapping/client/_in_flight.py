@@ -23,7 +23,7 @@ from contextvars import ContextVar
 
 from ..errors import ConfigurationError, RequestTimeoutError
 
-__all__ = ["BACKGROUND_BUSY", "BACKGROUND_IDLE", "DEFAULT_MAX_IN_FLIGHT", "InFlightGate", "background"]
+__all__ = ["BACKGROUND_BUSY", "BACKGROUND_IDLE", "DEFAULT_MAX_IN_FLIGHT", "InFlightGate", "background", "foreground"]
 
 #: Default bound on a client's requests awaiting an answer: well under what a stock mosquitto queues per session
 #: (20 in flight + 1,000 queued), so that one client's burst never fills the service's queue on its own, and far
@@ -47,6 +47,18 @@ def background() -> Iterator[None]:
     """Make the requests sent in this block, and by the tasks started in it, background work: they yield to the
     client's other calls (:class:`InFlightGate`). Enter and leave it in one task."""
     token = _BACKGROUND.set(True)
+    try:
+        yield
+    finally:
+        _BACKGROUND.reset(token)
+
+
+@contextlib.contextmanager
+def foreground() -> Iterator[None]:
+    """Undo :func:`background` for this block (and the tasks started in it): for work that must not wait behind
+    background requests although background work started it -- a lock a sweep takes, whose lease renewals and
+    release are due on time. Enter and leave it in one task."""
+    token = _BACKGROUND.set(False)
     try:
         yield
     finally:

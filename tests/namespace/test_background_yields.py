@@ -11,7 +11,8 @@ import asyncio
 from typing import Any
 
 from sskv_mapping import AsyncStateStoreClient
-from sskv_mapping.client._in_flight import BACKGROUND_BUSY, BACKGROUND_IDLE, InFlightGate, background
+from sskv_mapping.cache import AsyncStateStoreCache
+from sskv_mapping.client._in_flight import BACKGROUND_BUSY, BACKGROUND_IDLE, InFlightGate, background, foreground
 from sskv_mapping.mapping import AsyncStateStoreDict
 from tests._support.waiting import eventually
 
@@ -192,3 +193,30 @@ async def test_revalidations_are_background_work(broker_url: tuple[str, int], na
         await eventually(lambda: d._store.revalidations >= 20, timeout=20)
         assert client.in_flight.background_sent - sent >= 20
         await d.close()
+
+
+async def test_a_clears_sweep_is_background_work(broker_url: tuple[str, int], namespace: str) -> None:
+    host, port = broker_url
+    async with AsyncStateStoreClient(host, port, timeout=30) as client:
+        cache: AsyncStateStoreCache[Any] = AsyncStateStoreCache(client, namespace=namespace)
+        async with cache:
+            await cache.set_many({f"k{i}": i for i in range(40)}, ttl=None)
+            old = cache.generation
+            sent = client.in_flight.background_sent
+            await cache.clear()  # starts the sweep in the background
+            await cache.sweep()  # waits for it
+            assert client.in_flight.background_sent - sent >= 40  # a DEL per entry, each as background
+            assert [k async for k in client.scan(f"{namespace}#g.{old}/*")] == []
+
+
+async def test_foreground_inside_background_is_a_call_again() -> None:
+    """What a sweep's fenced delete does around the key's lock: its requests and renewals are the foreground's."""
+    gate = InFlightGate(4)
+    with background():
+        assert gate.try_enter()
+        with foreground():
+            assert gate.try_enter()
+            assert gate.background == 1 and gate.in_flight == 2
+            gate.leave()
+        gate.leave()
+    assert gate.in_flight == gate.background == 0 and gate.background_sent == 1
