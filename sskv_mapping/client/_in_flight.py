@@ -123,8 +123,13 @@ class InFlightGate:
 
     @property
     def waiting(self) -> int:
-        """Callers waiting for a slot now (background ones too)."""
-        return len(self._waiters) + len(self._background_waiters)
+        """Calls waiting for a slot now (background requests not counted: see :attr:`background_waiting`)."""
+        return len(self._waiters)
+
+    @property
+    def background_waiting(self) -> int:
+        """Background requests waiting for a slot now (their share is taken, or the window is full)."""
+        return len(self._background_waiters)
 
     def try_enter(self) -> bool:
         """Take a slot if one is free and nobody waits for one (no barging past the queue)."""

@@ -59,16 +59,16 @@ async def test_with_a_foreground_call_in_flight_background_gets_one_slot_and_mor
     h.start("fg", in_background=False)
     for i in range(BACKGROUND_IDLE + 2):
         h.start(f"bg{i}", in_background=True)
-    await eventually(lambda: gate.waiting == BACKGROUND_IDLE + 1)
+    await eventually(lambda: gate.background_waiting == BACKGROUND_IDLE + 1)
     assert h.holding == ["fg", "bg0"]  # one background request beside the foreground call, the rest wait
     assert gate.background == 1 and gate.busy_background_peak == BACKGROUND_BUSY
     h.release("bg0")  # still busy: the next background request takes its place, one at a time
     await eventually(lambda: "bg1" in h.holding)
-    assert gate.background == 1 and gate.waiting == BACKGROUND_IDLE
+    assert gate.background == 1 and gate.background_waiting == BACKGROUND_IDLE
     h.release("fg")
     h.release("bg1")  # quiet now: background may have BACKGROUND_IDLE in flight
     await eventually(lambda: gate.background == BACKGROUND_IDLE)
-    assert gate.waiting == 0 and gate.in_flight == BACKGROUND_IDLE
+    assert gate.background_waiting == 0 and gate.in_flight == BACKGROUND_IDLE
     assert gate.busy_background_peak == BACKGROUND_BUSY  # never more while the foreground call was there
     for i in range(2, BACKGROUND_IDLE + 2):
         h.release(f"bg{i}")
@@ -84,14 +84,14 @@ async def test_a_freed_slot_goes_to_a_waiting_foreground_call_before_background_
     h.start("fg0", in_background=False)
     await eventually(lambda: len(h.holding) == 2)
     h.start("bg1", in_background=True)  # the window is full: both wait, background first
-    await eventually(lambda: gate.waiting == 1)
+    await eventually(lambda: gate.background_waiting == 1)
     h.start("fg1", in_background=False)
-    await eventually(lambda: gate.waiting == 2)
+    await eventually(lambda: gate.waiting == 1)
     h.release("fg0")  # the foreground waiter gets the slot although background came first
     await eventually(lambda: "fg1" in h.holding)
     assert "bg1" not in h.holding
     h.start("fg2", in_background=False)
-    await eventually(lambda: gate.waiting == 2)
+    await eventually(lambda: gate.waiting == 1 and gate.background_waiting == 1)
     h.release("bg0")  # background has nothing in flight now: its waiter gets this slot (never starved)
     await eventually(lambda: "bg1" in h.holding)
     assert "fg2" not in h.holding and gate.background == 1
@@ -100,7 +100,7 @@ async def test_a_freed_slot_goes_to_a_waiting_foreground_call_before_background_
     for name in ("bg1", "fg2"):
         h.release(name)
     await asyncio.gather(*h.tasks)
-    assert gate.in_flight == gate.background == 0 and gate.waiting == 0
+    assert gate.in_flight == gate.background == 0 and gate.waiting == gate.background_waiting == 0
 
 
 async def test_a_foreground_call_sent_since_the_last_background_request_keeps_the_gate_busy() -> None:
@@ -114,7 +114,7 @@ async def test_a_foreground_call_sent_since_the_last_background_request_keeps_th
     gate.leave()
     for i in range(1, 4):
         h.start(f"bg{i}", in_background=True)
-    await eventually(lambda: gate.waiting == 3)
+    await eventually(lambda: gate.background_waiting == 3)
     assert gate.background == 1  # no call in flight now, but one was sent since the last decision: busy
     h.release("bg0")
     await eventually(lambda: gate.background == 3)  # a background request went by without a call: quiet
