@@ -23,19 +23,34 @@ from contextvars import ContextVar
 
 from ..errors import ConfigurationError, RequestTimeoutError
 
-__all__ = ["BACKGROUND_BUSY", "BACKGROUND_IDLE", "DEFAULT_MAX_IN_FLIGHT", "InFlightGate", "background", "foreground"]
+__all__ = [
+    "BACKGROUND_BUSY",
+    "BACKGROUND_IDLE",
+    "BACKGROUND_QUIET",
+    "BACKGROUND_RATIO",
+    "DEFAULT_MAX_IN_FLIGHT",
+    "InFlightGate",
+    "background",
+    "foreground",
+]
 
 #: Default bound on a client's requests awaiting an answer: well under what a stock mosquitto queues per session
 #: (20 in flight + 1,000 queued), so that one client's burst never fills the service's queue on its own, and far
 #: above what a round trip needs to keep a loopback or LAN link busy (bench_rpc saturates at 64 in flight).
 DEFAULT_MAX_IN_FLIGHT = 256
-#: Background requests (see :func:`background`) in flight at once while the client's own calls are in flight or
-#: waiting, or were sent since the last background request was let through: a call then finds at most this many
-#: background requests ahead of it at the broker and the service.
+#: Background requests (see :func:`background`) in flight at once while the client's calls are in flight or
+#: waiting, or were sent within the last :data:`BACKGROUND_QUIET` seconds (a caller that sends call after call is
+#: busy between its calls too).
 BACKGROUND_BUSY = 1
-#: Background requests in flight at once while nothing else is: enough to keep a loopback or LAN link busy, few
-#: enough that the first call after a quiet moment waits for at most this many.
+#: ... and, then, one background request is let through per this many calls let through (or one per quiet period
+#: with none: never starved): background work takes at most about a fifth of the requests while calls are made.
+BACKGROUND_RATIO = 4
+#: Background requests in flight at once while the client is quiet: enough to keep a loopback or LAN link busy, few
+#: enough that the first call after a quiet moment finds at most this many ahead of it.
 BACKGROUND_IDLE = 8
+#: Seconds without a call after which the client is quiet; also the background's floor while it is busy (one
+#: request per period). The timer runs only while background requests wait.
+BACKGROUND_QUIET = 0.01
 
 # Set in the tasks that do a library's background work (watch releases, revalidations, sweeps); tasks they start
 # inherit it (asyncio copies the context into each new task).
@@ -68,13 +83,13 @@ def foreground() -> Iterator[None]:
 class InFlightGate:
     """At most ``limit`` holders at a time; the others wait in arrival order -- and background work yields.
 
-    A holder is a foreground call unless it runs inside :func:`background`. Background requests take a bounded
-    share: at most :data:`BACKGROUND_BUSY` in flight while any foreground request is in flight or waiting (or was
-    sent since the last background request was let through: a caller that sends call after call is busy between
-    its calls too), at most :data:`BACKGROUND_IDLE` otherwise. A foreground call never queues behind a background
-    one: a freed slot goes to a waiting foreground call first -- except that background work always keeps one
-    request going, so it is never starved (only when the whole window is full of foreground calls and none is
-    background does one slot go to background first).
+    A holder is a call unless it runs inside :func:`background`. Background requests take a bounded share: while
+    calls are in flight or waiting, or were made within the last ``quiet`` seconds, at most
+    :data:`BACKGROUND_BUSY` background request is in flight, and one is let through per :data:`BACKGROUND_RATIO`
+    calls let through (or per ``quiet`` seconds without one); once the client is quiet, up to
+    :data:`BACKGROUND_IDLE` at once. A call never queues behind background work: a freed slot goes to a waiting call
+    first -- except when the whole window is full of calls and none is background: then one slot goes to background,
+    so that it is never starved.
 
     Example:
         >>> gate = InFlightGate(1)
@@ -87,8 +102,12 @@ class InFlightGate:
 
     __slots__ = (
         "_background_waiters",
-        "_foreground_seen",
+        "_credit_mark",
         "_foreground_sent",
+        "_quiet",
+        "_tick",
+        "_tick_grant",
+        "_tick_mark",
         "_waiters",
         "background",
         "background_sent",
@@ -96,10 +115,11 @@ class InFlightGate:
         "busy_background_peak",
         "in_flight",
         "limit",
+        "quiet",
         "waited",
     )
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, *, quiet: float = BACKGROUND_QUIET) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ConfigurationError(f"max_in_flight must be a positive int, not {limit!r}")
         self.limit = limit
@@ -118,8 +138,14 @@ class InFlightGate:
         #: the most background holders there were as one was let through while foreground calls were in flight
         #: or waiting: never over :data:`BACKGROUND_BUSY` (what the tests check)
         self.busy_background_peak = 0
-        self._foreground_sent = 0  # foreground holders let through so far
-        self._foreground_seen = 0  # ... as the last background bound was decided
+        #: seconds without a call after which the client is quiet (:data:`BACKGROUND_QUIET`)
+        self.quiet = quiet
+        self._foreground_sent = 0  # calls let through so far
+        self._credit_mark = 0  # ... as the last background request was let through
+        self._tick_mark = 0  # ... at the last tick
+        self._quiet = True  # no call was made in the last tick's period (and none is in flight)
+        self._tick_grant = False  # a tick passed since the last background request: one may go
+        self._tick: asyncio.TimerHandle | None = None  # armed while background requests wait
 
     @property
     def waiting(self) -> int:
@@ -148,15 +174,30 @@ class InFlightGate:
         """How many more background holders may enter now (ignoring its waiters' queue)."""
         if self.in_flight >= self.limit or self._waiters:
             return 0
-        sent = self._foreground_sent
-        busy = self.in_flight > self.background or sent != self._foreground_seen
-        self._foreground_seen = sent
-        return (BACKGROUND_BUSY if busy else BACKGROUND_IDLE) - self.background
+        if self._quiet and self.in_flight == self.background and self._foreground_sent == self._tick_mark:
+            return BACKGROUND_IDLE - self.background
+        return 1 if self._share_due() else 0
+
+    def _on_tick(self) -> None:
+        """Every ``quiet`` seconds while background requests wait: is the client quiet (no call let through since
+        the last tick, none in flight)? Either way one background request may go now (the floor)."""
+        self._tick = None
+        self._quiet = self.in_flight == self.background and self._foreground_sent == self._tick_mark
+        self._tick_mark = self._foreground_sent
+        self._tick_grant = True
+        self._admit()
+        self._arm()
+
+    def _arm(self) -> None:
+        if self._background_waiters and self._tick is None:
+            self._tick = asyncio.get_running_loop().call_later(self.quiet, self._on_tick)
 
     def _let_background_in(self) -> None:
         self.in_flight += 1
         self.background += 1
         self.background_sent += 1
+        self._credit_mark = self._foreground_sent
+        self._tick_grant = False
         if (self.in_flight > self.background or self._waiters) and self.background > self.busy_background_peak:
             self.busy_background_peak = self.background
 
@@ -170,6 +211,7 @@ class InFlightGate:
         if _BACKGROUND.get():
             self._background_waiters.append(fut)
             self.background_waited += 1
+            self._arm()
         else:
             self._waiters.append(fut)
         self.waited += 1
@@ -211,10 +253,10 @@ class InFlightGate:
             self._admit()
 
     def _admit(self) -> None:
-        """Hand the free slots to waiters: background first only when it has nothing in flight (never starved),
-        then foreground, then background within its share."""
+        """Hand the free slots to waiters: calls first, then background within its share -- except that background
+        with nothing in flight and its share due goes before waiting calls (the window full of calls: never starved)."""
         while self.in_flight < self.limit:
-            if self._background_waiters and self.background == 0 and _wake(self._background_waiters):
+            if self._background_waiters and self._waiters and self._share_due() and _wake(self._background_waiters):
                 self._let_background_in()
             elif self._waiters and _wake(self._waiters):
                 self.in_flight += 1
@@ -223,6 +265,12 @@ class InFlightGate:
                 self._let_background_in()
             else:
                 return
+
+    def _share_due(self) -> bool:
+        """Background has nothing in flight and its share is due (enough calls went, or a quiet period)."""
+        return self.background < BACKGROUND_BUSY and (
+            self._tick_grant or self._foreground_sent - self._credit_mark >= BACKGROUND_RATIO
+        )
 
 
 def _wake(waiters: deque[asyncio.Future[None]]) -> bool:

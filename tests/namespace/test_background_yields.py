@@ -12,7 +12,14 @@ from typing import Any
 
 from sskv_mapping import AsyncStateStoreClient
 from sskv_mapping.cache import AsyncStateStoreCache
-from sskv_mapping.client._in_flight import BACKGROUND_BUSY, BACKGROUND_IDLE, InFlightGate, background, foreground
+from sskv_mapping.client._in_flight import (
+    BACKGROUND_BUSY,
+    BACKGROUND_IDLE,
+    BACKGROUND_RATIO,
+    InFlightGate,
+    background,
+    foreground,
+)
 from sskv_mapping.mapping import AsyncStateStoreDict
 from tests._support.waiting import eventually
 
@@ -53,74 +60,98 @@ class _Holders:
         self._release[name].set()
 
 
-async def test_with_a_foreground_call_in_flight_background_gets_one_slot_and_more_once_it_is_quiet() -> None:
-    gate = InFlightGate(64)
+NO_TICK = 3600.0  # a gate whose quiet period never ends within a test: only the calls' share lets background in
+
+
+async def test_while_calls_are_made_background_gets_one_request_per_ratio_calls_and_never_two_at_once() -> None:
+    gate = InFlightGate(64, quiet=NO_TICK)
     h = _Holders(gate)
-    h.start("fg", in_background=False)
-    for i in range(BACKGROUND_IDLE + 2):
+    h.start("fg", in_background=False)  # a call in flight: busy
+    await eventually(lambda: h.holding == ["fg"])
+    for i in range(3):
         h.start(f"bg{i}", in_background=True)
-    await eventually(lambda: gate.background_waiting == BACKGROUND_IDLE + 1)
-    assert h.holding == ["fg", "bg0"]  # one background request beside the foreground call, the rest wait
-    assert gate.background == 1 and gate.busy_background_peak == BACKGROUND_BUSY
-    h.release("bg0")  # still busy: the next background request takes its place, one at a time
+    await eventually(lambda: gate.background_waiting == 3)
+    assert gate.background == 0  # one call so far: its share is not due
+    for _ in range(BACKGROUND_RATIO - 2):  # calls made one after the other, beside "fg"
+        assert gate.try_enter()
+        gate.leave()
+    assert gate.background == 0 and gate.background_waiting == 3  # one call short of its share
+    assert gate.try_enter()
+    gate.leave()  # the RATIO-th call: one background request goes, and only one
+    await eventually(lambda: h.holding == ["fg", "bg0"])
+    for _ in range(BACKGROUND_RATIO):
+        assert gate.try_enter()
+        gate.leave()
+    assert gate.background == 1 and gate.background_waiting == 2  # due, but one is in flight already
+    h.release("bg0")  # its share was due: the next one goes at once
     await eventually(lambda: "bg1" in h.holding)
-    assert gate.background == 1 and gate.background_waiting == BACKGROUND_IDLE
+    assert gate.background == 1 and gate.busy_background_peak == BACKGROUND_BUSY
     h.release("fg")
-    h.release("bg1")  # quiet now: background may have BACKGROUND_IDLE in flight
+    h.release("bg1")
+    for _ in range(BACKGROUND_RATIO):
+        assert gate.try_enter()
+        gate.leave()
+    await eventually(lambda: "bg2" in h.holding)
+    h.release("bg2")
+    await asyncio.gather(*h.tasks)
+    assert gate.in_flight == gate.background == 0 and gate.background_sent == 3
+
+
+async def test_once_the_client_is_quiet_background_gets_more_and_a_stuck_call_does_not_starve_it() -> None:
+    gate = InFlightGate(64, quiet=0.001)
+    h = _Holders(gate)
+    h.start("fg", in_background=False)  # a call that does not end (a service slow to answer): busy throughout
+    await eventually(lambda: h.holding == ["fg"])
+    for i in range(3):
+        h.start(f"bg{i}", in_background=True)
+    # no other call is made: a quiet period's tick lets one through at a time, beside the call
+    for i in range(3):
+        await eventually(lambda i=i: f"bg{i}" in h.holding)  # type: ignore[misc]
+        assert gate.background == 1
+        h.release(f"bg{i}")
+    assert gate.busy_background_peak == BACKGROUND_BUSY
+    h.release("fg")
+    await eventually(lambda: not h.holding)
+    for i in range(3, BACKGROUND_IDLE + 4):  # no call any more: quiet after a tick, IDLE at once
+        h.start(f"bg{i}", in_background=True)
     await eventually(lambda: gate.background == BACKGROUND_IDLE)
-    assert gate.background_waiting == 0 and gate.in_flight == BACKGROUND_IDLE
-    assert gate.busy_background_peak == BACKGROUND_BUSY  # never more while the foreground call was there
-    for i in range(2, BACKGROUND_IDLE + 2):
+    assert gate.background_waiting == 1
+    assert gate.busy_background_peak == BACKGROUND_BUSY  # never more while a call was in flight
+    for i in range(3, BACKGROUND_IDLE + 4):
         h.release(f"bg{i}")
     await asyncio.gather(*h.tasks)
     assert gate.in_flight == gate.background == 0
-    assert gate.background_sent == BACKGROUND_IDLE + 2
 
 
-async def test_a_freed_slot_goes_to_a_waiting_foreground_call_before_background_which_is_never_starved() -> None:
-    gate = InFlightGate(2)
+async def test_a_freed_slot_goes_to_a_waiting_call_before_background_which_is_never_starved() -> None:
+    assert BACKGROUND_RATIO == 4  # the steps below count the calls let through
+    gate = InFlightGate(2, quiet=NO_TICK)
     h = _Holders(gate)
-    h.start("bg0", in_background=True)
-    h.start("fg0", in_background=False)
-    await eventually(lambda: len(h.holding) == 2)
-    h.start("bg1", in_background=True)  # the window is full: both wait, background first
+    h.start("fgA", in_background=False)
+    h.start("fgB", in_background=False)
+    await eventually(lambda: h.holding == ["fgA", "fgB"])
+    h.start("bg", in_background=True)  # the window is full of calls: background waits, first
     await eventually(lambda: gate.background_waiting == 1)
-    h.start("fg1", in_background=False)
+    h.start("fgC", in_background=False)
     await eventually(lambda: gate.waiting == 1)
-    h.release("fg0")  # the foreground waiter gets the slot although background came first
-    await eventually(lambda: "fg1" in h.holding)
-    assert "bg1" not in h.holding
-    h.start("fg2", in_background=False)
-    await eventually(lambda: gate.waiting == 1 and gate.background_waiting == 1)
-    h.release("bg0")  # background has nothing in flight now: its waiter gets this slot (never starved)
-    await eventually(lambda: "bg1" in h.holding)
-    assert "fg2" not in h.holding and gate.background == 1
-    h.release("fg1")
-    await eventually(lambda: "fg2" in h.holding)
-    for name in ("bg1", "fg2"):
+    h.release("fgA")  # the waiting call gets the slot although background came first (3 calls so far)
+    await eventually(lambda: "fgC" in h.holding)
+    h.start("fgD", in_background=False)
+    await eventually(lambda: gate.waiting == 1)
+    h.release("fgB")  # again: the 4th call
+    await eventually(lambda: "fgD" in h.holding)
+    h.start("fgE", in_background=False)
+    await eventually(lambda: gate.waiting == 1)
+    assert "bg" not in h.holding
+    h.release("fgC")  # 4 calls went and background has nothing in flight: its share goes before fgE
+    await eventually(lambda: "bg" in h.holding)
+    assert "fgE" not in h.holding and gate.background == 1
+    h.release("fgD")
+    await eventually(lambda: "fgE" in h.holding)
+    for name in ("bg", "fgE"):
         h.release(name)
     await asyncio.gather(*h.tasks)
     assert gate.in_flight == gate.background == 0 and gate.waiting == gate.background_waiting == 0
-
-
-async def test_a_foreground_call_sent_since_the_last_background_request_keeps_the_gate_busy() -> None:
-    """A caller that sends call after call has nothing in flight between two calls: background must not take
-    its BACKGROUND_IDLE share in that moment, only once a whole background request went by without a call."""
-    gate = InFlightGate(64)
-    h = _Holders(gate)
-    h.start("bg0", in_background=True)
-    await eventually(lambda: h.holding == ["bg0"])
-    assert gate.try_enter()  # a foreground call comes and goes while bg0 is in flight
-    gate.leave()
-    for i in range(1, 4):
-        h.start(f"bg{i}", in_background=True)
-    await eventually(lambda: gate.background_waiting == 3)
-    assert gate.background == 1  # no call in flight now, but one was sent since the last decision: busy
-    h.release("bg0")
-    await eventually(lambda: gate.background == 3)  # a background request went by without a call: quiet
-    for i in range(1, 4):
-        h.release(f"bg{i}")
-    await asyncio.gather(*h.tasks)
 
 
 # -- over real processes ----------------------------------------------------------------------------------
