@@ -106,7 +106,6 @@ class InFlightGate:
         "_foreground_sent",
         "_quiet",
         "_tick",
-        "_tick_grant",
         "_tick_mark",
         "_waiters",
         "background",
@@ -141,10 +140,9 @@ class InFlightGate:
         #: seconds without a call after which the client is quiet (:data:`BACKGROUND_QUIET`)
         self.quiet = quiet
         self._foreground_sent = 0  # calls let through so far
-        self._credit_mark = 0  # ... as the last background request was let through
+        self._credit_mark = 0  # ... as the last background request was let through (lowered by a tick: one may go)
         self._tick_mark = 0  # ... at the last tick
         self._quiet = True  # no call was made in the last tick's period (and none is in flight)
-        self._tick_grant = False  # a tick passed since the last background request: one may go
         self._tick: asyncio.TimerHandle | None = None  # armed while background requests wait
 
     @property
@@ -184,7 +182,7 @@ class InFlightGate:
         self._tick = None
         self._quiet = self.in_flight == self.background and self._foreground_sent == self._tick_mark
         self._tick_mark = self._foreground_sent
-        self._tick_grant = True
+        self._credit_mark = min(self._credit_mark, self._foreground_sent - BACKGROUND_RATIO)  # the floor: one may go
         self._admit()
         self._arm()
 
@@ -197,7 +195,6 @@ class InFlightGate:
         self.background += 1
         self.background_sent += 1
         self._credit_mark = self._foreground_sent
-        self._tick_grant = False
         if (self.in_flight > self.background or self._waiters) and self.background > self.busy_background_peak:
             self.busy_background_peak = self.background
 
@@ -268,9 +265,7 @@ class InFlightGate:
 
     def _share_due(self) -> bool:
         """Background has nothing in flight and its share is due (enough calls went, or a quiet period)."""
-        return self.background < BACKGROUND_BUSY and (
-            self._tick_grant or self._foreground_sent - self._credit_mark >= BACKGROUND_RATIO
-        )
+        return self.background < BACKGROUND_BUSY and self._foreground_sent - self._credit_mark >= BACKGROUND_RATIO
 
 
 def _wake(waiters: deque[asyncio.Future[None]]) -> bool:
