@@ -124,31 +124,32 @@ async def test_once_the_client_is_quiet_background_gets_more_and_a_stuck_call_do
 
 
 async def test_a_freed_slot_goes_to_a_waiting_call_before_background_which_is_never_starved() -> None:
-    assert BACKGROUND_RATIO == 4  # the steps below count the calls let through
     gate = InFlightGate(2, quiet=NO_TICK)
     h = _Holders(gate)
-    h.start("fgA", in_background=False)
-    h.start("fgB", in_background=False)
-    await eventually(lambda: h.holding == ["fgA", "fgB"])
+    holders = ["fgA", "fgB"]
+    for name in holders:
+        h.start(name, in_background=False)
+    await eventually(lambda: h.holding == holders)
     h.start("bg", in_background=True)  # the window is full of calls: background waits, first
     await eventually(lambda: gate.background_waiting == 1)
-    h.start("fgC", in_background=False)
+    calls = 2
+    while calls < BACKGROUND_RATIO:  # each freed slot goes to the call waiting, although background came first
+        name = f"fg{calls}"
+        h.start(name, in_background=False)
+        await eventually(lambda: gate.waiting == 1)
+        h.release(holders.pop(0))
+        await eventually(lambda name=name: name in h.holding)  # type: ignore[misc]
+        holders.append(name)
+        calls += 1
+        assert "bg" not in h.holding
+    h.start("last", in_background=False)
     await eventually(lambda: gate.waiting == 1)
-    h.release("fgA")  # the waiting call gets the slot although background came first (3 calls so far)
-    await eventually(lambda: "fgC" in h.holding)
-    h.start("fgD", in_background=False)
-    await eventually(lambda: gate.waiting == 1)
-    h.release("fgB")  # again: the 4th call
-    await eventually(lambda: "fgD" in h.holding)
-    h.start("fgE", in_background=False)
-    await eventually(lambda: gate.waiting == 1)
-    assert "bg" not in h.holding
-    h.release("fgC")  # 4 calls went and background has nothing in flight: its share goes before fgE
+    h.release(holders.pop(0))  # RATIO calls went and background has nothing in flight: its share goes first
     await eventually(lambda: "bg" in h.holding)
-    assert "fgE" not in h.holding and gate.background == 1
-    h.release("fgD")
-    await eventually(lambda: "fgE" in h.holding)
-    for name in ("bg", "fgE"):
+    assert "last" not in h.holding and gate.background == 1
+    h.release(holders.pop(0))
+    await eventually(lambda: "last" in h.holding)
+    for name in ("bg", "last"):
         h.release(name)
     await asyncio.gather(*h.tasks)
     assert gate.in_flight == gate.background == 0 and gate.waiting == gate.background_waiting == 0
