@@ -12,6 +12,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
+from ..client._in_flight import background
+
 __all__ = ["BoundedWork", "gather_bounded"]
 
 log = logging.getLogger("sskv_mapping")
@@ -59,6 +61,7 @@ class BoundedWork(Generic[T]):
     ``run(item)`` for the queued items through :func:`gather_bounded` (items submitted meanwhile join the same
     drain) and ends when the queue is empty. A burst of 10,000 items is one task and ``limit`` requests in flight,
     never 10,000 tasks at once. ``run`` should handle its own errors; one it lets out is logged and the drain goes on.
+    Its requests are background work: they yield to the client's calls (``client/_in_flight.py``).
     """
 
     def __init__(self, run: Callable[[T], Awaitable[None]], limit: int, *, name: str) -> None:
@@ -109,7 +112,8 @@ class BoundedWork(Generic[T]):
 
     async def _drain(self) -> None:
         try:
-            while self._items:
-                await gather_bounded(self._take(), self._limit)
+            with background():
+                while self._items:
+                    await gather_bounded(self._take(), self._limit)
         finally:
             self._task = None

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from .._protocol.hlc import HybridLogicalClock
 from ..client._client import AsyncStateStoreClient
+from ..client._in_flight import foreground
 from ..errors import FencingTokenRequiredError, LockError, StateStoreError, TransportError
 from ..lock import AsyncLeasedLock
 from .fanout import gather_bounded
@@ -262,5 +263,7 @@ class KeyLocks:
             return await op(None)
         except FencingTokenRequiredError:
             pass
-        async with self.hold(key) as lock:
-            return await op(lock.fencing_token)
+        # a lock's requests, its lease renewals and its release never wait behind background work, even for a sweep
+        with foreground():
+            async with self.hold(key) as lock:
+                return await op(lock.fencing_token)

@@ -21,6 +21,7 @@ from .._protocol.notifications import KeyEvent
 from .._telemetry import watch_store
 from .._ttl import ttl_to_ms
 from ..client._client import AsyncStateStoreClient, ConnectionState, KeySubscription, SetResult
+from ..client._in_flight import background
 from ..codecs import Codec, decode_value, encode_value
 from ..errors import ConfigurationError, StateStoreError
 from ..local_cache import ABSENT, CachedEntry, LocalCache
@@ -235,13 +236,14 @@ class NamespaceStore(Generic[V]):
         assert cache is not None
         period = max_staleness / 10
         within = max_staleness / 5 + period
-        while True:
-            await asyncio.sleep(period)
-            if not cache.connected:
-                continue  # nothing is served now, and everything is cleared on reconnect
-            due = [k for k in cache.due(within) if k.startswith(self._prefix)]
-            if due:
-                await gather_bounded((self._revalidate(k) for k in due), _REVALIDATE_FAN_OUT)
+        with background():  # the re-reads yield to the client's calls (client/_in_flight.py)
+            while True:
+                await asyncio.sleep(period)
+                if not cache.connected:
+                    continue  # nothing is served now, and everything is cleared on reconnect
+                due = [k for k in cache.due(within) if k.startswith(self._prefix)]
+                if due:
+                    await gather_bounded((self._revalidate(k) for k in due), _REVALIDATE_FAN_OUT)
 
     async def _revalidate(self, data_key: bytes) -> None:
         cache = self.cache

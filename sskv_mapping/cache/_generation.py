@@ -20,6 +20,7 @@ from .._namespace.key_locks import OwnedLock, owned_lock
 from .._protocol.hlc import HybridLogicalClock
 from .._protocol.notifications import KeyEvent, KeyOperation
 from ..client._client import AsyncStateStoreClient, KeySubscription
+from ..client._in_flight import background
 from ..errors import ProtocolError, StateStoreError
 from ..lock import AsyncLeasedLock
 
@@ -296,20 +297,22 @@ async def sweep_retired(
     scan: Callable[[str], Coroutine[Any, Any, int]] | None = None,
 ) -> int:
     """Sweep every retired generation of ``generation.state`` (``delete(gen, key)`` deletes one entry); ``scan(gen)``,
-    where the service answers SCAN, deletes the entries written without a ledger (found by their key prefix)."""
+    where the service answers SCAN, deletes the entries written without a ledger (found by their key prefix).
+    Its requests are background work: they yield to the client's calls (``client/_in_flight.py``)."""
     state = generation.state
     total = 0
-    for gen in state.retired if state is not None else ():
+    with background():
+        for gen in state.retired if state is not None else ():
 
-        async def delete_in(key: str, gen: str = gen) -> object:
-            return await delete(gen, key)
+            async def delete_in(key: str, gen: str = gen) -> object:
+                return await delete(gen, key)
 
-        try:
-            total += await ledger.sweep(gen, delete_in)
-            if scan is not None:
-                total += await scan(gen)
-            await generation.swept(gen)
-        except StateStoreError as exc:
-            log.warning("could not sweep the retired generation %s (the next open or clear resumes): %s", gen, exc)
-            raise
+            try:
+                total += await ledger.sweep(gen, delete_in)
+                if scan is not None:
+                    total += await scan(gen)
+                await generation.swept(gen)
+            except StateStoreError as exc:
+                log.warning("could not sweep the retired generation %s (the next open or clear resumes): %s", gen, exc)
+                raise
     return total
