@@ -1,4 +1,4 @@
-"""The bound on a client's requests awaiting an answer (``AsyncStateStoreClient(max_in_flight=...)``).
+"""The bound on a client's requests awaiting an answer (``max_in_flight=``), and background work's share of it.
 
 Why a bound: docs/design/architecture.md, "The client's parts".
 """
