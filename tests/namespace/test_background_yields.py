@@ -162,9 +162,9 @@ KEYS = 400
 
 
 async def test_watch_releases_yield_to_callers_finish_under_their_load_and_the_cache_stays_current(
-    broker_url: tuple[str, int], namespace: str
+    broker_address: tuple[str, int], namespace: str
 ) -> None:
-    host, port = broker_url
+    host, port = broker_address
     async with (
         AsyncStateStoreClient(host, port, timeout=30) as client,
         AsyncStateStoreClient(host, port, timeout=30) as writer,
@@ -212,8 +212,8 @@ async def test_watch_releases_yield_to_callers_finish_under_their_load_and_the_c
         await d.close()
 
 
-async def test_revalidations_are_background_work(broker_url: tuple[str, int], namespace: str) -> None:
-    host, port = broker_url
+async def test_revalidations_are_background_work(broker_address: tuple[str, int], namespace: str) -> None:
+    host, port = broker_address
     async with AsyncStateStoreClient(host, port, timeout=30) as client:
         d: AsyncStateStoreDict[Any] = AsyncStateStoreDict(
             client, namespace=namespace, listing="scan", max_staleness=0.5
@@ -227,8 +227,8 @@ async def test_revalidations_are_background_work(broker_url: tuple[str, int], na
         await d.close()
 
 
-async def test_a_clears_sweep_is_background_work(broker_url: tuple[str, int], namespace: str) -> None:
-    host, port = broker_url
+async def test_a_clears_sweep_is_background_work(broker_address: tuple[str, int], namespace: str) -> None:
+    host, port = broker_address
     async with AsyncStateStoreClient(host, port, timeout=30) as client:
         cache: AsyncStateStoreCache[Any] = AsyncStateStoreCache(client, namespace=namespace)
         async with cache:
