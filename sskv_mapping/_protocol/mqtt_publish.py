@@ -20,10 +20,13 @@ from ..errors import ConfigurationError, ProtocolError
 __all__ = [
     "InboundMessage",
     "MalformedPacketError",
+    "OutgoingMessage",
     "decode_publish",
+    "message_size",
     "mqtt_bytes",
     "mqtt_str",
     "publish_properties",
+    "publish_size",
     "read_utf8",
     "varint",
 ]
@@ -262,3 +265,57 @@ def _decode_publish_unchecked(header: int, buf: bytes) -> tuple[InboundMessage, 
         message_expiry=expiry,
     )
     return message, mid
+
+
+# -- outgoing ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMessage:
+    """A PUBLISH to send, with the MQTT 5 properties this project uses, as plain values: what every
+    :class:`~sskv_mapping.Connection`'s ``publish``/``publish_nowait`` takes.
+
+    ``qos`` is 0 or 1; ``correlation_data`` (0x09), ``response_topic`` (0x08), ``content_type`` (0x03) and
+    ``message_expiry`` (0x02, seconds) are left out of the packet when ``None``; ``user_properties`` (0x26) go in
+    their order. The counterpart of :class:`InboundMessage`.
+    """
+
+    topic: str
+    payload: bytes
+    qos: int = 1
+    correlation_data: bytes | None = None
+    response_topic: str | None = None
+    user_properties: Sequence[tuple[str, str]] = ()
+    content_type: str | None = None
+    message_expiry: int | None = None
+
+    def encoded_properties(self) -> bytes:
+        """The PUBLISH properties, Property Length first (:func:`publish_properties`)."""
+        return publish_properties(
+            self.correlation_data, self.response_topic, self.user_properties, self.content_type, self.message_expiry
+        )
+
+
+def publish_size(topic_field: int, properties: int, payload: int, qos: int) -> int:
+    """The whole size of a PUBLISH packet, fixed header included (what a broker's Maximum Packet Size counts),
+    from the sizes of its parts: the length-prefixed topic, the properties with their Property Length, and the
+    payload; a QoS 1 PUBLISH adds its two-byte packet id. The one place this project computes it."""
+    remaining = topic_field + (2 if qos else 0) + properties + payload
+    if remaining < 0x80:
+        return remaining + 2
+    if remaining < 0x4000:
+        return remaining + 3
+    if remaining < 0x200000:
+        return remaining + 4
+    return remaining + 5
+
+
+def message_size(message: OutgoingMessage, properties: bytes | None = None) -> int:
+    """The whole size of the PUBLISH packet ``message`` encodes to (:func:`publish_size`); ``properties``: its
+    :meth:`~OutgoingMessage.encoded_properties` when the caller has them already."""
+    if properties is None:
+        properties = message.encoded_properties()
+    topic = message.topic
+    field = _ENCODED.get(topic)
+    topic_field = len(field) if field is not None else 2 + len(topic.encode("utf-8"))
+    return publish_size(topic_field, len(properties), len(message.payload), message.qos)

@@ -19,10 +19,9 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .._protocol.mqtt_packets import packet_size
-from .._protocol.mqtt_publish import mqtt_str, publish_properties
+from .._protocol.mqtt_publish import OutgoingMessage, message_size
 from ..errors import BrokerConnectError, ClientStateError, ConnectionLostError, ValueTooLargeError
-from .base import Connection, InboundMessage, MessageHandler
+from .base import Connection, InboundMessage, MessageHandler, legacy_message
 from .settings import ConnectionSettings
 
 __all__ = ["LoopbackBroker", "LoopbackConnection", "topic_matches"]
@@ -139,22 +138,11 @@ class LoopbackConnection:
         :class:`~sskv_mapping.errors.ValueTooLargeError`."""
         return self.broker.max_packet_size
 
-    def _check_size(
-        self,
-        topic: str,
-        payload: bytes,
-        qos: int,
-        correlation_data: bytes | None,
-        response_topic: str | None,
-        user_properties: Sequence[tuple[str, str]],
-        content_type: str | None,
-        message_expiry: int | None,
-    ) -> None:
+    def _check_size(self, message: OutgoingMessage) -> None:
         limit = self.broker.max_packet_size
         if limit is None:
             return
-        props = publish_properties(correlation_data, response_topic, user_properties, content_type, message_expiry)
-        size = packet_size(len(mqtt_str(topic)) + (2 if qos else 0) + len(props) + len(payload))
+        size = message_size(message)
         if size > limit:
             raise ValueTooLargeError(
                 f"the packet would be {size:,} bytes, more than the broker's Maximum Packet Size ({limit:,})",
@@ -203,49 +191,36 @@ class LoopbackConnection:
         self._require()
         self._filters.difference_update(filters)
 
-    async def publish(
-        self,
-        topic: str,
-        payload: bytes,
-        *,
-        qos: int = 1,
-        correlation_data: bytes | None = None,
-        response_topic: str | None = None,
-        user_properties: Sequence[tuple[str, str]] = (),
-        content_type: str | None = None,
-        message_expiry: int | None = None,
-        timeout: float = 10.0,
-    ) -> None:
-        self._require()
-        if self.broker.max_packet_size is not None:
-            self._check_size(
-                topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry
-            )
-        self.broker.route(
-            topic, bytes(payload), correlation_data, response_topic, user_properties, content_type, message_expiry
-        )
+    async def publish(self, message: OutgoingMessage | str, *args: Any, timeout: float = 10.0, **fields: Any) -> None:
+        """Route ``message`` at once (the old form ``publish(topic, payload, ...)`` still works, deprecated)."""
+        if args or fields or type(message) is not OutgoingMessage:
+            message = legacy_message(message, args, fields)
+        self._route(message)
 
     def publish_nowait(
         self,
-        topic: str,
-        payload: bytes,
-        *,
-        qos: int = 1,
-        correlation_data: bytes | None = None,
-        response_topic: str | None = None,
-        user_properties: Sequence[tuple[str, str]] = (),
-        content_type: str | None = None,
-        message_expiry: int | None = None,
+        message: OutgoingMessage | str,
+        *args: Any,
         refusal: asyncio.Future[Any] | None = None,
+        **fields: Any,
     ) -> None:
         """Route at once, as :meth:`publish` does; ``refusal`` is never failed (nothing here refuses)."""
+        if args or fields or type(message) is not OutgoingMessage:
+            message = legacy_message(message, args, fields)
+        self._route(message)
+
+    def _route(self, message: OutgoingMessage) -> None:
         self._require()
         if self.broker.max_packet_size is not None:
-            self._check_size(
-                topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry
-            )
+            self._check_size(message)
         self.broker.route(
-            topic, bytes(payload), correlation_data, response_topic, user_properties, content_type, message_expiry
+            message.topic,
+            bytes(message.payload),
+            message.correlation_data,
+            message.response_topic,
+            message.user_properties,
+            message.content_type,
+            message.message_expiry,
         )
 
     def subscribed_to(self, topic: str) -> bool:

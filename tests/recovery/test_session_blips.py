@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from sskv_mapping._protocol import topics
+from sskv_mapping._transport.base import OutgoingMessage
 from sskv_mapping._transport.factory import fast_path
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping._transport.stream import StreamConnection
@@ -247,7 +248,7 @@ async def test_what_the_broker_kept_for_a_previous_process_is_dropped_and_counte
     await previous.close(end_session=False)  # (nothing left to send: the drop is only marked as seen)
     async with AsyncStateStoreClient.from_url(mosquitto.url, timeout=5) as other:
         conn = await other._keeper.connection(5)
-        await conn.publish(topics.response_topic(fixed), b"+OK\r\n", correlation_data=b"\x01" * 16)
+        await conn.publish(OutgoingMessage(topics.response_topic(fixed), b"+OK\r\n", correlation_data=b"\x01" * 16))
     async with AsyncStateStoreClient(settings=settings, timeout=5) as client:
         assert client._keeper.conn is not None and client._keeper.conn.session_present
         assert client.previous_session_messages == 1
