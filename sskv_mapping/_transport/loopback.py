@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from .._protocol.mqtt_publish import OutgoingMessage, message_size
@@ -61,7 +61,7 @@ class LoopbackBroker:
         return list(self._sessions)
 
     def _log(self, level: str, text: str) -> None:
-        self.route(f"$SYS/broker/log/{level}", f"{int(time.time())}: {text}".encode(), None, None, (), None, None)
+        self.route(OutgoingMessage(f"$SYS/broker/log/{level}", f"{int(time.time())}: {text}".encode()))
 
     def attach(self, conn: LoopbackConnection) -> None:
         if self.refuse_connections:
@@ -85,17 +85,9 @@ class LoopbackBroker:
         for conn in list(self._sessions.values()):
             conn.drop()
 
-    def route(
-        self,
-        topic: str,
-        payload: bytes,
-        correlation_data: bytes | None,
-        response_topic: str | None,
-        user_properties: Sequence[tuple[str, str]],
-        content_type: str | None,
-        message_expiry: int | None,
-    ) -> None:
+    def route(self, message: OutgoingMessage) -> None:
         self.published += 1
+        topic, payload = message.topic, bytes(message.payload)
         for conn in list(self._sessions.values()):
             if conn.subscribed_to(topic):
                 conn.deliver(
@@ -103,11 +95,11 @@ class LoopbackBroker:
                         topic=topic,
                         payload=payload,
                         qos=1,
-                        correlation_data=correlation_data,
-                        response_topic=response_topic,
-                        content_type=content_type,
-                        user_properties=tuple(user_properties),
-                        message_expiry=message_expiry,
+                        correlation_data=message.correlation_data,
+                        response_topic=message.response_topic,
+                        content_type=message.content_type,
+                        user_properties=tuple(message.user_properties),
+                        message_expiry=message.message_expiry,
                     )
                 )
 
@@ -213,15 +205,7 @@ class LoopbackConnection:
         self._require()
         if self.broker.max_packet_size is not None:
             self._check_size(message)
-        self.broker.route(
-            message.topic,
-            bytes(message.payload),
-            message.correlation_data,
-            message.response_topic,
-            message.user_properties,
-            message.content_type,
-            message.message_expiry,
-        )
+        self.broker.route(message)
 
     def subscribed_to(self, topic: str) -> bool:
         """Whether one of this connection's filters matches ``topic``."""
