@@ -18,6 +18,8 @@ from sskv_mapping._transport.base import InboundMessage, MessageHandler, legacy_
 from sskv_mapping._transport.loopback import LoopbackBroker, LoopbackConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping._transport.stream import StreamConnection
+from sskv_mapping.client import AsyncStateStoreClient
+from sskv_mapping.emulator import EmulatorCore, EmulatorServer
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.emulator.inprocess import InProcessStateStore
 from tests._support.waiting import eventually
@@ -149,3 +151,26 @@ async def test_the_client_still_drives_a_connection_written_against_the_old_form
                 entry = await client.get("k")
                 assert entry is not None and entry.value == b"v"
     assert len(calls) == 2  # both requests went through the old form's publish_nowait
+
+
+async def test_the_emulator_still_answers_through_a_connection_written_against_the_old_form() -> None:
+    calls: list[str] = []
+    broker = LoopbackBroker()
+
+    def old_factory(settings: ConnectionSettings, on_message: MessageHandler) -> Any:
+        return OldFormConnection(broker.connection(settings, on_message), calls)
+
+    factory: Callable[[ConnectionSettings, MessageHandler], Any] = old_factory
+    server = EmulatorServer(ConnectionSettings(client_id="sskv-emulator"), EmulatorCore(), connection_factory=factory)
+    with pytest.warns(DeprecationWarning, match="take an OutgoingMessage"):
+        task = asyncio.get_running_loop().create_task(server.run())
+        await asyncio.wait_for(server.wait_ready(), WAIT)
+    try:
+        async with AsyncStateStoreClient(connection_factory=broker.connection) as client:
+            await client.set("k", b"v")
+            entry = await client.get("k")
+            assert entry is not None and entry.value == b"v"
+        assert len(calls) == 2  # both replies went out through the old form's publish_nowait
+    finally:
+        server.stop()
+        await asyncio.wait_for(task, WAIT)
