@@ -187,7 +187,10 @@ class LoopbackConnection:
         """Route ``message`` at once (the old form ``publish(topic, payload, ...)`` still works, deprecated)."""
         if args or fields or type(message) is not OutgoingMessage:
             message = legacy_message(message, args, fields)
-        self._route(message)
+        self._require()
+        if self.broker.max_packet_size is not None:
+            self._check_size(message)
+        self.broker.route(message)
 
     def publish_nowait(
         self,
@@ -199,9 +202,6 @@ class LoopbackConnection:
         """Route at once, as :meth:`publish` does; ``refusal`` is never failed (nothing here refuses)."""
         if args or fields or type(message) is not OutgoingMessage:
             message = legacy_message(message, args, fields)
-        self._route(message)
-
-    def _route(self, message: OutgoingMessage) -> None:
         self._require()
         if self.broker.max_packet_size is not None:
             self._check_size(message)
