@@ -56,7 +56,14 @@ from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from .._protocol import mqtt_packets as packets
-from .._protocol.mqtt_publish import InboundMessage, MalformedPacketError, OutgoingMessage, decode_publish, mqtt_str
+from .._protocol.mqtt_publish import (
+    InboundMessage,
+    MalformedPacketError,
+    OutgoingMessage,
+    decode_publish,
+    mqtt_str,
+    publish_properties,
+)
 from .._protocol.mqtt_session import KEEPALIVE_DEAD, KEEPALIVE_PING, MqttSession
 from ..errors import (
     BrokerConnectError,
@@ -247,16 +254,16 @@ class _Output:
     that may wait awaits :meth:`wait_writable`; the write backlog bounds ``publish_nowait``)."""
 
     __slots__ = (
-        "_answered",
         "_burst",
-        "_dispatching",
         "_flush_handle",
-        "_out",
         "_out_bytes",
         "_session",
         "_settings",
         "_writable",
+        "answered",
+        "dispatching",
         "loop",
+        "out",
         "paused",
         "read_flow_control",
         "transport",
@@ -268,11 +275,13 @@ class _Output:
         self._settings = settings
         self.loop: asyncio.AbstractEventLoop | None = None
         self.transport: asyncio.Transport | None = None
-        self._out: list[bytes] = []  # packets queued since the last write
-        self._out_bytes = 0  # bytes in _out
+        #: packets queued since the last write (a PUBACK inside a read is appended here directly)
+        self.out: list[bytes] = []
+        self._out_bytes = 0  # bytes in out (the PUBACKs a read appends are not counted: four bytes each)
         self._flush_handle: asyncio.Handle | None = None
-        self._dispatching = False  # inside a read callback
-        self._answered = False  # a handler published during the current read callback
+        #: inside a read callback (the connection sets it, and clears ``answered``, as a read starts)
+        self.dispatching = False
+        self.answered = False  # a handler published during the current read callback
         self._burst = False  # a write left at once this loop iteration: the others wait for the flush callback
         #: the transport asked us to stop writing (its buffer is over the high-water mark)
         self.paused = False
@@ -286,10 +295,10 @@ class _Output:
     # -- batching ---------------------------------------------------------------------------------------------
 
     def send(self, packet: bytes) -> None:
-        self._out.append(packet)
+        self.out.append(packet)
         self._out_bytes += len(packet)
-        if self._dispatching:
-            self._answered = True
+        if self.dispatching:
+            self.answered = True
             return
         if self._burst:
             return  # the callback below takes it, with the rest of this loop iteration's writes
@@ -304,19 +313,14 @@ class _Output:
 
     def queue(self, packet: bytes) -> None:
         """Add ``packet`` to the next write without starting one (a PUBACK inside a read, the DISCONNECT)."""
-        self._out.append(packet)
+        self.out.append(packet)
         self._out_bytes += len(packet)
-
-    def reading(self) -> None:
-        """A read callback starts: what its handlers publish leaves at its end (:meth:`read`)."""
-        self._dispatching = True
-        self._answered = False
 
     def read(self) -> None:
         """A read callback ends: its output leaves now, or with the next loop iteration's requests."""
-        self._dispatching = False
-        if self._out:
-            if self._answered:
+        self.dispatching = False
+        if self.out:
+            if self.answered:
                 # a handler answered (the emulator's responses): out now, with the PUBACKs
                 self.flush()
             elif self._flush_handle is None:
@@ -331,10 +335,10 @@ class _Output:
         self._write_out()
 
     def _write_out(self) -> None:
-        out = self._out
+        out = self.out
         if not out:
             return
-        self._out = []
+        self.out = []
         self._out_bytes = 0
         transport = self.transport
         if transport is None or transport.is_closing():
@@ -595,7 +599,8 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
             self._protocol_error(str(exc))
             return
         output = self._output
-        output.reading()
+        output.dispatching = True  # what the handlers publish leaves at the end (output.read())
+        output.answered = False
         try:
             for first, body in received:
                 kind = first >> 4
@@ -642,7 +647,7 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
         except Exception:
             log.exception("message handler failed on topic %r", message.topic)
         if first & 0x02:
-            self._output.queue(packets.puback_packet(packet_id))
+            self._output.out.append(packets.puback_packet(packet_id))  # leaves with this read's output
 
     def _protocol_error(self, text: str, what: str = "malformed packet from the broker") -> None:
         log.warning("dropping the connection to %s: %s", self.settings.url, text)
@@ -708,7 +713,13 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
         if qos not in (0, 1):
             raise ConfigurationError(f"QoS {qos} is not supported (0 or 1)")
         field = _topic_field(message.topic)
-        props = message.encoded_properties()
+        props = publish_properties(  # as message.encoded_properties(), without its call: the request path
+            message.correlation_data,
+            message.response_topic,
+            message.user_properties,
+            message.content_type,
+            message.message_expiry,
+        )
         if not waited:
             self._output.check_room(len(message.payload), message.topic)
         # None: beyond the broker's Receive Maximum, it waits in the session for a PUBACK ([MQTT-3.3.4-7])
