@@ -37,7 +37,25 @@ class MalformedPacketError(ProtocolError):
     """A PUBLISH packet that does not follow MQTT 5 (or that paho/aiomqtt would refuse)."""
 
 
-@dataclass(frozen=True, slots=True)
+_set = object.__setattr__
+_new = object.__new__
+
+
+@dataclass(slots=True)
+class _InboundFields:
+    """:class:`InboundMessage`'s fields, mutable: how one is built (as :class:`OutgoingMessage`, at the end)."""
+
+    topic: str
+    payload: bytes
+    qos: int
+    correlation_data: bytes | None
+    response_topic: str | None
+    content_type: str | None
+    user_properties: tuple[tuple[str, str], ...]
+    message_expiry: int | None = None
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class InboundMessage:
     """A received PUBLISH, with the MQTT 5 properties this project uses, as plain values."""
 
@@ -48,7 +66,40 @@ class InboundMessage:
     response_topic: str | None
     content_type: str | None
     user_properties: tuple[tuple[str, str], ...]
-    message_expiry: int | None = None
+    message_expiry: int | None
+
+    def __new__(
+        cls,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        correlation_data: bytes | None,
+        response_topic: str | None,
+        content_type: str | None,
+        user_properties: tuple[tuple[str, str], ...],
+        message_expiry: int | None = None,
+    ) -> InboundMessage:
+        # one per message received: see OutgoingMessage.__new__ for why a twin is filled instead
+        if cls is InboundMessage:
+            message = _new(_InboundFields)
+            message.topic = topic
+            message.payload = payload
+            message.qos = qos
+            message.correlation_data = correlation_data
+            message.response_topic = response_topic
+            message.content_type = content_type
+            message.user_properties = user_properties
+            message.message_expiry = message_expiry
+            message.__class__ = InboundMessage  # type: ignore[assignment]
+            return message  # type: ignore[return-value]  # an InboundMessage now
+        fields = (topic, payload, qos, correlation_data, response_topic, content_type, user_properties, message_expiry)
+        frozen = _new(cls)  # a subclass: field by field
+        for name, value in zip(_INBOUND_FIELDS, fields, strict=True):
+            _set(frozen, name, value)
+        return frozen
+
+    def __reduce__(self) -> tuple[type[InboundMessage], tuple[Any, ...]]:
+        return type(self), tuple(getattr(self, name) for name in _INBOUND_FIELDS)
 
     def user_property(self, name: str) -> str | None:
         """The first value of user property ``name`` (order-independent lookup)."""
@@ -285,10 +336,6 @@ class _OutgoingFields:
     message_expiry: int | None = None
 
 
-_set = object.__setattr__
-_new = object.__new__
-
-
 @dataclass(frozen=True, slots=True, init=False)
 class OutgoingMessage:
     """A PUBLISH to send, with the MQTT 5 properties this project uses, as plain values: what every
@@ -351,6 +398,7 @@ class OutgoingMessage:
 
 
 _OUTGOING_FIELDS = tuple(_OutgoingFields.__slots__)
+_INBOUND_FIELDS = tuple(_InboundFields.__slots__)
 
 
 def publish_size(topic_field: int, properties: int, payload: int, qos: int) -> int:

@@ -180,3 +180,20 @@ def test_the_fast_construction_builds_the_same_frozen_message() -> None:
     assert (type(tagged), tagged.topic, tagged.message_expiry) == (Tagged, "t", 5)
     with pytest.raises(dataclasses.FrozenInstanceError):
         tagged.qos = 0  # type: ignore[misc]
+
+
+def test_an_inbound_message_is_built_the_same_way_and_stays_frozen() -> None:
+    from sskv_mapping._protocol.mqtt_publish import InboundMessage, _InboundFields
+
+    assert [f.name for f in dataclasses.fields(_InboundFields)] == [f.name for f in dataclasses.fields(InboundMessage)]
+    message = InboundMessage("t", b"p", 1, b"c", "r", "ct", (("k", "v"),), 5)
+    by_name = InboundMessage(
+        topic="t", payload=b"p", qos=1, correlation_data=b"c", response_topic="r", content_type="ct",
+        user_properties=(("k", "v"),), message_expiry=5,
+    )  # fmt: skip
+    assert type(message) is InboundMessage and message == by_name and hash(message) == hash(by_name)
+    assert InboundMessage("t", b"p", 1, None, None, None, ()).message_expiry is None
+    assert copy.copy(message) == message == pickle.loads(pickle.dumps(message))
+    assert message.user_property("k") == "v"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        message.payload = b"q"  # type: ignore[misc]
