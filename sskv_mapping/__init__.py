@@ -9,7 +9,7 @@ from ._namespace.store import StoreEntry
 from ._protocol.commands import SetCondition, VDeleteResult
 from ._protocol.hlc import HybridLogicalClock
 from ._protocol.notifications import KeyEvent, KeyOperation
-from ._transport.base import Connection, ConnectionFactory, InboundMessage
+from ._transport.base import Connection, ConnectionFactory, InboundMessage, OutgoingMessage
 from ._transport.settings import ConnectionSettings, TlsSettings
 from .cache._cache import AsyncStateStoreCache, StateStoreCache, translate_ttl
 from .cache._stats import CacheCounters, OpLatency, StateStoreCacheStats
@@ -127,6 +127,7 @@ __all__ = [
     "MsgpackCodec",
     "NotAuthorizedError",
     "OpLatency",
+    "OutgoingMessage",
     "OverloadedError",
     "PickleCodec",
     "PickleEncodeError",

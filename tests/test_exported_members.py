@@ -47,6 +47,7 @@ EXPECTED = {
     "Connection",
     "ConnectionFactory",
     "InboundMessage",
+    "OutgoingMessage",
     # the dict and the cache
     "AsyncStateStoreDict",
     "StateStoreDict",

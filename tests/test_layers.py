@@ -344,7 +344,7 @@ OVER_BUDGET = {
     "MqttSession": 19,
     "StoredKeyIndex": 21,
     "NamespaceStore": 21,
-    "StreamConnection": 29,
+    "StreamConnection": 20,
 }
 
 

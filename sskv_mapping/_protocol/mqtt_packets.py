@@ -30,7 +30,6 @@ __all__ = [
     "decode_connack",
     "decode_disconnect",
     "decode_suback",
-    "packet_size",
     "puback_packet",
     "publish_packet",
     "reason_name",
@@ -40,18 +39,6 @@ __all__ = [
 
 #: The largest Remaining Length MQTT can express (a four-byte Variable Byte Integer): 256 MiB less 1 byte.
 MAX_PACKET = 268_435_455
-
-
-def packet_size(remaining: int) -> int:
-    """The whole size of a packet whose Remaining Length is ``remaining`` (what MQTT 5's Maximum Packet Size
-    counts: fixed header included)."""
-    if remaining < 0x80:
-        return remaining + 2
-    if remaining < 0x4000:
-        return remaining + 3
-    if remaining < 0x200000:
-        return remaining + 4
-    return remaining + 5
 
 
 CONNECT, CONNACK, PUBLISH, PUBACK = 1, 2, 3, 4

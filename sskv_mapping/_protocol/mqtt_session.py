@@ -11,7 +11,7 @@ from typing import Generic, TypeVar
 
 from ..errors import ValueTooLargeError
 from . import mqtt_packets as packets
-from .mqtt_publish import MalformedPacketError
+from .mqtt_publish import MalformedPacketError, publish_size
 
 __all__ = ["DEFAULT_RECEIVE_MAXIMUM", "KEEPALIVE_DEAD", "KEEPALIVE_OK", "KEEPALIVE_PING", "MqttSession"]
 
@@ -132,32 +132,32 @@ class MqttSession(Generic[T]):
         Raises :class:`ValueTooLargeError` (nothing is kept) when the packet is over the broker's Maximum
         Packet Size ([MQTT-3.2.2-15]) or over what MQTT can express.
         """
-        remaining = len(topic_field) + len(properties) + len(payload) + (2 if qos else 0)
-        self.check_size(remaining)
+        size = publish_size(len(topic_field), len(properties), len(payload), qos)
+        if self.max_packet_size is not None or size > packets.MAX_PACKET + 5:
+            self.check_size(size)
         if not qos:
             return packets.publish_packet(topic_field, payload, 0, 0, properties)
         if len(self.inflight) >= self.send_quota:
             self.queued.append((topic_field, payload, properties, token))
-            self.queued_bytes += remaining
+            self.queued_bytes += len(topic_field) + len(payload) + len(properties) + 2
             return None
         packet_id = self._packet_id()
         packet = packets.publish_packet(topic_field, payload, 1, packet_id, properties)
         self.inflight[packet_id] = (token, packet)
         return packet
 
-    def check_size(self, remaining: int) -> None:
-        """Raise :class:`ValueTooLargeError` if a packet of Remaining Length ``remaining`` may not be sent."""
+    def check_size(self, size: int) -> None:
+        """Raise :class:`ValueTooLargeError` if a packet of ``size`` bytes (fixed header included:
+        :func:`~sskv_mapping._protocol.mqtt_publish.publish_size`) may not be sent."""
         limit = self.max_packet_size
         if limit is not None:
-            size = packets.packet_size(remaining)
             if size > limit:
                 raise ValueTooLargeError(
                     f"the packet would be {size:,} bytes, more than the broker's Maximum Packet Size ({limit:,})",
                     size=size,
                     limit=limit,
                 )
-        elif remaining > packets.MAX_PACKET:
-            size = packets.packet_size(remaining)
+        elif size > packets.MAX_PACKET + 5:
             raise ValueTooLargeError(
                 f"the packet would be {size:,} bytes, more than MQTT allows", size=size, limit=packets.MAX_PACKET + 5
             )

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
-from .._protocol.mqtt_packets import packet_size
-from .._protocol.mqtt_publish import mqtt_str, publish_properties
+from .._protocol.mqtt_publish import OutgoingMessage, message_size
 from ..errors import BrokerConnectError, ClientStateError, ConnectionLostError, ValueTooLargeError
-from .base import Connection, InboundMessage, MessageHandler
+from .base import Connection, InboundMessage, MessageHandler, legacy_message
 from .settings import ConnectionSettings
 
 __all__ = ["LoopbackBroker", "LoopbackConnection", "topic_matches"]
@@ -53,7 +52,7 @@ class LoopbackBroker:
         return list(self._sessions)
 
     def _log(self, level: str, text: str) -> None:
-        self.route(f"$SYS/broker/log/{level}", f"{int(time.time())}: {text}".encode(), None, None, (), None, None)
+        self.route(OutgoingMessage(f"$SYS/broker/log/{level}", f"{int(time.time())}: {text}".encode()))
 
     def attach(self, conn: LoopbackConnection) -> None:
         if self.refuse_connections:
@@ -77,17 +76,9 @@ class LoopbackBroker:
         for conn in list(self._sessions.values()):
             conn.drop()
 
-    def route(
-        self,
-        topic: str,
-        payload: bytes,
-        correlation_data: bytes | None,
-        response_topic: str | None,
-        user_properties: Sequence[tuple[str, str]],
-        content_type: str | None,
-        message_expiry: int | None,
-    ) -> None:
+    def route(self, message: OutgoingMessage) -> None:
         self.published += 1
+        topic, payload = message.topic, bytes(message.payload)
         for conn in list(self._sessions.values()):
             if conn.subscribed_to(topic):
                 conn.deliver(
@@ -95,11 +86,11 @@ class LoopbackBroker:
                         topic=topic,
                         payload=payload,
                         qos=1,
-                        correlation_data=correlation_data,
-                        response_topic=response_topic,
-                        content_type=content_type,
-                        user_properties=tuple(user_properties),
-                        message_expiry=message_expiry,
+                        correlation_data=message.correlation_data,
+                        response_topic=message.response_topic,
+                        content_type=message.content_type,
+                        user_properties=tuple(message.user_properties),
+                        message_expiry=message.message_expiry,
                     )
                 )
 
@@ -130,22 +121,11 @@ class LoopbackConnection:
         :class:`~sskv_mapping.errors.ValueTooLargeError`."""
         return self.broker.max_packet_size
 
-    def _check_size(
-        self,
-        topic: str,
-        payload: bytes,
-        qos: int,
-        correlation_data: bytes | None,
-        response_topic: str | None,
-        user_properties: Sequence[tuple[str, str]],
-        content_type: str | None,
-        message_expiry: int | None,
-    ) -> None:
+    def _check_size(self, message: OutgoingMessage) -> None:
         limit = self.broker.max_packet_size
         if limit is None:
             return
-        props = publish_properties(correlation_data, response_topic, user_properties, content_type, message_expiry)
-        size = packet_size(len(mqtt_str(topic)) + (2 if qos else 0) + len(props) + len(payload))
+        size = message_size(message)
         if size > limit:
             raise ValueTooLargeError(
                 f"the packet would be {size:,} bytes, more than the broker's Maximum Packet Size ({limit:,})",
@@ -194,50 +174,29 @@ class LoopbackConnection:
         self._require()
         self._filters.difference_update(filters)
 
-    async def publish(
-        self,
-        topic: str,
-        payload: bytes,
-        *,
-        qos: int = 1,
-        correlation_data: bytes | None = None,
-        response_topic: str | None = None,
-        user_properties: Sequence[tuple[str, str]] = (),
-        content_type: str | None = None,
-        message_expiry: int | None = None,
-        timeout: float = 10.0,
-    ) -> None:
+    async def publish(self, message: OutgoingMessage | str, *args: Any, timeout: float = 10.0, **fields: Any) -> None:
+        """Route ``message`` at once (the old form ``publish(topic, payload, ...)`` still works, deprecated)."""
+        if args or fields or type(message) is not OutgoingMessage:
+            message = legacy_message(message, args, fields)
         self._require()
         if self.broker.max_packet_size is not None:
-            self._check_size(
-                topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry
-            )
-        self.broker.route(
-            topic, bytes(payload), correlation_data, response_topic, user_properties, content_type, message_expiry
-        )
+            self._check_size(message)
+        self.broker.route(message)
 
     def publish_nowait(
         self,
-        topic: str,
-        payload: bytes,
-        *,
-        qos: int = 1,
-        correlation_data: bytes | None = None,
-        response_topic: str | None = None,
-        user_properties: Sequence[tuple[str, str]] = (),
-        content_type: str | None = None,
-        message_expiry: int | None = None,
+        message: OutgoingMessage | str,
+        *args: Any,
         refusal: asyncio.Future[Any] | None = None,
+        **fields: Any,
     ) -> None:
         """Route at once, as :meth:`publish` does; ``refusal`` is never failed (nothing here refuses)."""
+        if args or fields or type(message) is not OutgoingMessage:
+            message = legacy_message(message, args, fields)
         self._require()
         if self.broker.max_packet_size is not None:
-            self._check_size(
-                topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry
-            )
-        self.broker.route(
-            topic, bytes(payload), correlation_data, response_topic, user_properties, content_type, message_expiry
-        )
+            self._check_size(message)
+        self.broker.route(message)
 
     def subscribed_to(self, topic: str) -> bool:
         """Whether one of this connection's filters matches ``topic``."""

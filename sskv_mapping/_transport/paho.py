@@ -12,7 +12,7 @@ import logging
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 import aiomqtt
@@ -23,8 +23,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
 from .._protocol.mqtt_packets import BAD_CREDENTIALS, SESSION_TAKEN_OVER
-from .._protocol.mqtt_publish import InboundMessage, varint
-from .._protocol.mqtt_publish import publish_properties as _property_bytes
+from .._protocol.mqtt_publish import InboundMessage, OutgoingMessage, message_size
 from ..errors import (
     BrokerConnectError,
     ClientStateError,
@@ -38,7 +37,7 @@ from ..errors import (
     TransportError,
     ValueTooLargeError,
 )
-from .base import Connection
+from .base import Connection, legacy_message
 from .settings import ConnectionSettings
 from .tls import read_sat_token, ssl_context
 
@@ -200,8 +199,6 @@ def _redacted(props: Properties) -> object:
 
 log.addFilter(_RedactAuthenticationData())
 
-UserProperties = Sequence[tuple[str, str]]
-
 
 def _convert(message: aiomqtt.Message) -> InboundMessage:
     props = getattr(message, "properties", None)
@@ -247,35 +244,21 @@ def _dispatching_queue(handler: Callable[[InboundMessage], None]) -> type[asynci
     return _DispatchQueue
 
 
-def _publish_properties(
-    correlation_data: bytes | None,
-    response_topic: str | None,
-    user_properties: UserProperties,
-    content_type: str | None,
-    message_expiry: int | None,
-) -> Properties:
+def _publish_properties(message: OutgoingMessage) -> Properties:
     """The PUBLISH properties as paho's own ``Properties`` (paho encodes them: an independent implementation
     of what ``_protocol/mqtt_publish.py`` encodes for the stream transport)."""
     props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-    if message_expiry is not None:
-        props.MessageExpiryInterval = message_expiry
-    if content_type is not None:
-        props.ContentType = content_type
-    if response_topic is not None:
-        props.ResponseTopic = response_topic
-    if correlation_data is not None:
-        props.CorrelationData = correlation_data
-    for pair in user_properties:
+    if message.message_expiry is not None:
+        props.MessageExpiryInterval = message.message_expiry
+    if message.content_type is not None:
+        props.ContentType = message.content_type
+    if message.response_topic is not None:
+        props.ResponseTopic = message.response_topic
+    if message.correlation_data is not None:
+        props.CorrelationData = message.correlation_data
+    for pair in message.user_properties:
         props.UserProperty = pair
     return props
-
-
-def _packet_size(topic: str, payload: bytes, qos: int, properties: bytes) -> int:
-    """The size of the PUBLISH packet paho will write (fixed header included), ``properties`` being their
-    encoding by ``_protocol/mqtt_publish.py`` (byte-identical to paho's, ``tests/transport/test_paho.py``;
-    paho's own ``pack()`` costs ~50 times more and would run twice)."""
-    remaining = 2 + len(topic.encode("utf-8")) + (2 if qos else 0) + len(properties) + len(payload)
-    return 1 + len(varint(remaining)) + remaining
 
 
 def _reraise_lost_cancel() -> None:
@@ -503,24 +486,15 @@ class PahoConnection:
             raise self._error(exc, "unsubscribe") from exc
         _reraise_lost_cancel()
 
-    def _send(
-        self,
-        topic: str,
-        payload: bytes,
-        qos: int,
-        correlation_data: bytes | None,
-        response_topic: str | None,
-        user_properties: UserProperties,
-        content_type: str | None,
-        message_expiry: int | None,
-    ) -> int:
+    def _send(self, message: OutgoingMessage) -> int:
         """Hand one PUBLISH to paho (which numbers, queues and tracks it until its PUBACK); its packet id."""
         client = self._require()
-        props = _publish_properties(correlation_data, response_topic, user_properties, content_type, message_expiry)
+        topic = message.topic
         limit = self.max_packet_size
         if limit is not None:  # [MQTT-3.2.2-15]: the broker would drop the whole connection on a larger packet
-            packed = _property_bytes(correlation_data, response_topic, user_properties, content_type, message_expiry)
-            size = _packet_size(topic, payload, qos, packed)
+            # our encoding of the properties is byte-identical to paho's (tests/transport/test_paho.py), and
+            # paho's own pack() costs ~50 times more and would run twice
+            size = message_size(message)
             if size > limit:
                 raise ValueTooLargeError(
                     f"a PUBLISH of {size} bytes to {topic[:200]!r} is over the broker's maximum packet size "
@@ -528,35 +502,25 @@ class PahoConnection:
                     size=size,
                     limit=limit,
                 )
+        props = _publish_properties(message)
         try:
             # paho's own publish, not aiomqtt's: that one adds an asyncio.Event, a wait_for task and a scan of
             # every pending call per message, for a PUBACK the request path does not need to wait for.
-            info = paho_client_of(client).publish(topic, payload, qos, False, props)
+            info = paho_client_of(client).publish(topic, message.payload, message.qos, False, props)
         except ValueError as exc:  # a topic with wildcards, a bad QoS, a payload over 256 MB
             raise ConfigurationError(f"cannot publish to {topic[:200]!r}: {exc}") from None
         if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
             raise ConnectionLostError(f"publish failed on {self.settings.url}: {paho_client.error_string(info.rc)}")
         return info.mid
 
-    async def publish(
-        self,
-        topic: str,
-        payload: bytes,
-        *,
-        qos: int = 1,
-        correlation_data: bytes | None = None,
-        response_topic: str | None = None,
-        user_properties: UserProperties = (),
-        content_type: str | None = None,
-        message_expiry: int | None = None,
-        timeout: float = 10.0,
-    ) -> None:
-        """Publish and, at QoS 1, wait for PUBACK (:class:`ConnectionLostError` if the connection ends first)."""
-        mid = self._send(
-            topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry
-        )
+    async def publish(self, message: OutgoingMessage | str, *args: Any, timeout: float = 10.0, **fields: Any) -> None:
+        """Publish and, at QoS 1, wait for PUBACK (:class:`ConnectionLostError` if the connection ends first).
+        The old form ``publish(topic, payload, qos=..., ...)`` still works, deprecated."""
+        if args or fields or type(message) is not OutgoingMessage:
+            message = legacy_message(message, args, fields)
+        mid = self._send(message)
         hooks = self._hooks
-        if qos == 0 or hooks is None:
+        if message.qos == 0 or hooks is None:
             return
         fut = asyncio.get_running_loop().create_future()
         hooks.acks[mid] = fut
@@ -571,16 +535,10 @@ class PahoConnection:
 
     def publish_nowait(
         self,
-        topic: str,
-        payload: bytes,
-        *,
-        qos: int = 1,
-        correlation_data: bytes | None = None,
-        response_topic: str | None = None,
-        user_properties: UserProperties = (),
-        content_type: str | None = None,
-        message_expiry: int | None = None,
+        message: OutgoingMessage | str,
+        *args: Any,
         refusal: asyncio.Future[Any] | None = None,
+        **fields: Any,
     ) -> None:
         """Queue a publish and return at once, without waiting for its PUBACK.
 
@@ -590,12 +548,13 @@ class PahoConnection:
         :class:`ConnectionLostError` when not connected or when paho refuses the message; a PUBACK that never
         comes is not reported (a connection that drops is, through :meth:`wait_closed`). A PUBACK that refuses
         the message (reason code >= 0x80, e.g. an ACL denial) fails ``refusal`` with
-        :class:`PublishRefusedError`, when given (a requester passes the future of its response).
+        :class:`PublishRefusedError`, when given (a requester passes the future of its response). The old form
+        ``publish_nowait(topic, payload, ...)`` still works, deprecated.
         """
-        mid = self._send(
-            topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry
-        )
-        if refusal is not None and qos and self._hooks is not None:
+        if args or fields or type(message) is not OutgoingMessage:
+            message = legacy_message(message, args, fields)
+        mid = self._send(message)
+        if refusal is not None and message.qos and self._hooks is not None:
             self._hooks.refusals[mid] = refusal
 
     def _error(self, exc: aiomqtt.MqttError, what: str) -> TransportError:

@@ -10,11 +10,18 @@ import contextlib
 import functools
 import logging
 import socket
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from .._protocol import mqtt_packets as packets
-from .._protocol.mqtt_publish import InboundMessage, MalformedPacketError, decode_publish, mqtt_str, publish_properties
+from .._protocol.mqtt_publish import (
+    InboundMessage,
+    MalformedPacketError,
+    OutgoingMessage,
+    decode_publish,
+    mqtt_str,
+    publish_properties,
+)
 from .._protocol.mqtt_session import KEEPALIVE_DEAD, KEEPALIVE_PING, MqttSession
 from ..errors import (
     BrokerConnectError,
@@ -30,7 +37,7 @@ from ..errors import (
     TransportError,
     WriteBufferFullError,
 )
-from .base import Connection
+from .base import Connection, legacy_message
 from .sat import SatSession
 from .settings import ConnectionSettings
 from .tls import read_sat_token, server_name, ssl_context
@@ -198,45 +205,159 @@ def _tune_socket(sock: Any) -> Callable[[], None] | None:
     return functools.partial(sock.setsockopt, socket.IPPROTO_TCP, _TCP_QUICKACK, 1)
 
 
-class _WriteFlow(asyncio.Protocol):
-    """asyncio's write flow control for :class:`StreamConnection`: ``pause_writing``/``resume_writing`` keep
-    ``_paused``; a publish that may wait awaits :meth:`_wait_writable`; ``read_flow_control`` also pauses
-    reading meanwhile (a responder takes no new requests while its replies cannot leave)."""
+class _Output:
+    """What :class:`StreamConnection` writes, and when: the packets queued since the last write and the one
+    ``write`` they leave in (at the end of a read callback, or in one ``call_soon`` callback for what a loop
+    iteration's tasks publish), and asyncio's write flow control (``pause_writing``/``resume_writing``: a publish
+    that may wait awaits :meth:`wait_writable`; the write backlog bounds ``publish_nowait``)."""
 
-    _transport: asyncio.Transport | None
-    _paused: bool
-    _writable: asyncio.Future[None] | None  # resolved at resume_writing (or at the end)
-    read_flow_control: bool
-    settings: ConnectionSettings
+    __slots__ = (
+        "_burst",
+        "_flush_handle",
+        "_out_bytes",
+        "_session",
+        "_settings",
+        "_writable",
+        "answered",
+        "dispatching",
+        "loop",
+        "out",
+        "paused",
+        "read_flow_control",
+        "transport",
+        "write_bound",
+    )
 
-    def pause_writing(self) -> None:
-        self._paused = True
-        if self.read_flow_control and self._transport is not None:
-            self._transport.pause_reading()
+    def __init__(self, session: MqttSession[_Token], settings: ConnectionSettings) -> None:
+        self._session = session  # counts the writes (keepalive) and holds the publishes over Receive Maximum
+        self._settings = settings
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.transport: asyncio.Transport | None = None
+        #: packets queued since the last write (a PUBACK inside a read is appended here directly)
+        self.out: list[bytes] = []
+        self._out_bytes = 0  # bytes in out (the PUBACKs a read appends are not counted: four bytes each)
+        self._flush_handle: asyncio.Handle | None = None
+        #: inside a read callback (the connection sets it, and clears ``answered``, as a read starts)
+        self.dispatching = False
+        self.answered = False  # a handler published during the current read callback
+        self._burst = False  # a write left at once this loop iteration: the others wait for the flush callback
+        #: the transport asked us to stop writing (its buffer is over the high-water mark)
+        self.paused = False
+        self._writable: asyncio.Future[None] | None = None  # resolved at resume_writing (or at the end)
+        #: the bound on the write backlog past which publish_nowait raises WriteBufferFullError
+        self.write_bound = WRITE_BOUND
+        #: stop reading while writing is paused: a responder (the emulator) then takes no new requests while its
+        #: replies cannot leave, so its backlog stays bounded; a requester keeps reading (its responses)
+        self.read_flow_control = False
 
-    def resume_writing(self) -> None:
-        self._paused = False
+    # -- batching ---------------------------------------------------------------------------------------------
+
+    def send(self, packet: bytes) -> None:
+        self.out.append(packet)
+        self._out_bytes += len(packet)
+        if self.dispatching:
+            self.answered = True
+            return
+        if self._burst:
+            return  # the callback below takes it, with the rest of this loop iteration's writes
+        # The first write of a loop iteration outside a read callback leaves at once (a lone request's latency),
+        # with the PUBACKs waiting for it; what the other tasks of the same iteration write leaves together in one
+        # callback (a burst of requests: one send, not one each).
+        self._burst = True
+        self._write_out()
+        if self._flush_handle is None:
+            assert self.loop is not None
+            self._flush_handle = self.loop.call_soon(self.flush)
+
+    def queue(self, packet: bytes) -> None:
+        """Add ``packet`` to the next write without starting one (a PUBACK inside a read, the DISCONNECT)."""
+        self.out.append(packet)
+        self._out_bytes += len(packet)
+
+    def read(self) -> None:
+        """A read callback ends: its output leaves now, or with the next loop iteration's requests."""
+        self.dispatching = False
+        if self.out:
+            if self.answered:
+                # a handler answered (the emulator's responses): out now, with the PUBACKs
+                self.flush()
+            elif self._flush_handle is None:
+                # only PUBACKs (a requester): they leave with the requests the tasks just woken make in the
+                # next loop iteration -- one send, not two, per round trip
+                assert self.loop is not None
+                self._flush_handle = self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_handle = None
+        self._burst = False
+        self._write_out()
+
+    def _write_out(self) -> None:
+        out = self.out
+        if not out:
+            return
+        self.out = []
+        self._out_bytes = 0
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        transport.write(out[0] if len(out) == 1 else b"".join(out))
+        self._session.writes += 1
+
+    # -- flow control -----------------------------------------------------------------------------------------
+
+    def backlog(self) -> int:
+        """Bytes waiting to be written: the transport's buffer, our pending output, the held publishes."""
+        transport = self.transport
+        buffered = transport.get_write_buffer_size() if transport is not None else 0
+        return buffered + self._out_bytes + self._session.queued_bytes
+
+    def check_room(self, size: int, topic: str) -> None:
+        """:class:`WriteBufferFullError` if ``size`` more bytes would take the backlog past :attr:`write_bound`."""
+        if self.backlog() + size > self.write_bound:
+            raise WriteBufferFullError(
+                f"cannot publish to {topic[:200]!r}: {self.backlog():,} bytes wait to be written to "
+                f"{self._settings.url} (the bound is {self.write_bound:,}); the broker is not reading"
+            )
+
+    def pause(self) -> None:
+        self.paused = True
+        if self.read_flow_control and self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        self.paused = False
         self._wake_writers()
-        if self.read_flow_control and self._transport is not None and not self._transport.is_closing():
-            self._transport.resume_reading()
+        if self.read_flow_control and self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def _wake_writers(self) -> None:
         writable, self._writable = self._writable, None
         if writable is not None and not writable.done():
             writable.set_result(None)
 
-    async def _wait_writable(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+    async def wait_writable(self, timeout: float) -> None:
         """Wait for the transport to take writes again (resume_writing), within ``timeout``."""
+        assert self.loop is not None
         try:
             async with asyncio.timeout(timeout):
-                while self._paused:
+                while self.paused:
                     if self._writable is None:
-                        self._writable = loop.create_future()
+                        self._writable = self.loop.create_future()
                     await asyncio.shield(self._writable)
         except TimeoutError:
             raise RequestTimeoutError(
-                f"publish timed out on {self.settings.url}: the broker did not take our writes (nothing was sent)"
+                f"publish timed out on {self._settings.url}: the broker did not take our writes (nothing was sent)"
             ) from None
+
+    def lost(self) -> None:
+        """The connection is gone: a publish waiting for room finds it gone; nothing more is written."""
+        self.transport = None
+        self.paused = False
+        self._wake_writers()
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
 
 
 class _SessionCarry:
@@ -259,7 +380,7 @@ class _SessionCarry:
             self._session.adopt(previous._session)  # noqa: SLF001 - the same class
 
 
-class StreamConnection(_WriteFlow, _SessionCarry):
+class StreamConnection(asyncio.Protocol, _SessionCarry):
     """One MQTT 5 connection (see the module docstring). Not reusable: after it closes or drops, make a new one.
 
     ``on_message`` is called on the event loop thread for every inbound PUBLISH, inside the read callback; it
@@ -285,25 +406,12 @@ class StreamConnection(_WriteFlow, _SessionCarry):
         self._closing = False
         self._ending = False  # close() ends the session: nothing is kept for a next connection
         self._started = False
-        # output: packets queued since the last write, and whether a write is due
-        self._out: list[bytes] = []
-        self._flush_handle: asyncio.Handle | None = None
-        self._dispatching = False
-        self._answered = False  # a handler published during the current data_received
-        self._burst = False  # a write left at once this loop iteration: the others wait for the flush callback
+        self._output = _Output(self._session, settings)  # batching and flow control of what we write
         self._keepalive_handle: asyncio.TimerHandle | None = None
         self._lost_reason = ""
         self._heard = False  # any byte from the peer yet (the first must start a CONNACK or an AUTH)
         self._sat = SatSession(settings, self.reauthenticate)  # K8S-SAT re-authentication (AUTH), see sat.py
         self._quickack: Callable[[], None] | None = None
-        self._out_bytes = 0  # bytes in _out
-        self._paused = False  # the transport asked us to stop writing (its buffer is over the high-water mark)
-        self._writable = None
-        #: the bound on the write backlog past which publish_nowait raises WriteBufferFullError
-        self.write_bound = WRITE_BOUND
-        #: stop reading while writing is paused: a responder (the emulator) then takes no new requests while its
-        #: replies cannot leave, so its backlog stays bounded; a requester keeps reading (its responses)
-        self.read_flow_control = False
 
     # -- properties ---------------------------------------------------------------------------------------------
 
@@ -326,6 +434,25 @@ class StreamConnection(_WriteFlow, _SessionCarry):
         """The broker's Maximum Packet Size from CONNACK (None: it stated none, or no CONNACK yet)."""
         return self._session.max_packet_size
 
+    @property
+    def write_bound(self) -> int:
+        """The bound on the write backlog past which :meth:`publish_nowait` raises :class:`WriteBufferFullError`."""
+        return self._output.write_bound
+
+    @write_bound.setter
+    def write_bound(self, value: int) -> None:
+        self._output.write_bound = value
+
+    @property
+    def read_flow_control(self) -> bool:
+        """Stop reading while writing is paused: a responder (the emulator) then takes no new requests while its
+        replies cannot leave, so its backlog stays bounded; a requester keeps reading (its responses)."""
+        return self._output.read_flow_control
+
+    @read_flow_control.setter
+    def read_flow_control(self, value: bool) -> None:
+        self._output.read_flow_control = value
+
     def __repr__(self) -> str:
         state = "connected" if self.connected else "not connected"
         return f"<StreamConnection {self.settings.client_id!r} {self.settings.url} {state}>"
@@ -338,7 +465,7 @@ class StreamConnection(_WriteFlow, _SessionCarry):
             raise ClientStateError("StreamConnection.connect() may be called once")
         self._started = True
         s = self.settings
-        loop = self._loop = asyncio.get_running_loop()
+        loop = self._loop = self._output.loop = asyncio.get_running_loop()
         self._closed = loop.create_future()
         self._connack = loop.create_future()
         ctx = ssl_context(s)
@@ -381,7 +508,7 @@ class StreamConnection(_WriteFlow, _SessionCarry):
         self.session_present = connack.session_present
         if self._carried:
             for packet in _resume(session, connack.session_present, s):
-                self._send(packet)
+                self._output.send(packet)
         session.start(loop.time())
         if session.tick_interval > 0:
             self._keepalive_handle = loop.call_later(session.tick_interval, self._keepalive)
@@ -402,7 +529,7 @@ class StreamConnection(_WriteFlow, _SessionCarry):
         # methods (write, set_write_buffer_limits, pause_reading...) without subclassing asyncio.Transport -- so no
         # isinstance check here, only the static type (create_connection hands a stream protocol a stream transport)
         transport = cast("asyncio.Transport", transport)
-        self._transport = transport
+        self._transport = self._output.transport = transport
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
         self._quickack = _tune_socket(transport.get_extra_info("socket"))
 
@@ -429,8 +556,9 @@ class StreamConnection(_WriteFlow, _SessionCarry):
         except MalformedPacketError as exc:
             self._protocol_error(str(exc))
             return
-        self._dispatching = True
-        self._answered = False
+        output = self._output
+        output.dispatching = True  # what the handlers publish leaves at the end (output.read())
+        output.answered = False
         try:
             for first, body in received:
                 kind = first >> 4
@@ -442,7 +570,7 @@ class StreamConnection(_WriteFlow, _SessionCarry):
                         _acknowledged(token, reason)
                     if session.queued:
                         for packet, _ in session.release(_abandoned):
-                            self._send(packet)
+                            output.send(packet)
                 elif kind in (packets.SUBACK, packets.UNSUBACK):
                     token, codes = session.acknowledged_request(body)
                     if token is not None and token[0] is not None and not token[0].done():
@@ -466,16 +594,7 @@ class StreamConnection(_WriteFlow, _SessionCarry):
         except MalformedPacketError as exc:
             self._protocol_error(str(exc))
         finally:
-            self._dispatching = False
-            if self._out:
-                if self._answered:
-                    # a handler answered (the emulator's responses): out now, with the PUBACKs
-                    self._flush()
-                elif self._flush_handle is None:
-                    # only PUBACKs (a requester): they leave with the requests the tasks just woken make in the
-                    # next loop iteration -- one send, not two, per round trip
-                    assert self._loop is not None
-                    self._flush_handle = self._loop.call_soon(self._flush)
+            output.read()
 
     def _publish_received(self, first: int, body: bytes) -> None:
         if first & 0x06 > 0x02:
@@ -486,7 +605,7 @@ class StreamConnection(_WriteFlow, _SessionCarry):
         except Exception:
             log.exception("message handler failed on topic %r", message.topic)
         if first & 0x02:
-            self._out.append(packets.puback_packet(packet_id))
+            self._output.out.append(packets.puback_packet(packet_id))  # leaves with this read's output
 
     def _protocol_error(self, text: str, what: str = "malformed packet from the broker") -> None:
         log.warning("dropping the connection to %s: %s", self.settings.url, text)
@@ -494,21 +613,17 @@ class StreamConnection(_WriteFlow, _SessionCarry):
         if self._transport is not None:
             self._transport.abort()
 
-    def _backlog(self) -> int:
-        """Bytes waiting to be written: the transport's buffer, our pending output, the held publishes."""
-        transport = self._transport
-        buffered = transport.get_write_buffer_size() if transport is not None else 0
-        return buffered + self._out_bytes + self._session.queued_bytes
+    def pause_writing(self) -> None:
+        self._output.pause()
+
+    def resume_writing(self) -> None:
+        self._output.resume()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
-        self._paused = False
-        self._wake_writers()  # a publish waiting for room now finds the connection gone
+        self._output.lost()  # a publish waiting for room now finds the connection gone
         if self._keepalive_handle is not None:
             self._keepalive_handle.cancel()
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
         reason = self._lost_reason or (str(exc) if exc else "the broker closed the connection")
         self.closed_by_broker = exc is None and not self._lost_reason and not self._closing
         if self._connack is not None and not self._connack.done():
@@ -527,42 +642,6 @@ class StreamConnection(_WriteFlow, _SessionCarry):
             else:
                 self._closed.set_exception(lost)
 
-    # -- output ---------------------------------------------------------------------------------------------------
-
-    def _send(self, packet: bytes) -> None:
-        self._out.append(packet)
-        self._out_bytes += len(packet)
-        if self._dispatching:
-            self._answered = True
-            return
-        if self._burst:
-            return  # the callback below takes it, with the rest of this loop iteration's writes
-        # The first write of a loop iteration outside a read callback leaves at once (a lone request's latency),
-        # with the PUBACKs waiting for it; what the other tasks of the same iteration write leaves together in one
-        # callback (a burst of requests: one send, not one each).
-        self._burst = True
-        self._write_out()
-        if self._flush_handle is None:
-            assert self._loop is not None
-            self._flush_handle = self._loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_handle = None
-        self._burst = False
-        self._write_out()
-
-    def _write_out(self) -> None:
-        out = self._out
-        if not out:
-            return
-        self._out = []
-        self._out_bytes = 0
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            return
-        transport.write(out[0] if len(out) == 1 else b"".join(out))
-        self._session.writes += 1
-
     def _keepalive(self) -> None:
         """The session's keepalive tick (see :meth:`MqttSession.tick`): a PINGREQ, or the link declared dead --
         the calls in flight fail at once with :class:`ConnectionLostError` and the client reconnects."""
@@ -577,7 +656,7 @@ class StreamConnection(_WriteFlow, _SessionCarry):
             self._transport.abort()
             return
         if action == KEEPALIVE_PING:
-            self._send(packets.PINGREQ)
+            self._output.send(packets.PINGREQ)
         self._keepalive_handle = loop.call_later(session.tick_interval, self._keepalive)
 
     # -- publish ------------------------------------------------------------------------------------------------
@@ -586,59 +665,38 @@ class StreamConnection(_WriteFlow, _SessionCarry):
         if self._transport is None or self._closed is None or self._closed.done() or self._transport.is_closing():
             raise ConnectionLostError(f"not connected to {self.settings.url}")
 
-    def _publish(
-        self,
-        topic: str,
-        payload: bytes,
-        qos: int,
-        correlation_data: bytes | None,
-        response_topic: str | None,
-        user_properties: Sequence[tuple[str, str]],
-        content_type: str | None,
-        message_expiry: int | None,
-        waiter: asyncio.Future[Any] | None,
-        waited: bool,
-    ) -> None:
+    def _publish(self, message: OutgoingMessage, waiter: asyncio.Future[Any] | None, waited: bool) -> None:
         self._require()
+        qos = message.qos
         if qos not in (0, 1):
             raise ConfigurationError(f"QoS {qos} is not supported (0 or 1)")
-        field = _topic_field(topic)
-        props = publish_properties(correlation_data, response_topic, user_properties, content_type, message_expiry)
-        if not waited and self._backlog() + len(payload) > self.write_bound:
-            raise WriteBufferFullError(
-                f"cannot publish to {topic[:200]!r}: {self._backlog():,} bytes wait to be written to "
-                f"{self.settings.url} (the bound is {self.write_bound:,}); the broker is not reading"
-            )
+        field = _topic_field(message.topic)
+        props = publish_properties(  # as message.encoded_properties(), without its call: the request path
+            message.correlation_data,
+            message.response_topic,
+            message.user_properties,
+            message.content_type,
+            message.message_expiry,
+        )
+        if not waited:
+            self._output.check_room(len(message.payload), message.topic)
         # None: beyond the broker's Receive Maximum, it waits in the session for a PUBACK ([MQTT-3.3.4-7])
-        packet = self._session.publish(field, payload, qos, props, (waiter, waited))
+        packet = self._session.publish(field, message.payload, qos, props, (waiter, waited))
         if packet is not None:
-            self._send(packet)
+            self._output.send(packet)
 
-    async def publish(
-        self,
-        topic: str,
-        payload: bytes,
-        *,
-        qos: int = 1,
-        correlation_data: bytes | None = None,
-        response_topic: str | None = None,
-        user_properties: Sequence[tuple[str, str]] = (),
-        content_type: str | None = None,
-        message_expiry: int | None = None,
-        timeout: float = 10.0,
-    ) -> None:
-        """Publish and, at QoS 1, wait for PUBACK (:class:`ConnectionLostError` if the connection ends first,
-        :class:`PublishRefusedError` if the broker refuses it). While the transport's buffer is over its
+    async def publish(self, message: OutgoingMessage | str, *args: Any, timeout: float = 10.0, **fields: Any) -> None:
+        """Publish ``message`` and, at QoS 1, wait for PUBACK (:class:`ConnectionLostError` if the connection ends
+        first, :class:`PublishRefusedError` if the broker refuses it). While the transport's buffer is over its
         high-water mark it first waits for room (:class:`RequestTimeoutError` after ``timeout``, nothing sent);
-        over the broker's Maximum Packet Size, :class:`ValueTooLargeError` (nothing sent)."""
-        loop = asyncio.get_running_loop()
-        if self._paused:
-            await self._wait_writable(loop, timeout)
-        fut: asyncio.Future[None] | None = loop.create_future() if qos else None
-        self._publish(
-            topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry,
-            fut, True,
-        )  # fmt: skip
+        over the broker's Maximum Packet Size, :class:`ValueTooLargeError` (nothing sent). The old form
+        ``publish(topic, payload, qos=..., ...)`` still works, deprecated."""
+        if args or fields or type(message) is not OutgoingMessage:
+            message = legacy_message(message, args, fields)
+        if self._output.paused:
+            await self._output.wait_writable(timeout)
+        fut: asyncio.Future[None] | None = asyncio.get_running_loop().create_future() if message.qos else None
+        self._publish(message, fut, True)
         if fut is None:
             return
         try:
@@ -649,29 +707,24 @@ class StreamConnection(_WriteFlow, _SessionCarry):
 
     def publish_nowait(
         self,
-        topic: str,
-        payload: bytes,
-        *,
-        qos: int = 1,
-        correlation_data: bytes | None = None,
-        response_topic: str | None = None,
-        user_properties: Sequence[tuple[str, str]] = (),
-        content_type: str | None = None,
-        message_expiry: int | None = None,
+        message: OutgoingMessage | str,
+        *args: Any,
         refusal: asyncio.Future[Any] | None = None,
+        **fields: Any,
     ) -> None:
-        """Queue a publish and return at once (see :meth:`~sskv_mapping._transport.base.Connection.publish_nowait`):
-        a refusing PUBACK fails ``refusal`` with :class:`PublishRefusedError`, one that reached no subscriber
-        (0x10) with :class:`ServiceUnavailableError`. Never waits: when the write backlog would pass
-        :attr:`write_bound` (the broker stopped reading), :class:`WriteBufferFullError` and nothing is kept."""
-        self._publish(
-            topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry,
-            refusal if qos else None, False,
-        )  # fmt: skip
+        """Queue ``message`` and return at once (see
+        :meth:`~sskv_mapping._transport.base.Connection.publish_nowait`): a refusing PUBACK fails ``refusal`` with
+        :class:`PublishRefusedError`, one that reached no subscriber (0x10) with :class:`ServiceUnavailableError`.
+        Never waits: when the write backlog would pass :attr:`write_bound` (the broker stopped reading),
+        :class:`WriteBufferFullError` and nothing is kept. The old form ``publish_nowait(topic, payload, ...)``
+        still works, deprecated."""
+        if args or fields or type(message) is not OutgoingMessage:
+            message = legacy_message(message, args, fields)
+        self._publish(message, refusal if message.qos else None, False)
 
     async def reauthenticate(self, token: bytes, timeout: float) -> None:
         """AUTH 0x19 (K8S-SAT, ``token``), AUTH 0x00 back; else :class:`ReauthenticationError`, the link dropped."""
-        await self._sat.exchange(token, timeout, self._send, self._protocol_error)
+        await self._sat.exchange(token, timeout, self._output.send, self._protocol_error)
 
     # -- subscriptions ------------------------------------------------------------------------------------------
 
@@ -680,7 +733,7 @@ class StreamConnection(_WriteFlow, _SessionCarry):
         assert self._loop is not None
         waiter: asyncio.Future[list[int]] = self._loop.create_future()
         packet_id = self._session.request_id((waiter, True))
-        self._send(build(packet_id))
+        self._output.send(build(packet_id))
         try:
             async with asyncio.timeout(timeout):
                 return await waiter
@@ -720,10 +773,10 @@ class StreamConnection(_WriteFlow, _SessionCarry):
         transport = self._transport
         if transport is not None and not transport.is_closing():
             self._ending = end_session
-            self._out.append(
+            self._output.queue(
                 packets.DISCONNECT_END_SESSION if end_session and self.keeps_session else packets.DISCONNECT
             )
-            self._flush()
+            self._output.flush()
             transport.close()
         if self._closed is not None:
             if not self._closed.done() and transport is not None:

@@ -22,11 +22,11 @@ from .._protocol import headers, limits, topics
 from .._protocol.commands import Delete, Get, KeyNotify, Set, SetCondition, VDelete, VDeleteResult, _Base
 from .._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
 from .._protocol.hlc import HybridLogicalClock as Hlc
-from .._protocol.mqtt_publish import mqtt_str, publish_properties, varint
+from .._protocol.mqtt_publish import OutgoingMessage, message_size
 from .._protocol.notifications import KeyEvent, parse_notification
 from .._telemetry import attach as attach_telemetry
 from .._transport.backoff import Backoff
-from .._transport.base import Connection, ConnectionFactory, InboundMessage
+from .._transport.base import Connection, ConnectionFactory, InboundMessage, taking_messages
 from .._transport.factory import new_connection
 from .._transport.settings import (
     DEFAULT_URL,
@@ -152,9 +152,10 @@ def _check_limits(key: bytes, value: bytes, max_packet_size: int | None) -> None
 def _check_packet_estimate(response_topic: str, props: headers.UserProperties, payload: bytes, limit: int) -> None:
     """Raise :class:`ValueTooLargeError` if a request PUBLISH with ``payload`` would be over ``limit`` bytes
     (an upper bound: the correlation data and expiry have fixed sizes, the timestamp gets a few bytes' slack)."""
-    packed = publish_properties(bytes(16), response_topic, props, headers.CONTENT_TYPE, 0xFFFFFFFF)
-    remaining = len(mqtt_str(topics.REQUEST_TOPIC)) + 2 + len(packed) + len(payload)
-    size = 1 + len(varint(remaining)) + remaining + _PACKET_SIZE_SLACK
+    request = OutgoingMessage(
+        topics.REQUEST_TOPIC, payload, 1, bytes(16), response_topic, props, headers.CONTENT_TYPE, 0xFFFFFFFF
+    )
+    size = message_size(request) + _PACKET_SIZE_SLACK
     if size > limit:
         raise ValueTooLargeError(
             f"a SET of this value makes a PUBLISH of about {size} bytes, over the broker's maximum packet size "
@@ -413,7 +414,7 @@ class AsyncStateStoreClient:
 
     def _new_connection(self) -> Connection:
         factory = self._factory if self._factory is not None else new_connection
-        return factory(self.settings, self._on_message)
+        return taking_messages(factory(self.settings, self._on_message))
 
     def _new_backoff(self) -> Backoff:
         return Backoff(*self._backoff)

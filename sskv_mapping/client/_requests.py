@@ -13,7 +13,7 @@ from .._protocol.commands import _Base
 from .._protocol.hlc import HlcClock, HybridLogicalClock
 from .._telemetry import ClientTelemetry
 from .._transport.backoff import Backoff
-from .._transport.base import Connection, InboundMessage
+from .._transport.base import Connection, InboundMessage, OutgoingMessage
 from .._transport.settings import ConnectionSettings
 from ..errors import (
     ConnectionLostError,
@@ -155,18 +155,18 @@ class RequestSender:
             # No PUBACK wait: the response is what we wait for, and a connection that drops fails this call
             # through the keeper. A refusing PUBACK (an ACL denial) or one that delivered to nobody (0x10) fails
             # the response future at once: no wait for the timeout.
+            message = OutgoingMessage(
+                topics.REQUEST_TOPIC,
+                payload,
+                1,
+                corr,
+                self.response_topic,
+                props,
+                headers.CONTENT_TYPE,
+                expiry,
+            )
             try:
-                conn.publish_nowait(
-                    topics.REQUEST_TOPIC,
-                    payload,
-                    qos=1,
-                    correlation_data=corr,
-                    response_topic=self.response_topic,
-                    user_properties=props,
-                    content_type=headers.CONTENT_TYPE,
-                    message_expiry=expiry,
-                    refusal=fut,
-                )
+                conn.publish_nowait(message, refusal=fut)
             except ValueTooLargeError:  # over the broker's Maximum Packet Size: refused here, nothing was sent
                 self.requests_sent -= 1
                 raise
@@ -182,17 +182,7 @@ class RequestSender:
                         size=len(payload),
                         limit=limits.WRITE_BOUND,
                     ) from None
-                await conn.publish(
-                    topics.REQUEST_TOPIC,
-                    payload,
-                    qos=1,
-                    correlation_data=corr,
-                    response_topic=self.response_topic,
-                    user_properties=props,
-                    content_type=headers.CONTENT_TYPE,
-                    message_expiry=expiry,
-                    timeout=3600.0 if deadline is None else max(deadline - loop.time(), 0.001),
-                )
+                await conn.publish(message, timeout=3600.0 if deadline is None else max(deadline - loop.time(), 0.001))
             except ConnectionLostError:  # the connection is gone (the keeper is about to see it): nothing sent
                 self.requests_sent -= 1
                 raise _NotSent from None

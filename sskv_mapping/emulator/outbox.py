@@ -15,7 +15,7 @@ from .._protocol import headers, limits
 from .._protocol.hlc import HybridLogicalClock
 from .._protocol.resp3 import encode_error
 from .._protocol.topics import NOTIFY_PREFIX
-from .._transport.base import Connection
+from .._transport.base import Connection, OutgoingMessage
 from ..errors import OverloadedError, ResponseTooLargeError, StateStoreError, ValueTooLargeError, WriteBufferFullError
 from .core import Notification
 
@@ -160,14 +160,7 @@ class Outbox:
             return self._defer_reply(conn, (topic, payload, correlation, user_properties, content_type))
         # Queued right here (PahoConnection: by paho), in call order; no task is made and no PUBACK awaited.
         try:
-            conn.publish_nowait(
-                topic,
-                payload,
-                qos=1,
-                correlation_data=correlation,
-                user_properties=user_properties,
-                content_type=content_type,
-            )
+            conn.publish_nowait(OutgoingMessage(topic, payload, 1, correlation, None, user_properties, content_type))
         except ValueTooLargeError as exc:
             # Over the broker's Maximum Packet Size: the broker would drop this connection for it. Refused by the
             # transport before sending; a response becomes an error reply the requester can read, a notification
@@ -209,12 +202,9 @@ class Outbox:
             log.warning("replies are not being written fast enough: answering %r 'overloaded'", item[0][:200])
             with contextlib.suppress(StateStoreError):
                 conn.publish_nowait(
-                    item[0],
-                    _OVERLOADED_REPLY,
-                    qos=1,
-                    correlation_data=item[2],
-                    user_properties=headers.response_properties(None),
-                    content_type=item[4],
+                    OutgoingMessage(
+                        item[0], _OVERLOADED_REPLY, 1, item[2], None, headers.response_properties(None), item[4]
+                    )
                 )
             return True
         self._waiting_bytes += len(item[1])
@@ -274,10 +264,7 @@ class Outbox:
                 waiting.popleft()
                 self._waiting_bytes -= len(payload)
                 try:
-                    conn.publish_nowait(
-                        topic, payload, qos=1, correlation_data=correlation, user_properties=props,
-                        content_type=content_type,
-                    )  # fmt: skip
+                    conn.publish_nowait(OutgoingMessage(topic, payload, 1, correlation, None, props, content_type))
                 except WriteBufferFullError:
                     await self._publish_waiting(conn, topic, payload, correlation, props, content_type)
                 except ValueTooLargeError as exc:
@@ -301,10 +288,8 @@ class Outbox:
         content_type: str | None = None,
     ) -> None:
         try:
-            await conn.publish(
-                topic, payload, qos=1, correlation_data=correlation, user_properties=props,
-                content_type=content_type, timeout=_ROOM_TIMEOUT_S,
-            )  # fmt: skip
+            message = OutgoingMessage(topic, payload, 1, correlation, None, props, content_type)
+            await conn.publish(message, timeout=_ROOM_TIMEOUT_S)
         except StateStoreError as exc:
             self.stats["publish_failures"] += 1
             log.warning("a publish to %r that waited for room failed: %s", topic[:200], exc)

@@ -17,7 +17,7 @@ from .._protocol import headers
 from .._protocol.hlc import HybridLogicalClock, system_clock_ms
 from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic
 from .._transport.backoff import Backoff
-from .._transport.base import Connection, ConnectionFactory, InboundMessage
+from .._transport.base import Connection, ConnectionFactory, InboundMessage, taking_messages
 from .._transport.factory import new_connection
 from .._transport.settings import ConnectionSettings
 from .._transport.stream import StreamConnection
@@ -199,7 +199,7 @@ class EmulatorServer:
         backoff = Backoff(_RECONNECT_MIN_S, _RECONNECT_MAX_S, jitter=False)
         previous: Connection | None = None
         while not self._stop.is_set():
-            conn = self._factory(self.settings, self._on_message)
+            conn = taking_messages(self._factory(self.settings, self._on_message))
             if previous is not None:  # the session's replies not yet acknowledged go again (a kept session)
                 conn.carry_over(previous)
             previous = conn

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+import dataclasses
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
-from .._transport.base import Connection, ConnectionFactory, InboundMessage, MessageHandler
+from .._transport.base import (
+    Connection,
+    ConnectionFactory,
+    InboundMessage,
+    MessageHandler,
+    OutgoingMessage,
+    legacy_message,
+)
 from .._transport.settings import ConnectionSettings
 from ..errors import ConnectionLostError
 
@@ -116,67 +124,35 @@ class LoopBridgeConnection:
         listed = list(filters)
         await self._there(lambda: self._inner.unsubscribe(listed, timeout))
 
-    async def publish(
-        self,
-        topic: str,
-        payload: bytes,
-        *,
-        qos: int = 1,
-        correlation_data: bytes | None = None,
-        response_topic: str | None = None,
-        user_properties: Sequence[tuple[str, str]] = (),
-        content_type: str | None = None,
-        message_expiry: int | None = None,
-        timeout: float = 10.0,
-    ) -> None:
-        """Publish on the store's loop."""
-        properties = tuple(user_properties)
-        await self._there(
-            lambda: self._inner.publish(
-                topic,
-                payload,
-                qos=qos,
-                correlation_data=correlation_data,
-                response_topic=response_topic,
-                user_properties=properties,
-                content_type=content_type,
-                message_expiry=message_expiry,
-                timeout=timeout,
-            )
-        )
+    async def publish(self, message: OutgoingMessage | str, *args: Any, timeout: float = 10.0, **fields: Any) -> None:
+        """Publish on the store's loop (the old form ``publish(topic, payload, ...)`` still works, deprecated)."""
+        if args or fields or type(message) is not OutgoingMessage:
+            message = legacy_message(message, args, fields)
+        sent = message
+        await self._there(lambda: self._inner.publish(sent, timeout=timeout))
 
     def publish_nowait(
         self,
-        topic: str,
-        payload: bytes,
-        *,
-        qos: int = 1,
-        correlation_data: bytes | None = None,
-        response_topic: str | None = None,
-        user_properties: Sequence[tuple[str, str]] = (),
-        content_type: str | None = None,
-        message_expiry: int | None = None,
+        message: OutgoingMessage | str,
+        *args: Any,
         refusal: asyncio.Future[Any] | None = None,
+        **fields: Any,
     ) -> None:
         """Queue the publish on the store's loop (in call order) and return at once."""
+        if args or fields or type(message) is not OutgoingMessage:
+            message = legacy_message(message, args, fields)
         if not self._inner.connected:
             raise ConnectionLostError("not connected to the loopback broker")
-        options: dict[str, Any] = {
-            "qos": qos,
-            "correlation_data": correlation_data,
-            "response_topic": response_topic,
-            "user_properties": tuple(user_properties),
-            "content_type": content_type,
-            "message_expiry": message_expiry,
-        }
         if self._direct():
-            self._inner.publish_nowait(topic, payload, **options)
+            self._inner.publish_nowait(message)
             return
-        self._store_loop.call_soon_threadsafe(self._publish_there, topic, payload, options)
+        if not isinstance(message.user_properties, tuple):  # the caller's list may change once we return
+            message = dataclasses.replace(message, user_properties=tuple(message.user_properties))
+        self._store_loop.call_soon_threadsafe(self._publish_there, message)
 
-    def _publish_there(self, topic: str, payload: bytes, options: dict[str, Any]) -> None:
+    def _publish_there(self, message: OutgoingMessage) -> None:
         with contextlib.suppress(ConnectionLostError):  # dropped meanwhile: the client sees the loss itself
-            self._inner.publish_nowait(topic, payload, **options)
+            self._inner.publish_nowait(message)
 
     async def wait_closed(self) -> None:
         """Return once the loopback connection has closed or dropped."""

@@ -29,7 +29,7 @@ from sskv_mapping._protocol.topics import (
     parse_notification_topic,
     response_topic,
 )
-from sskv_mapping._transport.base import InboundMessage
+from sskv_mapping._transport.base import InboundMessage, OutgoingMessage
 from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 
@@ -129,14 +129,16 @@ class MiniClient:
             self._waiting[corr] = asyncio.get_running_loop().create_future()
         user = self.sdk_props() if isinstance(props, _Default) else list(props)
         await self._conn.publish(
-            REQUEST_TOPIC,
-            payload,
-            qos=qos,
-            correlation_data=corr,
-            response_topic=self.response_topic if isinstance(response_topic, _Default) else response_topic,
-            user_properties=[*user, *extra],
-            content_type="application/octet-stream",
-            message_expiry=10,
+            OutgoingMessage(
+                REQUEST_TOPIC,
+                payload,
+                qos=qos,
+                correlation_data=corr,
+                response_topic=self.response_topic if isinstance(response_topic, _Default) else response_topic,
+                user_properties=[*user, *extra],
+                content_type="application/octet-stream",
+                message_expiry=10,
+            )
         )
         return corr
 

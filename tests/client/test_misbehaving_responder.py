@@ -22,7 +22,7 @@ from sskv_mapping import (
     UnsupportedVersionError,
 )
 from sskv_mapping._protocol import topics
-from sskv_mapping._transport.base import InboundMessage
+from sskv_mapping._transport.base import InboundMessage, OutgoingMessage
 from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient
@@ -55,10 +55,9 @@ class FakeService:
         for corr, (payload, props) in self.behaviour(msg):
             task = asyncio.get_running_loop().create_task(
                 self._conn.publish(
-                    msg.response_topic or "nowhere",
-                    payload,
-                    correlation_data=corr,
-                    user_properties=props,
+                    OutgoingMessage(
+                        msg.response_topic or "nowhere", payload, correlation_data=corr, user_properties=props
+                    )
                 )
             )
             self._tasks.add(task)

@@ -17,7 +17,7 @@ import pytest
 
 from sskv_mapping import KeyOperation
 from sskv_mapping._protocol.commands import Get
-from sskv_mapping._transport.base import InboundMessage, MessageHandler
+from sskv_mapping._transport.base import InboundMessage, MessageHandler, OutgoingMessage
 from sskv_mapping._transport.loopback import LoopbackBroker, LoopbackConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
@@ -54,12 +54,13 @@ class HeldConnection(LoopbackConnection):
         super().__init__(gate.broker, settings, on_message)
         self.gate = gate
 
-    def publish_nowait(self, topic: str, payload: bytes, **kwargs: Any) -> None:
+    def publish_nowait(self, message: OutgoingMessage | str, *args: Any, **kwargs: Any) -> None:
         gate = self.gate
-        if gate.armed and payload == Get(KEY.encode()).encode():
+        assert isinstance(message, OutgoingMessage)
+        if gate.armed and message.payload == Get(KEY.encode()).encode():
             gate.armed = False
-            gate.corr = kwargs.get("correlation_data")
-        super().publish_nowait(topic, payload, **kwargs)
+            gate.corr = message.correlation_data
+        super().publish_nowait(message, *args, **kwargs)
 
     def _dispatch(self, message: InboundMessage) -> None:
         gate = self.gate

@@ -9,6 +9,7 @@ from typing import Any
 
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.limits import WRITE_BOUND
+from sskv_mapping._protocol.mqtt_publish import OutgoingMessage
 from sskv_mapping._protocol.resp3 import encode_error
 from sskv_mapping._protocol.topics import notification_topic
 from sskv_mapping.emulator import outbox as outbox_module
@@ -30,16 +31,16 @@ class ScriptedConnection:
         self.room = 100
         self.opened = asyncio.Event()
 
-    def publish_nowait(self, topic: str, payload: bytes, **kw: Any) -> None:
-        if self.full and len(payload) > self.room:
+    def publish_nowait(self, message: OutgoingMessage, **kw: Any) -> None:
+        if self.full and len(message.payload) > self.room:
             raise WriteBufferFullError("no room")
-        self.sent.append((topic, payload, kw.get("correlation_data")))
+        self.sent.append((message.topic, message.payload, message.correlation_data))
 
-    async def publish(self, topic: str, payload: bytes, **kw: Any) -> None:
+    async def publish(self, message: OutgoingMessage, **kw: Any) -> None:
         while self.full:
             await self.opened.wait()
             self.opened.clear()
-        self.sent.append((topic, payload, kw.get("correlation_data")))
+        self.sent.append((message.topic, message.payload, message.correlation_data))
 
     def make_room(self) -> None:
         self.full = False

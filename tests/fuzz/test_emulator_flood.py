@@ -35,7 +35,7 @@ from sskv_mapping._protocol import headers, resp3
 from sskv_mapping._protocol.commands import Scan
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.topics import REQUEST_TOPIC, SERVICE_ID
-from sskv_mapping._transport.base import InboundMessage
+from sskv_mapping._transport.base import InboundMessage, OutgoingMessage
 from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, Entry
@@ -388,23 +388,27 @@ async def test_emulator_survives_a_flood_of_random_and_truncated_requests(
                     elif rt == "{wildcard}":
                         rt = f"{base}/r/+/{i}"
                     flooder.publish_nowait(
-                        req.topic,
-                        req.payload,
-                        qos=req.qos,
-                        correlation_data=req.corr,
-                        response_topic=rt,
-                        user_properties=req.props,
-                        content_type=req.content_type,
-                        message_expiry=10,
+                        OutgoingMessage(
+                            req.topic,
+                            req.payload,
+                            qos=req.qos,
+                            correlation_data=req.corr,
+                            response_topic=rt,
+                            user_properties=req.props,
+                            content_type=req.content_type,
+                            message_expiry=10,
+                        )
                     )
                 replies.sentinels[b] = asyncio.Event()
                 flooder.publish_nowait(
-                    REQUEST_TOPIC,
-                    resp3.encode_request(b"GET", flood.pool[0]),
-                    correlation_data=uuid.uuid4().bytes,
-                    response_topic=f"{base}/s/{b}",
-                    user_properties=flood.good_props(),
-                    content_type=headers.CONTENT_TYPE,
+                    OutgoingMessage(
+                        REQUEST_TOPIC,
+                        resp3.encode_request(b"GET", flood.pool[0]),
+                        correlation_data=uuid.uuid4().bytes,
+                        response_topic=f"{base}/s/{b}",
+                        user_properties=flood.good_props(),
+                        content_type=headers.CONTENT_TYPE,
+                    )
                 )
                 await wait_for_sentinel(replies, b)
             flood_seconds = time.monotonic() - started

@@ -44,7 +44,7 @@ from sskv_mapping._protocol.commands import Delete, Get, Set, VDelete, parse_com
 from sskv_mapping._protocol.errors import ERROR_TEXTS
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.topics import REQUEST_TOPIC
-from sskv_mapping._transport.base import InboundMessage
+from sskv_mapping._transport.base import InboundMessage, OutgoingMessage
 from sskv_mapping._transport.loopback import LoopbackBroker
 from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
@@ -413,7 +413,9 @@ async def test_misbehaving_responder_on_loopback() -> None:
 
     def send(topic: str, payload: bytes, corr: bytes | None, props: list[tuple[str, str]], ctype: str | None) -> None:
         task = asyncio.get_running_loop().create_task(
-            service.publish(topic, payload, correlation_data=corr, user_properties=props, content_type=ctype)
+            service.publish(
+                OutgoingMessage(topic, payload, correlation_data=corr, user_properties=props, content_type=ctype)
+            )
         )
         tasks.add(task)
         task.add_done_callback(tasks.discard)
@@ -465,7 +467,9 @@ class ThreadedResponder:
     def _send(
         self, topic: str, payload: bytes, corr: bytes | None, props: list[tuple[str, str]], ctype: str | None
     ) -> None:
-        self.conn.publish_nowait(topic, payload, correlation_data=corr, user_properties=props, content_type=ctype)
+        self.conn.publish_nowait(
+            OutgoingMessage(topic, payload, correlation_data=corr, user_properties=props, content_type=ctype)
+        )
 
     def call(self, fn: Callable[[], Any]) -> Any:
         async def run() -> Any:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from sskv_mapping._protocol import topics
+from sskv_mapping._transport.base import OutgoingMessage
 from sskv_mapping._transport.factory import chosen_transport
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping._transport.stream import StreamConnection
@@ -36,7 +37,7 @@ pytestmark = pytest.mark.broker
 
 # the paho transport keeps the session's flags but cannot send again what a dropped connection had in flight,
 # nor tell a silent close from a reset (docs/reliability.md): these are the fast path's guarantees
-fast_path_only = pytest.mark.skipif(chosen_transport() != "stream", reason="the stream transport's session guarantees")
+stream_only = pytest.mark.skipif(chosen_transport() != "stream", reason="the stream transport's session guarantees")
 
 CUTS = int(os.environ.get("SSKV_BLIP_CUTS", "8"))
 # calls between two cuts (issue 26 cut every 1.5 s, ~1,100 calls; fewer keeps the CI scenario short)
@@ -66,7 +67,7 @@ def _resent(client: AsyncStateStoreClient) -> int:
     return 0 if session is None else int(session.resent)
 
 
-@fast_path_only
+@stream_only
 async def test_cuts_under_load_fail_no_call(relay: CuttingRelay, mosquitto: MosquittoBroker) -> None:
     ns = f"blip-{uuid.uuid4().hex[:8]}"
     failures: list[BaseException] = []
@@ -181,7 +182,7 @@ async def test_cuts_under_load_fail_no_call(relay: CuttingRelay, mosquitto: Mosq
         assert longest[0] < GENEROUS
 
 
-@fast_path_only
+@stream_only
 @pytest.mark.parametrize("lost", ["replies", "requests"])
 async def test_a_cut_between_a_request_and_its_puback(relay: CuttingRelay, lost: str) -> None:
     """The link fails right after a request left, before its PUBACK: ``replies`` -- the broker got the request,
@@ -206,7 +207,7 @@ async def test_a_cut_between_a_request_and_its_puback(relay: CuttingRelay, lost:
         assert client.reconnects == 1 and client.sessions_lost == 0
 
 
-@fast_path_only
+@stream_only
 async def test_two_clients_with_one_client_id(mosquitto: MosquittoBroker, emulator: Any) -> None:
     """The second connection takes the session (0x8E to the first, or -- mosquitto 2.0.11 -- a close without a
     word): one of the two stops -- FAILED, a typed error naming the id on every call -- instead of taking the
@@ -247,7 +248,7 @@ async def test_what_the_broker_kept_for_a_previous_process_is_dropped_and_counte
     await previous.close(end_session=False)  # (nothing left to send: the drop is only marked as seen)
     async with AsyncStateStoreClient.from_url(mosquitto.url, timeout=5) as other:
         conn = await other._keeper.connection(5)
-        await conn.publish(topics.response_topic(fixed), b"+OK\r\n", correlation_data=b"\x01" * 16)
+        await conn.publish(OutgoingMessage(topics.response_topic(fixed), b"+OK\r\n", correlation_data=b"\x01" * 16))
     async with AsyncStateStoreClient(settings=settings, timeout=5) as client:
         assert client._keeper.conn is not None and client._keeper.conn.session_present
         assert client.previous_session_messages == 1

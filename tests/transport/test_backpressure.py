@@ -14,6 +14,7 @@ import signal
 
 import pytest
 
+from sskv_mapping._protocol.mqtt_publish import OutgoingMessage
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping._transport.stream import StreamConnection
 from sskv_mapping.emulator.broker import MosquittoBroker
@@ -38,24 +39,24 @@ async def test_a_broker_that_stops_reading_bounds_the_backlog_and_makes_publish_
         largest = 0
         for i in range(100_000):
             try:
-                conn.publish_nowait("t/backpressure", PAYLOAD, qos=qos)
+                conn.publish_nowait(OutgoingMessage("t/backpressure", PAYLOAD, qos=qos))
                 accepted += 1
             except WriteBufferFullError:
                 refused += 1
-            largest = max(largest, conn._backlog())
+            largest = max(largest, conn._output.backlog())
             if i % 64 == 63:
                 await asyncio.sleep(0)  # the loop writes what was queued (the socket takes what it can)
         assert largest <= BOUND + len(PAYLOAD) + 200, largest
         assert refused > 0 and accepted > 0
         assert conn.connected
         if qos == 0:
-            assert conn._paused  # the transport's buffer passed its high-water mark
+            assert conn._output.paused  # the transport's buffer passed its high-water mark
             # an awaiting publisher waits (nothing added to the backlog) and times out, nothing sent
-            before = conn._backlog()
+            before = conn._output.backlog()
             with pytest.raises(RequestTimeoutError, match="nothing was sent"):
-                await conn.publish("t/backpressure", PAYLOAD, qos=0, timeout=0.5)
-            assert conn._backlog() == before
-            waiting = asyncio.create_task(conn.publish("t/backpressure", b"after", qos=0, timeout=60))
+                await conn.publish(OutgoingMessage("t/backpressure", PAYLOAD, qos=0), timeout=0.5)
+            assert conn._output.backlog() == before
+            waiting = asyncio.create_task(conn.publish(OutgoingMessage("t/backpressure", b"after", qos=0), timeout=60))
             await asyncio.sleep(0)
             assert not waiting.done()
         os.kill(pid, signal.SIGCONT)
@@ -63,7 +64,7 @@ async def test_a_broker_that_stops_reading_bounds_the_backlog_and_makes_publish_
             async with asyncio.timeout(60):
                 await waiting  # the broker reads again: the buffer drains, the publisher goes on
         async with asyncio.timeout(60):
-            await conn.publish("t/backpressure", b"last", qos=1)
+            await conn.publish(OutgoingMessage("t/backpressure", b"last", qos=1))
         assert conn.connected
     finally:
         os.kill(pid, signal.SIGCONT)
@@ -89,14 +90,14 @@ async def test_a_responder_stops_reading_while_its_writes_are_paused() -> None:
         await conn.connect()
         transport = conn._transport
         assert transport is not None and transport.is_reading()
-        while not conn._paused:
-            conn.publish_nowait("t/replies", PAYLOAD, qos=0)
+        while not conn._output.paused:
+            conn.publish_nowait(OutgoingMessage("t/replies", PAYLOAD, qos=0))
             await asyncio.sleep(0)
         assert not transport.is_reading()
         drain.set()
         async with asyncio.timeout(30):
-            await conn.publish("t/replies", b"after", qos=0)  # waits for resume_writing
-        assert not conn._paused and transport.is_reading()
+            await conn.publish(OutgoingMessage("t/replies", b"after", qos=0))  # waits for resume_writing
+        assert not conn._output.paused and transport.is_reading()
     finally:
         await conn.close()
         server.close()

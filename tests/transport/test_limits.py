@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 import pytest
 
 from sskv_mapping._protocol import mqtt_packets as packets
-from sskv_mapping._protocol.mqtt_publish import InboundMessage, mqtt_str, varint
+from sskv_mapping._protocol.mqtt_publish import InboundMessage, OutgoingMessage, mqtt_str, varint
 from sskv_mapping._transport.loopback import LoopbackBroker
 from sskv_mapping._transport.settings import MAX_PACKET_SIZE, ConnectionSettings
 from sskv_mapping._transport.stream import StreamConnection
@@ -100,7 +100,7 @@ async def test_an_inbound_packet_over_our_limit_drops_the_connection_at_its_head
     port = await fake_broker(oversend)
     conn = StreamConnection(ConnectionSettings("127.0.0.1", port, max_inbound_packet_size=4096), lambda m: None)
     await conn.connect()
-    conn.publish_nowait("t/hello", b"x", qos=0)
+    conn.publish_nowait(OutgoingMessage("t/hello", b"x", qos=0))
     with pytest.raises(ConnectionLostError, match="over the limit"):
         async with asyncio.timeout(10):
             await conn.wait_closed()
@@ -145,11 +145,11 @@ async def test_a_publish_over_the_brokers_limit_fails_locally_and_the_connection
         too_big = b"x" * BROKER_LIMIT
         expected = len(packets.publish_packet(mqtt_str("t/limit"), too_big, 1, 1, b"\x00"))
         with pytest.raises(ValueTooLargeError) as raised:
-            await sender.publish("t/limit", too_big)
+            await sender.publish(OutgoingMessage("t/limit", too_big))
         assert (raised.value.size, raised.value.limit) == (expected, BROKER_LIMIT)
         with pytest.raises(ValueTooLargeError):
-            sender.publish_nowait("t/limit", too_big, qos=0)
-        await sender.publish("t/limit", fits)  # the same connection goes on
+            sender.publish_nowait(OutgoingMessage("t/limit", too_big, qos=0))
+        await sender.publish(OutgoingMessage("t/limit", fits))  # the same connection goes on
         async with asyncio.timeout(10):
             await arrived.wait()
         assert [m.payload for m in received] == [fits] and sender.connected
@@ -178,14 +178,14 @@ async def test_the_loopback_enforces_a_brokers_limit_the_same_way() -> None:
     conn = broker.connection(ConnectionSettings(), lambda m: None)
     await conn.connect()
     assert conn.max_packet_size is None
-    await conn.publish("t/limit", b"x" * 100_000)  # no limit by default
+    await conn.publish(OutgoingMessage("t/limit", b"x" * 100_000))  # no limit by default
     broker.max_packet_size = BROKER_LIMIT
     expected = len(packets.publish_packet(mqtt_str("t/limit"), b"x" * BROKER_LIMIT, 1, 1, b"\x00"))
     with pytest.raises(ValueTooLargeError) as raised:
-        conn.publish_nowait("t/limit", b"x" * BROKER_LIMIT)
+        conn.publish_nowait(OutgoingMessage("t/limit", b"x" * BROKER_LIMIT))
     assert (raised.value.size, raised.value.limit) == (expected, BROKER_LIMIT)
     with pytest.raises(ValueTooLargeError):
-        await conn.publish("t/limit", b"x" * BROKER_LIMIT)
-    await conn.publish("t/limit", b"x" * (BROKER_LIMIT - 100))
+        await conn.publish(OutgoingMessage("t/limit", b"x" * BROKER_LIMIT))
+    await conn.publish(OutgoingMessage("t/limit", b"x" * (BROKER_LIMIT - 100)))
     assert conn.connected
     await conn.close()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sskv_mapping._protocol.mqtt_publish import InboundMessage, mqtt_str, publish_properties, varint
+from sskv_mapping._protocol.mqtt_publish import InboundMessage, OutgoingMessage, mqtt_str, publish_properties, varint
 from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping._transport.stream import StreamConnection
@@ -73,12 +73,12 @@ async def test_a_publish_over_the_limit_is_refused_locally_and_the_connection_st
         assert packet_size(topic, exactly, **props) == LIMIT
         for call in (conn.publish_nowait, conn.publish):
             with pytest.raises(ValueTooLargeError) as caught:
-                result = call(topic, over, **props)
+                result = call(OutgoingMessage(topic, over, **props))
                 if asyncio.iscoroutine(result):
                     await result
             assert (caught.value.size, caught.value.limit) == (LIMIT + 1, LIMIT)
             assert isinstance(caught.value, ConfigurationError) and conn.connected
-        await conn.publish(topic, exactly, **props)
+        await conn.publish(OutgoingMessage(topic, exactly, **props))
         async with asyncio.timeout(WAIT):
             await arrived.wait()
         assert [m.payload for m in received] == [exactly]  # the refused ones never left

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from paho.mqtt import _packet as paho_packet
 from paho.mqtt.properties import Properties
 
-from sskv_mapping._protocol.mqtt_publish import InboundMessage, MalformedPacketError, decode_publish
+from sskv_mapping._protocol.mqtt_publish import InboundMessage, MalformedPacketError, OutgoingMessage, decode_publish
 from sskv_mapping._protocol.mqtt_publish import publish_properties as _publish_property_bytes
 from sskv_mapping._transport import paho as paho_module
 from sskv_mapping._transport.paho import PahoConnection, _publish_properties
@@ -50,7 +50,10 @@ def paho_pack(
     message_expiry: int | None,
 ) -> bytes:
     # the transport's own builder: paho's Properties, packed by paho
-    props = _publish_properties(correlation_data, response_topic, user_properties, content_type, message_expiry)
+    message = OutgoingMessage(
+        "t", b"", 1, correlation_data, response_topic, user_properties, content_type, message_expiry
+    )
+    props = _publish_properties(message)
     packed: bytes = props.pack()  # type: ignore[no-untyped-call]
     return bytes(packed)
 
@@ -127,7 +130,9 @@ def test_encoder_refuses_a_value_over_65535_bytes() -> None:
 
 
 def test_encoded_properties_are_what_paho_logs_and_sends() -> None:
-    props = _publish_properties(b"c", "r", [("a", "b")], None, None)
+    props = _publish_properties(
+        OutgoingMessage("t", b"", correlation_data=b"c", response_topic="r", user_properties=[("a", "b")])
+    )
     assert type(props) is Properties  # paho's own: paho encodes what the paho transport sends
     assert props.pack() == _publish_property_bytes(b"c", "r", [("a", "b")], None, None)
 
@@ -318,9 +323,9 @@ async def test_round_trip_carries_every_property(
     }
     payload = bytes(range(256)) * 4
     if nowait:
-        sender.publish_nowait(topic, payload, **kwargs)
+        sender.publish_nowait(OutgoingMessage(topic, payload, **kwargs))
     else:
-        await sender.publish(topic, payload, **kwargs)
+        await sender.publish(OutgoingMessage(topic, payload, **kwargs))
     (message,) = await inbox.wait_for(1)
     assert message.topic == topic
     assert message.payload == payload
@@ -336,8 +341,10 @@ async def test_round_trip_with_empty_values_and_no_properties(
     pair: tuple[PahoConnection, PahoConnection, Inbox, str],
 ) -> None:
     sender, _, inbox, topic = pair
-    sender.publish_nowait(topic, b"", correlation_data=b"", response_topic=None, user_properties=[("", "")])
-    sender.publish_nowait(topic, b"plain")
+    sender.publish_nowait(
+        OutgoingMessage(topic, b"", correlation_data=b"", response_topic=None, user_properties=[("", "")])
+    )
+    sender.publish_nowait(OutgoingMessage(topic, b"plain"))
     first, second = await inbox.wait_for(2)
     assert (first.payload, first.correlation_data, first.user_properties) == (b"", b"", (("", ""),))
     assert (second.payload, second.correlation_data, second.response_topic, second.user_properties) == (
@@ -354,7 +361,7 @@ async def test_a_burst_leaves_in_order(pair: tuple[PahoConnection, PahoConnectio
     window = sender._client._client._max_inflight_messages  # mosquitto's Receive Maximum (20 by default)
     assert window >= 10
     for i in range(200):  # more than the window: the rest waits in paho, released as PUBACKs come back
-        sender.publish_nowait(topic, str(i).encode(), correlation_data=i.to_bytes(2, "big"))
+        sender.publish_nowait(OutgoingMessage(topic, str(i).encode(), correlation_data=i.to_bytes(2, "big")))
     messages = await inbox.wait_for(200)
     assert [m.payload for m in messages] == [str(i).encode() for i in range(200)]
 
@@ -369,8 +376,10 @@ async def test_large_packets_survive_partial_writes_and_reads(
     assert isinstance(sock, socket.socket)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     big = os.urandom(2_000_000)
-    sender.publish_nowait(topic, big, correlation_data=b"big")
-    await sender.publish(topic, b"after", correlation_data=b"small")  # queued behind it, acknowledged after it
+    sender.publish_nowait(OutgoingMessage(topic, big, correlation_data=b"big"))
+    await sender.publish(
+        OutgoingMessage(topic, b"after", correlation_data=b"small")
+    )  # queued behind it, acknowledged after it
     first, second = await inbox.wait_for(2)
     assert (first.payload == big, first.correlation_data) == (True, b"big")
     assert (second.payload, second.correlation_data) == (b"after", b"small")
@@ -381,7 +390,7 @@ async def test_publish_waits_for_a_puback_even_one_with_a_reason_code(mosquitto:
     sender = await _connect(mosquitto, "paho-nosub")
     try:
         async with asyncio.timeout(WAIT):
-            await sender.publish(f"test/nobody/{uuid.uuid4().hex}", b"x", timeout=WAIT)
+            await sender.publish(OutgoingMessage(f"test/nobody/{uuid.uuid4().hex}", b"x"), timeout=WAIT)
         assert sender._hooks is not None and not sender._hooks.acks
     finally:
         await sender.close()
@@ -393,7 +402,7 @@ async def test_publish_fails_when_the_connection_ends_before_the_puback(fresh_mo
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)  # the broker reads nothing more: no PUBACK will come
     try:
-        pending = asyncio.ensure_future(sender.publish("test/drop", b"x", timeout=60))
+        pending = asyncio.ensure_future(sender.publish(OutgoingMessage("test/drop", b"x"), timeout=60))
         await asyncio.sleep(0.2)
         assert not pending.done()
         fresh_mosquitto.kill()
@@ -401,7 +410,7 @@ async def test_publish_fails_when_the_connection_ends_before_the_puback(fresh_mo
             with pytest.raises(ConnectionLostError):
                 await pending
         with pytest.raises(ConnectionLostError):
-            sender.publish_nowait("test/drop", b"y")
+            sender.publish_nowait(OutgoingMessage("test/drop", b"y"))
     finally:
         fresh_mosquitto.kill()
         await sender.close()
@@ -423,7 +432,7 @@ async def test_the_servers_receive_maximum_is_honoured(config: list[str], limit:
             paho = sender._client._client
             assert paho._max_inflight_messages == limit
             for i in range(50):
-                sender.publish_nowait("test/rm", str(i).encode())
+                sender.publish_nowait(OutgoingMessage("test/rm", str(i).encode()))
             if limit:
                 assert paho._inflight_messages <= limit
             messages = await inbox.wait_for(50)
@@ -453,7 +462,7 @@ async def test_paho_and_aiomqtt_are_left_as_they_are(
     def answer(request: InboundMessage) -> None:
         assert request.response_topic is not None
         responder[0].publish_nowait(
-            request.response_topic, b"re:" + request.payload, correlation_data=request.correlation_data
+            OutgoingMessage(request.response_topic, b"re:" + request.payload, correlation_data=request.correlation_data)
         )
 
     inbox = Inbox()
@@ -470,11 +479,9 @@ async def test_paho_and_aiomqtt_are_left_as_they_are(
         loop = asyncio.get_running_loop()
         refusal = loop.create_future()
         requester.publish_nowait(
-            requests,
-            b"ping",
-            correlation_data=b"c1",
-            response_topic=responses,
-            user_properties=[("k", "v")],
+            OutgoingMessage(
+                requests, b"ping", correlation_data=b"c1", response_topic=responses, user_properties=[("k", "v")]
+            ),
             refusal=refusal,
         )
         (response,) = await inbox.wait_for(1)
@@ -482,9 +489,11 @@ async def test_paho_and_aiomqtt_are_left_as_they_are(
         assert not refusal.done()
         assert len(converted) == 2  # the request at the responder, the response here: both through aiomqtt
         async with asyncio.timeout(WAIT):
-            await requester.publish(requests, b"acked", timeout=WAIT)  # PUBACK waits: paho's on_publish
+            await requester.publish(
+                OutgoingMessage(requests, b"acked"), timeout=WAIT
+            )  # PUBACK waits: paho's on_publish
         nobody = loop.create_future()
-        requester.publish_nowait(f"test/nobody/{uuid.uuid4().hex}", b"x", refusal=nobody)
+        requester.publish_nowait(OutgoingMessage(f"test/nobody/{uuid.uuid4().hex}", b"x"), refusal=nobody)
         async with asyncio.timeout(WAIT):
             with pytest.raises(ServiceUnavailableError):
                 await nobody

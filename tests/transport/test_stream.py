@@ -21,6 +21,7 @@ from sskv_mapping._protocol import mqtt_packets as packets
 from sskv_mapping._protocol.mqtt_publish import (
     InboundMessage,
     MalformedPacketError,
+    OutgoingMessage,
     decode_publish,
     mqtt_str,
     publish_properties,
@@ -139,13 +140,15 @@ async def test_round_trip_with_properties(
     sender, receiver, received = pair
     await receiver.subscribe(["t/stream/props"])
     await sender.publish(
-        "t/stream/props",
-        b"\x00\r\nbinary",
-        correlation_data=b"x" * 16,
-        response_topic="t/resp",
-        user_properties=[("k", "v"), ("k", "w")],
-        content_type="application/octet-stream",
-        message_expiry=5,
+        OutgoingMessage(
+            "t/stream/props",
+            b"\x00\r\nbinary",
+            correlation_data=b"x" * 16,
+            response_topic="t/resp",
+            user_properties=[("k", "v"), ("k", "w")],
+            content_type="application/octet-stream",
+            message_expiry=5,
+        )
     )
     await eventually(lambda: received)
     [m] = received
@@ -165,7 +168,7 @@ async def test_a_burst_arrives_whole_and_in_order(
     sender, receiver, received = pair
     await receiver.subscribe(["t/stream/burst"])
     for i in range(2000):  # far beyond the broker's Receive Maximum: the rest wait for PUBACKs
-        sender.publish_nowait("t/stream/burst", i.to_bytes(4, "big"))
+        sender.publish_nowait(OutgoingMessage("t/stream/burst", i.to_bytes(4, "big")))
     session = sender._session
     assert len(session.inflight) <= session.send_quota
     assert session.queued  # mosquitto's Receive Maximum (20 by default) held the rest back
@@ -179,10 +182,10 @@ async def test_a_publish_nobody_subscribed_to_fails_its_refusal_future(
 ) -> None:
     sender, _, _ = pair
     refusal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    sender.publish_nowait("t/stream/nobody-listens", b"x", refusal=refusal)
+    sender.publish_nowait(OutgoingMessage("t/stream/nobody-listens", b"x"), refusal=refusal)
     with pytest.raises(ServiceUnavailableError):
         await asyncio.wait_for(refusal, 10)
-    await sender.publish("t/stream/nobody-listens", b"y")  # a plain publish is still acknowledged
+    await sender.publish(OutgoingMessage("t/stream/nobody-listens", b"y"))  # a plain publish is still acknowledged
 
 
 async def test_a_silent_broker_is_noticed_by_keepalive() -> None:
