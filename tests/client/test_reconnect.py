@@ -15,6 +15,7 @@ from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 from sskv_mapping.errors import SessionLostError
+from tests._support.waiting import eventually
 
 pytestmark = pytest.mark.broker
 
@@ -193,7 +194,11 @@ async def test_a_lost_session_fails_only_the_calls_in_flight(stack: object, stac
         states = StateWatcher(a)
         stack.emulator.pause()  # type: ignore[attr-defined]  # the request stays unanswered
         try:
+            sent = a.requests_sent
             call = asyncio.ensure_future(a.set(unique(), b"v"))
+            # the SET handed to the connection before the kill: one not yet sent would go out after the restart,
+            # before the emulator subscribes again, and be refused (no subscriber), not lost with the session
+            await eventually(lambda: a.requests_sent == sent + 1)
             await asyncio.to_thread(stack.broker.kill)  # type: ignore[attr-defined]
             await states.wait_for(ConnectionState.RECONNECTING)
             assert not call.done()  # a drop alone fails nothing: the call waits within its deadline
