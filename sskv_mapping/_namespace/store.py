@@ -22,6 +22,7 @@ from .._telemetry import watch_store
 from .._ttl import ttl_to_ms
 from ..client._client import AsyncStateStoreClient, ConnectionState, KeySubscription, SetResult
 from ..client._in_flight import background
+from ..client._requests import on_publish
 from ..codecs import Codec, decode_value, encode_value
 from ..errors import ConfigurationError, StateStoreError
 from ..local_cache import ABSENT, CachedEntry, LocalCache
@@ -38,6 +39,16 @@ V = TypeVar("V")
 _RELEASE_FAN_OUT = 16
 #: re-reads of cached entries about to outlive their max_staleness, in flight at once (in the background)
 _REVALIDATE_FAN_OUT = 32
+
+
+def _resolve(fut: asyncio.Future[None], _: object) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: its reader deals with it (or nobody, if the reader failed first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,6 +344,8 @@ class NamespaceStore(Generic[V]):
 
     async def _read_through(self, data_key: bytes, cache: LocalCache[V]) -> CachedEntry[V]:
         """GET the key through the local cache (stored there unless something newer is known)."""
+        if data_key not in self._watches and data_key not in self._watching:
+            return await self._watch_and_read(data_key, cache)
         await self._ensure_watch(data_key)
         if not self._watch_active(data_key):
             # No notifications flow for the key now (a reconnect has not restored its KEYNOTIFY yet): a
@@ -345,6 +358,54 @@ class NamespaceStore(Generic[V]):
             cache.abandon(ticket)
             raise
         cache.finish_read(ticket, entry)
+        return entry
+
+    async def _watch_and_read(self, data_key: bytes, cache: LocalCache[V]) -> CachedEntry[V]:
+        """A miss on a key not watched yet, in one round trip: its KEYNOTIFY, then its GET right behind it on the
+        same connection, then both answers awaited. The entry is kept only once the KEYNOTIFY is confirmed.
+
+        Why no change is missed (docs/design/namespaces.md, "What the local cache keeps on a write"): the GET is
+        published only after the KEYNOTIFY was, on the one connection, so it reaches the service after it (MQTT
+        keeps the order of one session's QoS 1 messages on a topic) and a service that handles one client's
+        requests in order -- the emulator serves each as it arrives -- registers the key before it reads it: a
+        change after the read is notified, one before it is in the answer, as when the GET waited for the
+        KEYNOTIFY's answer. The read's
+        ticket is taken before the GET is sent, so a notification that arrives first (even before the KEYNOTIFY's
+        answer: the watcher is listening from the moment the KEYNOTIFY is sent) wins over the GET's answer. The
+        protocol does not promise in-order handling; a service that read the key before registering it could miss
+        a change made in between, until the key's next change (notified, newer) or the entry's revalidation
+        (``max_staleness``, 30 s by default) replaces it. A KEYNOTIFY that fails leaves the key unwatched: the
+        GET's value is returned, and not kept.
+        """
+        loop = asyncio.get_running_loop()
+        published: asyncio.Future[None] = loop.create_future()
+        with on_publish(published):  # the KEYNOTIFY's task resolves it once its request is handed to the connection
+            watching = loop.create_task(self._ensure_watch(data_key), name="sskv-watch-on-read")
+        # No set holds the task: it is reachable from the loop until it first runs, then from the KEYNOTIFY's reply
+        # future, which the client's pending calls hold until it is answered or fails.
+        watching.add_done_callback(_retrieve)
+        # ...or once it ended without publishing (a watch limit refused, a timeout waiting for a slot)
+        watching.add_done_callback(functools.partial(_resolve, published))
+        await published
+        ticket = cache.begin_read(data_key)
+        try:
+            entry = await self._fetch(data_key)
+        except BaseException:
+            cache.abandon(ticket)
+            raise  # the watch goes on in its task: the key is being read, and a retry finds it watched
+        try:
+            await asyncio.shield(watching)  # the KEYNOTIFY's answer (usually here already: it was sent first)
+        except StateStoreError as exc:
+            cache.abandon(ticket)
+            log.debug("watching %r failed; its value is returned, not kept: %s", data_key, exc)
+            return entry
+        except BaseException:
+            cache.abandon(ticket)
+            raise
+        if self._watch_active(data_key):
+            cache.finish_read(ticket, entry)
+        else:  # no notifications flow for the key now (a reconnect has not restored it yet): served, not kept
+            cache.abandon(ticket)
         return entry
 
     def _loads(self, binding: bytes, data: bytes) -> V:
