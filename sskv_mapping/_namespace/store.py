@@ -64,7 +64,7 @@ class StoreEntry(Generic[V]):
 @dataclass(frozen=True, slots=True)
 class Encoded(Generic[V]):
     """A value already encoded (by a blocking facade, in its caller's thread): only ``raw`` goes to the loop's
-    encoder-free path. Passed where a value is expected; :meth:`NamespaceStore.encode` and ``write`` unwrap it."""
+    encoder-free path. :meth:`NamespaceStore.encode` and ``write`` take it beside a value, and unwrap it."""
 
     value: V
     raw: bytes
@@ -430,7 +430,7 @@ class NamespaceStore(Generic[V]):
         """What a key-bound codec's signature covers: the namespace and the key (not the generation)."""
         return self._ns + b"/" + key.encode("utf-8", "surrogatepass")
 
-    def encode(self, key: str, value: V) -> bytes:
+    def encode(self, key: str, value: V | Encoded[V]) -> bytes:
         """The bytes stored for ``value`` (an :class:`Encoded` value was encoded already, in its caller's thread)."""
         if isinstance(value, Encoded):
             return value.raw
@@ -447,7 +447,7 @@ class NamespaceStore(Generic[V]):
     async def write(
         self,
         key: str,
-        value: V,
+        value: V | Encoded[V],
         *,
         ttl: float | None = None,
         condition: SetCondition | None = None,
@@ -460,15 +460,14 @@ class NamespaceStore(Generic[V]):
         ``prefix``: write under that key prefix rather than the current one (a cache's generation)."""
         data_key = self.data_key(key, prefix)
         raw = self.encode(key, value)
-        if isinstance(value, Encoded):
-            value = value.value
+        written = value.value if isinstance(value, Encoded) else value
         ttl_ms = ttl_to_ms(ttl)
         # What the local cache keeps on a write: the written value only if the key is watched already (it was
         # read before, or written fenced), since only a key watched before the SET was sent is surely notified of a
         # later change. A write never starts a watch: a key is watched once it is read. A write-only burst is then
         # one SET per key (in SCAN mode) -- no KEYNOTIFY per key, and none to STOP again when the watches pass
         # their limit (a 100k-key fill sent 2 requests per key plus ~80k STOPs) -- and a new key is one round trip.
-        # The price: the first read of a key written but never read is a miss (KEYNOTIFY, then GET), as for any
+        # The price: the first read of a key written but never read is a miss (KEYNOTIFY and GET), as for any
         # key this process has not read yet. A fenced write watches first, as before: its entry keeps the token it
         # was written with (``entry()``).
         if fencing_token is not None:
@@ -490,7 +489,7 @@ class NamespaceStore(Generic[V]):
         if result.applied and self.cache is not None:
             if watched and self._watch_active(data_key):
                 expires = None if ttl_ms is None else started + ttl_ms / 1000
-                self.cache.store_write(data_key, CachedEntry(value, raw, result.version, fencing_token, expires))
+                self.cache.store_write(data_key, CachedEntry(written, raw, result.version, fencing_token, expires))
             else:  # not (surely) notified of later changes (see read_data_key): keep nothing
                 self.cache.invalidate(data_key)
         return result
