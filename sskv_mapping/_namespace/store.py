@@ -372,10 +372,10 @@ class NamespaceStore(Generic[V]):
         KEYNOTIFY's answer. The read's
         ticket is taken before the GET is sent, so a notification that arrives first (even before the KEYNOTIFY's
         answer: the watcher is listening from the moment the KEYNOTIFY is sent) wins over the GET's answer. The
-        protocol does not promise in-order handling; a service that read the key before registering it could miss
-        a change made in between, until the key's next change (notified, newer) or the entry's revalidation
-        (``max_staleness``, 30 s by default) replaces it. A KEYNOTIFY that fails leaves the key unwatched: the
-        GET's value is returned, and not kept.
+        protocol does not promise in-order handling: a GET answered before its KEYNOTIFY is not kept (below); a
+        service that read first but answered in order could miss a change made in between, until the key's next
+        change (notified, newer) or the entry's revalidation (``max_staleness``, 30 s by default) replaces it. A
+        KEYNOTIFY that fails leaves the key unwatched: the GET's value is returned, and not kept.
         """
         loop = asyncio.get_running_loop()
         published: asyncio.Future[None] = loop.create_future()
@@ -393,8 +393,13 @@ class NamespaceStore(Generic[V]):
         except BaseException:
             cache.abandon(ticket)
             raise  # the watch goes on in its task: the key is being read, and a retry finds it watched
+        # A service that handles the two in order answers the KEYNOTIFY first, and its task finishes before this one
+        # resumes (both wake-ups are queued in the order the replies came). The GET answered first means it was
+        # probably read before the key was registered (reordered by the service, or the KEYNOTIFY sent again after
+        # the broker delivered it to nobody): a change in between would go unnoticed, so the value is not kept.
+        answered_first = not watching.done()
         try:
-            await asyncio.shield(watching)  # the KEYNOTIFY's answer (usually here already: it was sent first)
+            await asyncio.shield(watching)  # the KEYNOTIFY's answer (here already when the service kept the order)
         except StateStoreError as exc:
             cache.abandon(ticket)
             log.debug("watching %r failed; its value is returned, not kept: %s", data_key, exc)
@@ -402,9 +407,9 @@ class NamespaceStore(Generic[V]):
         except BaseException:
             cache.abandon(ticket)
             raise
-        if self._watch_active(data_key):
+        if self._watch_active(data_key) and not answered_first:
             cache.finish_read(ticket, entry)
-        else:  # no notifications flow for the key now (a reconnect has not restored it yet): served, not kept
+        else:  # not surely notified of every change since the GET (see above, or a reconnect): served, not kept
             cache.abandon(ticket)
         return entry
 

@@ -1,8 +1,8 @@
 """A local-cache miss on a key not watched yet is one round trip: its KEYNOTIFY and its GET go out back to back.
 
-Over a real mosquitto and the emulator process. A relay between the client and the broker holds back every reply
-(it buffers them, loses none): the GET must be sent while the KEYNOTIFY's answer cannot have arrived. The cache
-still sees every later change, and a KEYNOTIFY that fails leaves the GET's value returned, not kept.
+Over a real mosquitto and the emulator process: a relay holds back every reply (buffers them, loses none) and the
+GET must leave anyway; later changes reach the cache; a failed KEYNOTIFY leaves the GET's value returned, not kept;
+and against a stand-in service that answers the GET first, the value is not kept either.
 """
 
 from __future__ import annotations
@@ -12,6 +12,11 @@ import contextlib
 import uuid
 
 from sskv_mapping import AsyncStateStoreClient
+from sskv_mapping._protocol.topics import REQUEST_TOPIC
+from sskv_mapping._transport.base import InboundMessage, OutgoingMessage
+from sskv_mapping._transport.paho import PahoConnection
+from sskv_mapping._transport.settings import ConnectionSettings
+from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.mapping import AsyncStateStoreDict
 from tests._support.waiting import eventually
 
@@ -69,6 +74,58 @@ class HoldingRelay:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+class ReorderingService:
+    """A stand-in state store on the real broker that answers a KEYNOTIFY only after the GET that follows it: the
+    order the protocol does not rule out (it promises no in-order handling). Every key's value is ``VALUE``."""
+
+    VALUE = b'"stored"'
+
+    def __init__(self, host: str, port: int) -> None:
+        settings = ConnectionSettings(host=host, port=port, client_id=f"reorder-{uuid.uuid4().hex[:8]}")
+        self._conn = PahoConnection(settings, self._on)
+        self.reorder = True
+        self.received: list[bytes] = []
+        self.replied: list[bytes] = []
+        self._held: list[InboundMessage] = []
+
+    async def start(self) -> None:
+        await self._conn.connect()
+        await self._conn.subscribe([REQUEST_TOPIC], qos=1)
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+    def _on(self, message: InboundMessage) -> None:
+        verb = message.payload.split(b"\r\n")[2]
+        self.received.append(verb)
+        if verb == b"KEYNOTIFY" and self.reorder and b"STOP" not in message.payload:
+            self._held.append(message)  # answered after the next GET
+            return
+        self._reply(message, verb)
+        if verb == b"GET":
+            for held in self._held:
+                self._reply(held, b"KEYNOTIFY")
+            self._held.clear()
+
+    def _reply(self, request: InboundMessage, verb: bytes) -> None:
+        props = [("__stat", "200"), ("__protVer", "1.0")]
+        payload = b"+OK\r\n"
+        if verb == b"GET":
+            props.append(("__ts", "001700000000000:00001:StateStore"))
+            payload = b"$%d\r\n%s\r\n" % (len(self.VALUE), self.VALUE)
+        assert request.response_topic is not None
+        self.replied.append(verb)
+        self._conn.publish_nowait(
+            OutgoingMessage(
+                request.response_topic,
+                payload,
+                qos=1,
+                correlation_data=request.correlation_data,
+                user_properties=props,
+            )
+        )
 
 
 def _namespace() -> str:
@@ -170,3 +227,29 @@ async def test_a_failed_keynotify_still_returns_the_get_and_keeps_nothing(broker
             assert store.cache is not None and not store.cache.holds(store.data_key(key))
             await writer.set(f"{ns}/{key}".encode(), b'"v2"')  # not cached: the next read reads it
         await d.close()
+
+
+async def test_a_get_answered_before_its_keynotify_is_returned_and_not_kept(fresh_mosquitto: MosquittoBroker) -> None:
+    """The GET's answer came first: the service may have read the key before registering it, so a change in between
+    could go unnoticed. The value is returned but not kept; the next read (the key watched now) keeps it."""
+    service = ReorderingService(fresh_mosquitto.host, fresh_mosquitto.port)
+    await service.start()
+    try:
+        async with AsyncStateStoreClient(fresh_mosquitto.host, fresh_mosquitto.port, timeout=WAIT) as client:
+            d: AsyncStateStoreDict[str] = AsyncStateStoreDict(client, namespace=_namespace(), listing="scan")
+            store = d._store
+            assert store.cache is not None
+            data_key = store.data_key("k")
+            assert await d.get("k") == "stored"
+            assert service.received == [b"KEYNOTIFY", b"GET"]
+            assert service.replied == [b"GET", b"KEYNOTIFY"]
+            assert data_key in client.watched_keys  # the watch was confirmed ...
+            assert not store.cache.holds(data_key)  # ... after the GET's answer: not kept
+            service.reorder = False
+            before = client.requests_sent
+            assert await d.get("k") == "stored"
+            assert client.requests_sent - before == 1  # watched now: the GET alone, and kept
+            assert store.cache.holds(data_key)
+            await d.close()
+    finally:
+        await service.close()
