@@ -366,26 +366,25 @@ class NamespaceStore(Generic[V]):
 
         Why no change is missed (docs/design/namespaces.md, "What the local cache keeps on a write"): the GET is
         published only after the KEYNOTIFY was, on the one connection, so it reaches the service after it (MQTT
-        keeps the order of one session's QoS 1 messages on a topic) and a service that handles one client's
-        requests in order -- the emulator serves each as it arrives -- registers the key before it reads it: a
-        change after the read is notified, one before it is in the answer, as when the GET waited for the
-        KEYNOTIFY's answer. The read's
-        ticket is taken before the GET is sent, so a notification that arrives first (even before the KEYNOTIFY's
-        answer: the watcher is listening from the moment the KEYNOTIFY is sent) wins over the GET's answer. The
-        protocol does not promise in-order handling: a GET answered before its KEYNOTIFY is not kept (below); a
-        service that read first but answered in order could miss a change made in between, until the key's next
-        change (notified, newer) or the entry's revalidation (``max_staleness``, 30 s by default) replaces it. A
-        KEYNOTIFY that fails leaves the key unwatched: the GET's value is returned, and not kept.
+        keeps the order of one session's QoS 1 messages on a topic) and a service that handles one client's requests
+        in order -- the emulator serves each as it arrives -- registers the key before it reads it: a change after
+        the read is notified, one before it is in the answer, as when the GET waited for the KEYNOTIFY's answer. The
+        read's ticket is taken before the GET is sent, so a notification that arrives first (even before the
+        KEYNOTIFY's answer: the watcher is listening from the moment the KEYNOTIFY is sent) wins over the GET's
+        answer. The protocol does not promise in-order handling: a GET answered before its KEYNOTIFY is not kept
+        (below); a service that read first but answered in order could miss a change made in between, until the
+        key's next change (notified, newer) or the entry's revalidation (``max_staleness``, 30 s by default)
+        replaces it. A KEYNOTIFY that fails leaves the key unwatched: the GET's value is returned, and not kept.
         """
         loop = asyncio.get_running_loop()
         published: asyncio.Future[None] = loop.create_future()
         with on_publish(published):  # the KEYNOTIFY's task resolves it once its request is handed to the connection
             watching = loop.create_task(self._ensure_watch(data_key), name="sskv-watch-on-read")
+        # ... or once it ended without publishing (refused before sending, no slot in time, watched meanwhile)
+        watching.add_done_callback(functools.partial(_resolve, published))
         # No set holds the task: it is reachable from the loop until it first runs, then from the KEYNOTIFY's reply
         # future, which the client's pending calls hold until it is answered or fails.
         watching.add_done_callback(_retrieve)
-        # ...or once it ended without publishing (a watch limit refused, a timeout waiting for a slot)
-        watching.add_done_callback(functools.partial(_resolve, published))
         await published
         ticket = cache.begin_read(data_key)
         try:
