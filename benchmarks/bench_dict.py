@@ -1,7 +1,8 @@
 """StateStoreDict benchmark: the cost of a cache hit, how fast another client's change lands, memory per entry.
 
 Run:  python benchmarks/bench_dict.py [--rounds 7] [--hits 200000] [--changes 500] [--entries 100000]
-                                      [--watched 5000]
+                                      [--watched 5000] [--misses 1000]
+      python benchmarks/bench_dict.py --miss-only [--rounds 7] [--misses 1000]     # only (v)
 
 Everything runs in one go on this machine, on loopback, against a private mosquitto and the emulator
 process started here:
@@ -29,6 +30,10 @@ process started here:
 (iv)  listing modes (``--listing-sizes``; ``--listing-only`` runs just this part): new key, popitem and a full
       listing in ``listing="scan"`` and ``listing="index"``, against ``client.set`` in the same run (see
       ``_bench_listing.py``).
+(v)   a miss with a local cache (``--miss-only`` runs just this part): ``AsyncStateStoreDict.get`` and
+      ``AsyncStateStoreCache.get`` of an existing key this process has not read (its KEYNOTIFY and its GET),
+      taken in turn, call by call, with the client's ``get`` on the same client; ``--rounds`` rounds of
+      ``--misses`` each; the ratio is the median of the rounds' median ratios, plus requests sent per miss.
 
 This is a script, not a test: the machines are shared and noisy; only same-run ratios mean much.
 """
@@ -59,11 +64,12 @@ import _bench_listing as bench_listing
 from sskv_mapping._blocking import get_loop_thread
 from sskv_mapping._namespace.key_index import IndexEntry
 from sskv_mapping._protocol.hlc import HybridLogicalClock
-from sskv_mapping.client import StateStoreClient
+from sskv_mapping.cache import AsyncStateStoreCache
+from sskv_mapping.client import AsyncStateStoreClient, StateStoreClient
 from sskv_mapping.codecs import decode_value
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.local_cache import CachedEntry
-from sskv_mapping.mapping import StateStoreDict
+from sskv_mapping.mapping import AsyncStateStoreDict, StateStoreDict
 from sskv_mapping.mapping._index import _decode as decode_index
 from sskv_mapping.mapping._index import _encode as encode_index
 
@@ -345,6 +351,91 @@ def top_files(snapshot: tracemalloc.Snapshot, n: int, limit: int = 8) -> list[tu
 # -- main ---------------------------------------------------------------------------------------------------
 
 
+# -- (v) a miss with a local cache ------------------------------------------------------------------------
+
+
+async def measure_misses(host: str, port: int, rounds: int, misses: int) -> dict[str, Any]:
+    """Per round, the median latency of a dict miss, a cache miss and the client's ``get``, taken in turn."""
+    warm = misses // 10
+    per_round = misses + warm
+    ns = f"bench-miss-{os.getpid()}"
+    async with (
+        AsyncStateStoreClient(host, port, timeout=30) as writer,
+        AsyncStateStoreClient(host, port, timeout=30) as client,
+    ):
+        await client.set("bench", b"x" * 16)
+        # a cache big enough that no watch is released during the run (no STOPs in the background)
+        size = 4 * rounds * per_round
+        d: AsyncStateStoreDict[str] = AsyncStateStoreDict(
+            client, namespace=f"{ns}-d", listing="scan", local_cache_size=size, max_staleness=None
+        )
+        c: AsyncStateStoreCache[str] = AsyncStateStoreCache(
+            client, namespace=f"{ns}-c", default_ttl=None, local_cache_size=size, max_staleness=None
+        )
+        w: AsyncStateStoreCache[str] = AsyncStateStoreCache(writer, namespace=f"{ns}-c", default_ttl=None)
+        wd: AsyncStateStoreDict[str] = AsyncStateStoreDict(writer, namespace=f"{ns}-d", listing="scan")
+        for i in range(rounds * per_round):  # written by another client: nothing of them is cached or watched here
+            await wd.set(f"k{i}", "v" * 16)
+            await w.set(f"k{i}", "v" * 16)
+        await d.set("warm", "up")
+        await c.set("warm", "up")
+        rows: dict[str, Any] = {"client": [], "dict": [], "cache": [], "dict_ratio": [], "cache_ratio": []}
+        sent = {"dict": 0, "cache": 0}
+        n = 0
+        for r in range(rounds):
+            lat: dict[str, list[float]] = {"client": [], "dict": [], "cache": []}
+            for _ in range(per_round):
+                key = f"k{n}"
+                n += 1
+                t0 = time.perf_counter()
+                await client.get("bench")
+                t1 = time.perf_counter()
+                before = client.requests_sent
+                got = await d.get(key)
+                t2 = time.perf_counter()
+                sent["dict"] += client.requests_sent - before
+                before = client.requests_sent
+                got_c = await c.get(key)
+                t3 = time.perf_counter()
+                sent["cache"] += client.requests_sent - before
+                assert got == got_c == "v" * 16, (got, got_c)
+                lat["client"].append(t1 - t0)
+                lat["dict"].append(t2 - t1)
+                lat["cache"].append(t3 - t2)
+            med = {name: statistics.median(v[warm:]) for name, v in lat.items()}
+            for name in ("client", "dict", "cache"):
+                rows[name].append(med[name])
+            rows["dict_ratio"].append(med["dict"] / med["client"])
+            rows["cache_ratio"].append(med["cache"] / med["client"])
+            print(
+                f"  round {r + 1}/{rounds}: client get {med['client'] * 1e3:.3f} ms, dict miss "
+                f"{med['dict'] * 1e3:.3f} ms ({rows['dict_ratio'][-1]:.2f}x), cache miss {med['cache'] * 1e3:.3f} ms "
+                f"({rows['cache_ratio'][-1]:.2f}x)",
+                flush=True,
+            )
+        rows["requests_per_miss"] = {name: count / n for name, count in sent.items()}
+        for face in (d, c, w, wd):
+            await face.close()
+    return rows
+
+
+def report_misses(rows: dict[str, Any], rounds: int, misses: int) -> None:
+    print()
+    print(
+        f"| (v) a miss with a local cache, median of {rounds} rounds x {misses:,} | latency | vs client `get` | requests |"
+    )
+    print("|---|---|---|---|")
+    print(
+        f"| client `get`, taken in turn with the two below | {statistics.median(rows['client']) * 1e3:.3f} ms | 1.00x | 1 |"
+    )
+    for face in ("dict", "cache"):
+        print(
+            f"| `AsyncStateStore{face.capitalize()}.get`, a key not read yet | "
+            f"{statistics.median(rows[face]) * 1e3:.3f} ms | {statistics.median(rows[face + '_ratio']):.2f}x | "
+            f"{rows['requests_per_miss'][face]:.2f} |"
+        )
+
+
 def main() -> int:
     raw = argparse.RawDescriptionHelpFormatter
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
@@ -356,6 +447,8 @@ def main() -> int:
     ap.add_argument("--listing-sizes", default="1000,10000,100000", help="namespace sizes for (iv), comma-separated")
     ap.add_argument("--listing-samples", type=int, default=200, help="samples per median in (iv)")
     ap.add_argument("--listing-only", action="store_true", help="run (iv) only")
+    ap.add_argument("--misses", type=int, default=1000, help="misses per round per face (v)")
+    ap.add_argument("--miss-only", action="store_true", help="run (v) only")
     ap.add_argument("--role", choices=["main", "reader"], default="main", help=argparse.SUPPRESS)
     ap.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -368,6 +461,16 @@ def main() -> int:
 
     print(f"machine: {machine()}", flush=True)
     sizes = [int(x) for x in args.listing_sizes.split(",") if x]
+    if args.miss_only:
+        with MosquittoBroker() as broker:
+            emulator = start_emulator(broker.host, broker.port)
+            try:
+                misses = asyncio.run(measure_misses(broker.host, broker.port, args.rounds, args.misses))
+            finally:
+                emulator.terminate()
+                emulator.wait(10)
+        report_misses(misses, args.rounds, args.misses)
+        return 0
     if args.listing_only:
         with MosquittoBroker() as broker:
             emulator = start_emulator(broker.host, broker.port)
@@ -394,6 +497,8 @@ def main() -> int:
             real, real_cache_part, snapshot = real_read_bytes(broker.host, broker.port, args.watched)
             index = index_bytes(args.entries)
             listing_rows = asyncio.run(bench_listing.measure(broker.host, broker.port, sizes, args.listing_samples))
+            print("(v) a miss with a local cache...", flush=True)
+            misses = asyncio.run(measure_misses(broker.host, broker.port, args.rounds, args.misses))
         finally:
             emulator.terminate()
             try:
@@ -457,6 +562,7 @@ def main() -> int:
     for name, size in top_files(snapshot, args.watched):
         print(f"  {name:<40} {size:8,.0f}")
     bench_listing.report(listing_rows, args.listing_samples)
+    report_misses(misses, args.rounds, args.misses)
     print()
     p99 = {mode: pct(latency[mode]["from_ack"], 99) for mode in latency}
     print(

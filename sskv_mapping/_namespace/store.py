@@ -22,6 +22,7 @@ from .._telemetry import watch_store
 from .._ttl import ttl_to_ms
 from ..client._client import AsyncStateStoreClient, ConnectionState, KeySubscription, SetResult
 from ..client._in_flight import background
+from ..client._requests import on_publish
 from ..codecs import Codec, decode_value, encode_value
 from ..errors import ConfigurationError, StateStoreError
 from ..local_cache import ABSENT, CachedEntry, LocalCache
@@ -40,6 +41,16 @@ _RELEASE_FAN_OUT = 16
 _REVALIDATE_FAN_OUT = 32
 
 
+def _resolve(fut: asyncio.Future[None], _: object) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: its reader deals with it (or nobody, if the reader failed first)
+
+
 @dataclass(frozen=True, slots=True)
 class StoreEntry(Generic[V]):
     """A value as the namespace knows it: decoded value, version, and our fencing token if we wrote it."""
@@ -53,7 +64,7 @@ class StoreEntry(Generic[V]):
 @dataclass(frozen=True, slots=True)
 class Encoded(Generic[V]):
     """A value already encoded (by a blocking facade, in its caller's thread): only ``raw`` goes to the loop's
-    encoder-free path. Passed where a value is expected; :meth:`NamespaceStore.encode` and ``write`` unwrap it."""
+    encoder-free path. :meth:`NamespaceStore.encode` and ``write`` take it beside a value, and unwrap it."""
 
     value: V
     raw: bytes
@@ -333,6 +344,8 @@ class NamespaceStore(Generic[V]):
 
     async def _read_through(self, data_key: bytes, cache: LocalCache[V]) -> CachedEntry[V]:
         """GET the key through the local cache (stored there unless something newer is known)."""
+        if data_key not in self._watches and data_key not in self._watching:
+            return await self._watch_and_read(data_key, cache)
         await self._ensure_watch(data_key)
         if not self._watch_active(data_key):
             # No notifications flow for the key now (a reconnect has not restored its KEYNOTIFY yet): a
@@ -345,6 +358,58 @@ class NamespaceStore(Generic[V]):
             cache.abandon(ticket)
             raise
         cache.finish_read(ticket, entry)
+        return entry
+
+    async def _watch_and_read(self, data_key: bytes, cache: LocalCache[V]) -> CachedEntry[V]:
+        """A miss on a key not watched yet, in one round trip: its KEYNOTIFY, then its GET right behind it on the
+        same connection, then both answers awaited. The entry is kept only once the KEYNOTIFY is confirmed.
+
+        Why no change is missed (docs/design/namespaces.md, "What the local cache keeps on a write"): the GET is
+        published only after the KEYNOTIFY was, on the one connection, so it reaches the service after it (MQTT
+        keeps the order of one session's QoS 1 messages on a topic) and a service that handles one client's requests
+        in order -- the emulator serves each as it arrives -- registers the key before it reads it: a change after
+        the read is notified, one before it is in the answer, as when the GET waited for the KEYNOTIFY's answer. The
+        read's ticket is taken before the GET is sent, so a notification that arrives first (even before the
+        KEYNOTIFY's answer: the watcher is listening from the moment the KEYNOTIFY is sent) wins over the GET's
+        answer. The protocol does not promise in-order handling: a GET answered before its KEYNOTIFY is not kept
+        (below); a service that read first but answered in order could miss a change made in between, until the
+        key's next change (notified, newer) or the entry's revalidation (``max_staleness``, 30 s by default)
+        replaces it. A KEYNOTIFY that fails leaves the key unwatched: the GET's value is returned, and not kept.
+        """
+        loop = asyncio.get_running_loop()
+        published: asyncio.Future[None] = loop.create_future()
+        with on_publish(published):  # the KEYNOTIFY's task resolves it once its request is handed to the connection
+            watching = loop.create_task(self._ensure_watch(data_key), name="sskv-watch-on-read")
+        # ... or once it ended without publishing (refused before sending, no slot in time, watched meanwhile)
+        watching.add_done_callback(functools.partial(_resolve, published))
+        # No set holds the task: it is reachable from the loop until it first runs, then from the KEYNOTIFY's reply
+        # future, which the client's pending calls hold until it is answered or fails.
+        watching.add_done_callback(_retrieve)
+        await published
+        ticket = cache.begin_read(data_key)
+        try:
+            entry = await self._fetch(data_key)
+        except BaseException:
+            cache.abandon(ticket)
+            raise  # the watch goes on in its task: the key is being read, and a retry finds it watched
+        # A service that handles the two in order answers the KEYNOTIFY first, and its task finishes before this one
+        # resumes (both wake-ups are queued in the order the replies came). The GET answered first means it was
+        # probably read before the key was registered (reordered by the service, or the KEYNOTIFY sent again after
+        # the broker delivered it to nobody): a change in between would go unnoticed, so the value is not kept.
+        answered_first = not watching.done()
+        try:
+            await asyncio.shield(watching)  # the KEYNOTIFY's answer (here already when the service kept the order)
+        except StateStoreError as exc:
+            cache.abandon(ticket)
+            log.debug("watching %r failed; its value is returned, not kept: %s", data_key, exc)
+            return entry
+        except BaseException:
+            cache.abandon(ticket)
+            raise
+        if self._watch_active(data_key) and not answered_first:
+            cache.finish_read(ticket, entry)
+        else:  # not surely notified of every change since the GET (see above, or a reconnect): served, not kept
+            cache.abandon(ticket)
         return entry
 
     def _loads(self, binding: bytes, data: bytes) -> V:
@@ -369,7 +434,7 @@ class NamespaceStore(Generic[V]):
         """What a key-bound codec's signature covers: the namespace and the key (not the generation)."""
         return self._ns + b"/" + key.encode("utf-8", "surrogatepass")
 
-    def encode(self, key: str, value: V) -> bytes:
+    def encode(self, key: str, value: V | Encoded[V]) -> bytes:
         """The bytes stored for ``value`` (an :class:`Encoded` value was encoded already, in its caller's thread)."""
         if isinstance(value, Encoded):
             return value.raw
@@ -386,7 +451,7 @@ class NamespaceStore(Generic[V]):
     async def write(
         self,
         key: str,
-        value: V,
+        value: V | Encoded[V],
         *,
         ttl: float | None = None,
         condition: SetCondition | None = None,
@@ -399,15 +464,14 @@ class NamespaceStore(Generic[V]):
         ``prefix``: write under that key prefix rather than the current one (a cache's generation)."""
         data_key = self.data_key(key, prefix)
         raw = self.encode(key, value)
-        if isinstance(value, Encoded):
-            value = value.value
+        written = value.value if isinstance(value, Encoded) else value
         ttl_ms = ttl_to_ms(ttl)
         # What the local cache keeps on a write: the written value only if the key is watched already (it was
         # read before, or written fenced), since only a key watched before the SET was sent is surely notified of a
         # later change. A write never starts a watch: a key is watched once it is read. A write-only burst is then
         # one SET per key (in SCAN mode) -- no KEYNOTIFY per key, and none to STOP again when the watches pass
         # their limit (a 100k-key fill sent 2 requests per key plus ~80k STOPs) -- and a new key is one round trip.
-        # The price: the first read of a key written but never read is a miss (KEYNOTIFY, then GET), as for any
+        # The price: the first read of a key written but never read is a miss (KEYNOTIFY and GET), as for any
         # key this process has not read yet. A fenced write watches first, as before: its entry keeps the token it
         # was written with (``entry()``).
         if fencing_token is not None:
@@ -429,7 +493,7 @@ class NamespaceStore(Generic[V]):
         if result.applied and self.cache is not None:
             if watched and self._watch_active(data_key):
                 expires = None if ttl_ms is None else started + ttl_ms / 1000
-                self.cache.store_write(data_key, CachedEntry(value, raw, result.version, fencing_token, expires))
+                self.cache.store_write(data_key, CachedEntry(written, raw, result.version, fencing_token, expires))
             else:  # not (surely) notified of later changes (see read_data_key): keep nothing
                 self.cache.invalidate(data_key)
         return result

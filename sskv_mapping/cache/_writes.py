@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 from .._keys import escape_glob
 from .._namespace.fanout import gather_bounded
@@ -27,12 +27,6 @@ __all__ = ["EntryWriter", "Sweeper"]
 log = logging.getLogger("sskv_mapping.cache")
 
 V = TypeVar("V")
-
-
-def _as_written(value: V | Encoded[V]) -> V:
-    """``value`` for :meth:`NamespaceStore.write`, which takes an :class:`Encoded` where a value goes and unwraps it
-    (its annotation says ``V``; widening it to ``V | Encoded[V]`` in ``_namespace/store.py`` retires this cast)."""
-    return cast(V, value)
 
 
 class EntryWriter(Generic[V]):
@@ -59,10 +53,9 @@ class EntryWriter(Generic[V]):
         condition: SetCondition | None = None,
     ) -> SetResult:
         """One SET; an entry without a TTL is listed in the generation's ledger first."""
-        written = _as_written(value)
         if seconds is not None:
             return await self._store.write(
-                key, written, ttl=seconds, condition=condition, fencing_token=token, listed=False
+                key, value, ttl=seconds, condition=condition, fencing_token=token, listed=False
             )
         if await self.scan_answers():
             # a sweep finds it by SCAN: one SET, no ledger (see _generation)
@@ -70,7 +63,7 @@ class EntryWriter(Generic[V]):
             gen = await generation.ensure_current()
             prefix = self.prefix_of(gen)
             result = await self._store.write(
-                key, written, ttl=None, condition=condition, fencing_token=token, listed=False, prefix=prefix
+                key, value, ttl=None, condition=condition, fencing_token=token, listed=False, prefix=prefix
             )
             if result.applied and await generation.ensure_current() != gen:
                 await self.delete(key, prefix)  # cleared meanwhile: its sweep may have missed this entry
@@ -78,7 +71,7 @@ class EntryWriter(Generic[V]):
         async with self._ledger.listing(key) as gen:
             return await self._store.write(
                 key,
-                written,
+                value,
                 ttl=None,
                 condition=condition,
                 fencing_token=token,

@@ -6,6 +6,9 @@ Design: docs/design/architecture.md, "The client's parts"; users: docs/reliabili
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from .._protocol import headers, limits, topics
@@ -25,7 +28,7 @@ from ..errors import (
 from ._keeper import ConnectionKeeper
 from ._pending import PendingCalls
 
-__all__ = ["RequestSender"]
+__all__ = ["RequestSender", "on_publish"]
 
 # A request the broker delivered to nobody (PUBACK 0x10) is sent again after these pauses (seconds, doubling),
 # within the call's deadline; where the service never answered this client, for about _FAIL_FAST seconds.
@@ -43,6 +46,22 @@ def _no_service(cmd: _Base[Any], settings: ConnectionSettings, answered_before: 
     if not answered_before and settings.host in _LOCAL_HOSTS:
         text += " (is the emulator running? start it with: sskv emulator)"
     return text
+
+
+# A future that the next request sent in this context (and the tasks started in it) resolves once it is published:
+# how a cache miss sends its GET right behind its KEYNOTIFY, in order, without waiting for the KEYNOTIFY's answer.
+_ON_PUBLISH: ContextVar[asyncio.Future[None] | None] = ContextVar("sskv_mapping_on_publish", default=None)
+
+
+@contextlib.contextmanager
+def on_publish(published: asyncio.Future[None]) -> Iterator[None]:
+    """Resolve ``published`` as soon as a request sent in this block, or by a task started in it, is published
+    (handed to the connection, in order with this client's other requests). Enter and leave it in one task."""
+    token = _ON_PUBLISH.set(published)
+    try:
+        yield
+    finally:
+        _ON_PUBLISH.reset(token)
 
 
 class _NotSent(Exception):
@@ -186,6 +205,9 @@ class RequestSender:
             except ConnectionLostError:  # the connection is gone (the keeper is about to see it): nothing sent
                 self.requests_sent -= 1
                 raise _NotSent from None
+            published = _ON_PUBLISH.get()
+            if published is not None and not published.done():
+                published.set_result(None)
             return await fut
         except _Expired:
             raise RequestTimeoutError(

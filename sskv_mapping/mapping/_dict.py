@@ -9,7 +9,7 @@ import time
 import warnings
 from collections.abc import AsyncIterator, Callable, ItemsView, Iterator, Mapping, MutableMapping, ValuesView
 from functools import partial
-from typing import Any, Generic, TypeVar, cast, overload
+from typing import Any, Generic, TypeVar, overload
 
 from .._blocking import BlockingTwin, SharesCore
 from .._keys import check_namespace, is_text_key, text_key
@@ -98,12 +98,6 @@ def _pairs(other: Any, kwargs: Mapping[str, T]) -> list[tuple[str, T]]:
     return pairs
 
 
-def _as_written(value: V | Encoded[V]) -> V:
-    """``value`` for :meth:`NamespaceStore.write`, which takes an :class:`Encoded` where a value goes and unwraps it
-    (its annotation says ``V``; widening it to ``V | Encoded[V]`` in ``_namespace/store.py`` retires this cast)."""
-    return cast(V, value)
-
-
 class _DictCore(Generic[V]):
     """What both twins of one dict (or of one fenced view) share (httpx's ``BaseClient`` idea): the store, the local
     cache's one-call reader, the fencing token of a fenced view, and the writes. A value may arrive encoded already
@@ -133,14 +127,13 @@ class _DictCore(Generic[V]):
 
     async def set(self, key: str, value: V | Encoded[V], ttl: float | None) -> HybridLogicalClock | None:
         text_key(key)
-        result = await self.store.write(key, _as_written(value), ttl=ttl, fencing_token=self.token())
+        result = await self.store.write(key, value, ttl=ttl, fencing_token=self.token())
         return result.version
 
     async def setdefault(self, key: str, default: V | Encoded[V]) -> V:
         text_key(key)
         while True:
-            written = _as_written(default)
-            result = await self.store.write(key, written, condition=SetCondition.NX, fencing_token=self.token())
+            result = await self.store.write(key, default, condition=SetCondition.NX, fencing_token=self.token())
             if result.applied:
                 return default.value if isinstance(default, Encoded) else default
             entry = await self.store.read(key, fresh=True)
