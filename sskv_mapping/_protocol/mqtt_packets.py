@@ -297,6 +297,8 @@ def decode_connack(body: bytes) -> Connack:
 
 def decode_ack(body: bytes) -> tuple[int, int]:
     """PUBACK (or another two-byte-id acknowledgement): ``(packet id, reason code)``; properties are skipped."""
+    if len(body) == 2:  # the usual success form
+        return (body[0] << 8) | body[1], 0
     if len(body) < 2:
         raise MalformedPacketError("acknowledgement without a packet identifier")
     reason = body[2] if len(body) > 2 else 0
@@ -373,9 +375,12 @@ class PacketSplitter:
         while size - pos >= 2:
             first = buf[pos]
             byte = buf[pos + 1]
-            if byte < 0x80:  # the usual one-byte Remaining Length
+            if byte < 0x80:  # a one-byte Remaining Length (acknowledgements, small packets)
                 length = byte
                 start = pos + 2
+            elif size - pos > 2 and buf[pos + 2] < 0x80:  # two bytes (a request or reply of 128 B to 16 KB)
+                length = (byte & 0x7F) | (buf[pos + 2] << 7)
+                start = pos + 3
             else:
                 length = byte & 0x7F
                 shift = 7

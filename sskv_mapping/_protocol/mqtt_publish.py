@@ -15,6 +15,7 @@ __all__ = [
     "InboundMessage",
     "MalformedPacketError",
     "OutgoingMessage",
+    "PackedUserProperties",
     "decode_publish",
     "message_size",
     "mqtt_bytes",
@@ -135,12 +136,27 @@ def varint(n: int) -> bytes:
     """A Variable Byte Integer: seven bits per byte, least significant first, the top bit says "more"."""
     if n < 0x80:
         return bytes((n,))
+    if n < 0x4000:  # a reply's or request's properties, most packets: two bytes without the loop
+        return bytes((n & 0x7F | 0x80, n >> 7))
     out = bytearray()
     while True:
         byte, n = n & 0x7F, n >> 7
         out.append(byte | (0x80 if n else 0))
         if not n:
             return bytes(out)
+
+
+class PackedUserProperties(tuple[tuple[str, str], ...]):
+    """User properties that carry their own encoding (``packed``: each pair as ``0x26``, name, value), for a
+    sender that publishes the same ones many times (the emulator's replies: one per version). A tuple of the
+    pairs to every reader; :func:`publish_properties` takes ``packed`` instead of encoding them again."""
+
+    packed: bytes
+
+    def __new__(cls, pairs: Sequence[tuple[str, str]]) -> PackedUserProperties:
+        self = super().__new__(cls, pairs)
+        self.packed = b"".join(b"\x26" + mqtt_str(name) + mqtt_str(value) for name, value in self)
+        return self
 
 
 def publish_properties(
@@ -152,19 +168,21 @@ def publish_properties(
 ) -> bytes:
     """The PUBLISH properties, Property Length first, that paho's ``Properties.pack()`` would produce for these
     values, in its order (its name table's: 0x02, 0x03, 0x08, 0x09, then every 0x26 in the given order)."""
-    parts: list[bytes] = []
-    if message_expiry is not None:
-        parts.append(b"\x02" + message_expiry.to_bytes(4, "big"))
+    body = b"" if message_expiry is None else b"\x02" + message_expiry.to_bytes(4, "big")
     if content_type is not None:
-        parts.append(b"\x03" + mqtt_str(content_type))
+        body += b"\x03" + mqtt_str(content_type)
     if response_topic is not None:
-        parts.append(b"\x08" + mqtt_str(response_topic))
+        body += b"\x08" + mqtt_str(response_topic)
     if correlation_data is not None:
-        parts.append(b"\x09" + mqtt_bytes(bytes(correlation_data)))
-    for name, value in user_properties:
-        parts.append(b"\x26" + mqtt_str(name) + mqtt_str(value))
-    body = b"".join(parts)
-    return varint(len(body)) + body
+        if len(correlation_data) > 0xFFFF:
+            raise ConfigurationError("an MQTT property value may be at most 65,535 bytes")
+        body += b"\x09" + len(correlation_data).to_bytes(2, "big") + bytes(correlation_data)
+    if type(user_properties) is PackedUserProperties:
+        body += user_properties.packed
+    elif user_properties:
+        body += b"".join([b"\x26" + mqtt_str(name) + mqtt_str(value) for name, value in user_properties])
+    size = len(body)
+    return (bytes((size,)) if size < 0x80 else varint(size)) + body
 
 
 # -- decoding ------------------------------------------------------------------------------------------------
@@ -197,6 +215,11 @@ def read_utf8(buf: bytes, pos: int, end: int) -> tuple[str, int]:
 _USER_TAILS: dict[bytes, tuple[tuple[str, str], ...]] = {}
 _USER_TAILS_MAX = 1024
 _USER_TAIL_BYTES = 1024
+#: The same for what starts a request's properties, its Message Expiry Interval and Response Topic (a client's
+#: requests repeat them byte for byte): those bytes -> (expiry, response topic), checked once; bounded likewise.
+_HEADS: dict[bytes, tuple[int, str]] = {}
+_HEAD_BYTES = 1024
+_SEEN_HEAD = 1 << 0x02 | 1 << 0x08
 
 
 def decode_publish(header: int, packet: bytes | bytearray) -> tuple[InboundMessage, int]:
@@ -233,17 +256,24 @@ def _decode_publish_unchecked(header: int, buf: bytes) -> tuple[InboundMessage, 
             raise MalformedPacketError("no packet identifier")
         mid = (buf[pos] << 8) | buf[pos + 1]
         pos += 2
-    # Property Length, a Variable Byte Integer of at most four bytes.
-    length = shift = 0
-    for _ in range(4):
-        byte = buf[pos]
+    # Property Length, a Variable Byte Integer of at most four bytes (one or two: without the loop).
+    length = buf[pos]
+    if length < 0x80:
         pos += 1
-        length |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            break
+    elif buf[pos + 1] < 0x80:
+        length = (length & 0x7F) | (buf[pos + 1] << 7)
+        pos += 2
     else:
-        raise MalformedPacketError("Variable Byte Integer is more than four bytes long")
+        length = shift = 0
+        for _ in range(4):
+            byte = buf[pos]
+            pos += 1
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        else:
+            raise MalformedPacketError("Variable Byte Integer is more than four bytes long")
     end = pos + length
     if end > size:
         raise MalformedPacketError("properties longer than the packet")
@@ -254,6 +284,17 @@ def _decode_publish_unchecked(header: int, buf: bytes) -> tuple[InboundMessage, 
     user: list[tuple[str, str]] = []
     seen_single = 0  # bit set of the single-valued ids seen (all PUBLISH ids are < 64)
     tail_at = -1  # where the user properties after the first begin (-2: something else follows them)
+    head: bytes | None = None  # a request's expiry and response topic, not yet in _HEADS
+    if pos + 8 <= end and buf[pos] == 0x02 and buf[pos + 5] == 0x08:  # a request's: see _HEADS
+        stop = pos + 8 + ((buf[pos + 6] << 8) | buf[pos + 7])
+        if stop <= end and stop - pos <= _HEAD_BYTES:
+            head = buf[pos:stop]
+            known = _HEADS.get(head)
+            if known is not None:
+                expiry, response_topic = known
+                seen_single = _SEEN_HEAD
+                pos = stop
+                head = None
     while pos < end:
         ident = buf[pos]
         pos += 1
@@ -293,6 +334,18 @@ def _decode_publish_unchecked(header: int, buf: bytes) -> tuple[InboundMessage, 
             continue
         if tail_at >= 0:  # the properties after the first user property are not all user properties: not kept
             tail_at = -2
+        if ident == 0x09:  # Correlation Data (every request has it: tested first, its bit inline)
+            if seen_single & 0x200:
+                raise MalformedPacketError("Property 0x09 must not exist more than once")
+            seen_single |= 0x200
+            if pos + 2 > end:
+                raise MalformedPacketError("Not enough data to read binary data length")
+            stop = pos + 2 + ((buf[pos] << 8) | buf[pos + 1])
+            if stop > end:
+                raise MalformedPacketError("Length delimited binary data too long")
+            correlation = buf[pos + 2 : stop]
+            pos = stop
+            continue
         if ident == 0x0B:  # Subscription Identifier (may repeat): a VBI, 1..268435455
             sub_id = shift = 0
             for _ in range(4):
@@ -313,15 +366,7 @@ def _decode_publish_unchecked(header: int, buf: bytes) -> tuple[InboundMessage, 
         if seen_single & bit:
             raise MalformedPacketError(f"Property {ident:#04x} must not exist more than once")
         seen_single |= bit
-        if ident == 0x09:  # Correlation Data
-            if pos + 2 > end:
-                raise MalformedPacketError("Not enough data to read binary data length")
-            stop = pos + 2 + ((buf[pos] << 8) | buf[pos + 1])
-            if stop > end:
-                raise MalformedPacketError("Length delimited binary data too long")
-            correlation = buf[pos + 2 : stop]
-            pos = stop
-        elif ident == 0x08:  # Response Topic: read_utf8, inline (every request has one)
+        if ident == 0x08:  # Response Topic: read_utf8, inline (every request has one)
             if pos + 2 > end:
                 raise MalformedPacketError("Not enough data to read string length")
             stop = pos + 2 + ((buf[pos] << 8) | buf[pos + 1])
@@ -355,6 +400,10 @@ def _decode_publish_unchecked(header: int, buf: bytes) -> tuple[InboundMessage, 
         if len(_USER_TAILS) >= _USER_TAILS_MAX:
             _USER_TAILS.clear()
         _USER_TAILS[buf[tail_at:end]] = tuple(user[1:])
+    if head is not None and expiry is not None and response_topic is not None:  # both read from head's bytes
+        if len(_HEADS) >= _USER_TAILS_MAX:
+            _HEADS.clear()
+        _HEADS[head] = (expiry, response_topic)
     message = InboundMessage(
         topic=topic,
         payload=buf[end:],

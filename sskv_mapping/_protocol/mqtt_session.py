@@ -132,9 +132,10 @@ class MqttSession(Generic[T]):
         Raises :class:`ValueTooLargeError` (nothing is kept) when the packet is over the broker's Maximum
         Packet Size ([MQTT-3.2.2-15]) or over what MQTT can express.
         """
-        size = publish_size(len(topic_field), len(properties), len(payload), qos)
-        if self.max_packet_size is not None or size > packets.MAX_PACKET + 5:
-            self.check_size(size)
+        limit = self.max_packet_size
+        # at most 5 bytes of fixed header and packet id: only a packet near the limit has its exact size worked out
+        if len(topic_field) + len(properties) + len(payload) + 7 > (packets.MAX_PACKET + 5 if limit is None else limit):
+            self.check_size(publish_size(len(topic_field), len(properties), len(payload), qos))
         if not qos:
             return packets.publish_packet(topic_field, payload, 0, 0, properties)
         if len(self.inflight) >= self.send_quota:
@@ -174,6 +175,10 @@ class MqttSession(Generic[T]):
 
     def _packet_id(self) -> int:
         inflight, acks = self.inflight, self._acks
+        packet_id = self._next_id % 65_535 + 1
+        if packet_id not in inflight and packet_id not in acks:  # the usual case: the next one is free
+            self._next_id = packet_id
+            return packet_id
         for _ in range(65_535):
             self._next_id = self._next_id % 65_535 + 1
             if self._next_id not in inflight and self._next_id not in acks:

@@ -110,6 +110,10 @@ def _settle(closed: asyncio.Future[None]) -> None:
 _Token = tuple["asyncio.Future[Any] | None", bool]
 
 
+#: the token of a publish with nothing to resolve and nobody waiting (a reply, a QoS 0 publish): one, shared
+_NOTHING_AWAITED: _Token = (None, False)
+
+
 def _abandoned(token: _Token) -> bool:
     return token[0] is not None and token[0].done()
 
@@ -314,7 +318,9 @@ class _Output:
 
     def check_room(self, size: int, topic: str) -> None:
         """:class:`WriteBufferFullError` if ``size`` more bytes would take the backlog past :attr:`write_bound`."""
-        if self.backlog() + size > self.write_bound:
+        transport = self.transport
+        buffered = transport.get_write_buffer_size() if transport is not None else 0
+        if buffered + self._out_bytes + self._session.queued_bytes + size > self.write_bound:  # backlog(), inline
             raise WriteBufferFullError(
                 f"cannot publish to {topic[:200]!r}: {self.backlog():,} bytes wait to be written to "
                 f"{self._settings.url} (the bound is {self.write_bound:,}); the broker is not reading"
@@ -666,11 +672,14 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
             raise ConnectionLostError(f"not connected to {self.settings.url}")
 
     def _publish(self, message: OutgoingMessage, waiter: asyncio.Future[Any] | None, waited: bool) -> None:
-        self._require()
+        transport, closed = self._transport, self._closed  # _require(), inline: once per request and per reply
+        if transport is None or closed is None or closed.done() or transport.is_closing():
+            raise ConnectionLostError(f"not connected to {self.settings.url}")
         qos = message.qos
         if qos not in (0, 1):
             raise ConfigurationError(f"QoS {qos} is not supported (0 or 1)")
-        field = _topic_field(message.topic)
+        topic = message.topic
+        field = _TOPIC_FIELDS.get(topic) or _topic_field(topic)
         props = publish_properties(  # as message.encoded_properties(), without its call: the request path
             message.correlation_data,
             message.response_topic,
@@ -679,9 +688,10 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
             message.message_expiry,
         )
         if not waited:
-            self._output.check_room(len(message.payload), message.topic)
+            self._output.check_room(len(message.payload), topic)
         # None: beyond the broker's Receive Maximum, it waits in the session for a PUBACK ([MQTT-3.3.4-7])
-        packet = self._session.publish(field, message.payload, qos, props, (waiter, waited))
+        token = (waiter, waited) if waiter is not None else _NOTHING_AWAITED if not waited else (None, True)
+        packet = self._session.publish(field, message.payload, qos, props, token)
         if packet is not None:
             self._output.send(packet)
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from .._protocol import headers, limits
 from .._protocol.hlc import HybridLogicalClock
+from .._protocol.mqtt_publish import PackedUserProperties
 from .._protocol.resp3 import encode_error
 from .._protocol.topics import NOTIFY_PREFIX
 from .._transport.base import Connection, OutgoingMessage
@@ -83,7 +84,7 @@ class Outbox:
         self._hex_key_text = ""
         self._hex_ids: dict[str, str] = {}
         self._props_version: HybridLogicalClock | None = None
-        self._props: list[tuple[str, str]] = []
+        self._props: Sequence[tuple[str, str]] = ()
 
     @property
     def waiting(self) -> int:
@@ -117,11 +118,11 @@ class Outbox:
             client_hex = ids[note.client_id] = note.client_id.encode("utf-8").hex().upper()
         return f"{NOTIFY_PREFIX}{client_hex}/command/notify/{self._hex_key_text}"
 
-    def _note_properties(self, note: Notification) -> list[tuple[str, str]]:
-        """The ``__ts`` property, built once per version (every watcher of one change gets the same list)."""
+    def _note_properties(self, note: Notification) -> Sequence[tuple[str, str]]:
+        """The ``__ts`` property, built and encoded once per version (every watcher of one change gets it)."""
         if note.version is not self._props_version:
             self._props_version = note.version
-            self._props = [(headers.TIMESTAMP, str(note.version))]
+            self._props = PackedUserProperties([(headers.TIMESTAMP, str(note.version))])
         return self._props
 
     def _publish_note(self, note: Notification) -> bool:

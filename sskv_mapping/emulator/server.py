@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .._protocol import headers
 from .._protocol.hlc import HybridLogicalClock, system_clock_ms
+from .._protocol.mqtt_publish import PackedUserProperties
 from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic
 from .._transport.backoff import Backoff
 from .._transport.base import Connection, ConnectionFactory, InboundMessage, taking_messages
@@ -37,8 +38,8 @@ log = logging.getLogger("sskv_mapping.emulator")
 
 _LOG_TOPIC_PREFIX = "$SYS/broker/log/"
 _RESPONSE_CONTENT_TYPE = headers.CONTENT_TYPE
-#: the properties of a 200 reply without a __ts (shared: never changed)
-_NO_VERSION_PROPERTIES = tuple(headers.response_properties(None))
+#: the properties of a 200 reply without a __ts (shared: never changed; encoded once, PackedUserProperties)
+_NO_VERSION_PROPERTIES = PackedUserProperties(headers.response_properties(None))
 _UNSUPPORTED_VERSION_MESSAGE = "unsupported protocol version {!r}; this service supports major version 1"
 _RECONNECT_MIN_S = 0.05
 _RECONNECT_MAX_S = 2.0
@@ -54,15 +55,15 @@ _last_reply: tuple[HybridLogicalClock | None, Sequence[tuple[str, str]]] = (None
 
 
 def _reply_properties(version: HybridLogicalClock | None) -> Sequence[tuple[str, str]]:
-    """``headers.response_properties(version)``, built once per version: every GET of an unchanged key answers with
-    the same ``__ts`` (the lists are never changed)."""
+    """``headers.response_properties(version)``, built and encoded once per version: every GET of an unchanged key
+    answers with the same ``__ts``."""
     global _last_reply
     if version is None:
         return _NO_VERSION_PROPERTIES
     last = _last_reply
     if last[0] is version:
         return last[1]
-    props = headers.response_properties(version)
+    props = PackedUserProperties(headers.response_properties(version))
     _last_reply = (version, props)
     return props
 
