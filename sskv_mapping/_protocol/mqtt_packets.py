@@ -164,11 +164,18 @@ def connect_packet(
 def publish_packet(topic_field: bytes, payload: bytes, qos: int, packet_id: int, properties: bytes) -> bytes:
     """A PUBLISH: ``topic_field`` is the length-prefixed topic (:func:`mqtt_str`), ``properties`` the encoded
     properties with their length (:func:`~sskv_mapping._protocol.mqtt_publish.publish_properties`)."""
-    head = topic_field + packet_id.to_bytes(2, "big") if qos else topic_field
-    size = len(head) + len(properties) + len(payload)
+    size = len(topic_field) + len(properties) + len(payload) + (2 if qos else 0)
     if size > MAX_PACKET:
         raise MalformedPacketError(f"a PUBLISH may be at most {MAX_PACKET:,} bytes, not {size:,}")
-    return b"".join((bytes((0x30 | (qos << 1),)), varint(size), head, properties, payload))
+    # the Remaining Length inline when it takes one or two bytes (varint's, without its call)
+    length = (
+        bytes((size,)) if size < 0x80 else bytes((size & 0x7F | 0x80, size >> 7)) if size < 0x4000 else varint(size)
+    )
+    if qos:
+        return b"".join(
+            (bytes((0x30 | (qos << 1),)), length, topic_field, packet_id.to_bytes(2, "big"), properties, payload)
+        )
+    return b"".join((b"\x30", length, topic_field, properties, payload))
 
 
 def puback_packet(packet_id: int) -> bytes:

@@ -23,6 +23,7 @@ __all__ = [
     "publish_properties",
     "publish_size",
     "read_utf8",
+    "reply_properties",
     "varint",
 ]
 
@@ -181,6 +182,29 @@ def publish_properties(
         body += user_properties.packed
     elif user_properties:
         body += b"".join([b"\x26" + mqtt_str(name) + mqtt_str(value) for name, value in user_properties])
+    size = len(body)
+    return (bytes((size,)) if size < 0x80 else varint(size)) + body
+
+
+#: a content type's property (0x03 and the string), for reply_properties: one or two per process
+_CONTENT_TYPE_FIELDS: dict[str, bytes] = {}
+
+
+def _content_type_field(content_type: str) -> bytes:
+    field = b"\x03" + mqtt_str(content_type)
+    if len(_CONTENT_TYPE_FIELDS) >= 16:
+        _CONTENT_TYPE_FIELDS.clear()
+    _CONTENT_TYPE_FIELDS[content_type] = field
+    return field
+
+
+def reply_properties(correlation_data: bytes, content_type: str | None, user_properties: PackedUserProperties) -> bytes:
+    """``publish_properties(correlation_data, None, user_properties, content_type, None)``, the properties of a
+    reply (a responder's: no response topic, no expiry), with fewer steps: one per reply the emulator sends."""
+    if len(correlation_data) > 0xFFFF:
+        raise ConfigurationError("an MQTT property value may be at most 65,535 bytes")
+    head = b"" if content_type is None else _CONTENT_TYPE_FIELDS.get(content_type) or _content_type_field(content_type)
+    body = head + b"\x09" + len(correlation_data).to_bytes(2, "big") + bytes(correlation_data) + user_properties.packed
     size = len(body)
     return (bytes((size,)) if size < 0x80 else varint(size)) + body
 

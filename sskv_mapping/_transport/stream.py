@@ -572,7 +572,7 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
                     self._publish_received(first, body)
                 elif kind == packets.PUBACK:
                     token, reason = session.puback(body)
-                    if token is not None:
+                    if token is not None and token is not _NOTHING_AWAITED:  # a reply's: nobody to tell
                         _acknowledged(token, reason)
                     if session.queued:
                         for packet, _ in session.release(_abandoned):
@@ -731,6 +731,22 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
         if args or fields or type(message) is not OutgoingMessage:
             message = legacy_message(message, args, fields)
         self._publish(message, refusal if message.qos else None, False)
+
+    def publish_encoded_nowait(self, topic: str, payload: bytes, properties: bytes) -> None:
+        """``publish_nowait(OutgoingMessage(topic, payload, 1, ...))`` for a message whose properties are encoded
+        already (Property Length first, as :func:`~sskv_mapping._protocol.mqtt_publish.publish_properties` gives):
+        the emulator's replies, one per request, without building a message to take apart again. The same checks
+        and errors as :meth:`publish_nowait`; nobody is told of its PUBACK."""
+        transport, closed = self._transport, self._closed
+        if transport is None or closed is None or closed.done() or transport.is_closing():
+            raise ConnectionLostError(f"not connected to {self.settings.url}")
+        output = self._output
+        output.check_room(len(payload), topic)
+        packet = self._session.publish(
+            _TOPIC_FIELDS.get(topic) or _topic_field(topic), payload, 1, properties, _NOTHING_AWAITED
+        )
+        if packet is not None:
+            output.send(packet)
 
     async def reauthenticate(self, token: bytes, timeout: float) -> None:
         """AUTH 0x19 (K8S-SAT, ``token``), AUTH 0x00 back; else :class:`ReauthenticationError`, the link dropped."""

@@ -13,10 +13,11 @@ from collections.abc import Callable, Sequence
 
 from .._protocol import headers, limits
 from .._protocol.hlc import HybridLogicalClock
-from .._protocol.mqtt_publish import PackedUserProperties
+from .._protocol.mqtt_publish import PackedUserProperties, publish_properties, reply_properties
 from .._protocol.resp3 import encode_error
 from .._protocol.topics import NOTIFY_PREFIX
 from .._transport.base import Connection, OutgoingMessage
+from .._transport.stream import StreamConnection
 from ..errors import OverloadedError, ResponseTooLargeError, StateStoreError, ValueTooLargeError, WriteBufferFullError
 from .core import Notification
 
@@ -161,7 +162,18 @@ class Outbox:
             return self._defer_reply(conn, (topic, payload, correlation, user_properties, content_type))
         # Queued right here (PahoConnection: by paho), in call order; no task is made and no PUBACK awaited.
         try:
-            conn.publish_nowait(OutgoingMessage(topic, payload, 1, correlation, None, user_properties, content_type))
+            if type(conn) is StreamConnection and type(user_properties) is PackedUserProperties:
+                # a reply or notification of the usual kind (properties encoded once per version): encoded as
+                # OutgoingMessage would be, without the message object (the same bytes: test_reply_bytes.py)
+                if correlation is None:
+                    props = publish_properties(None, None, user_properties, content_type, None)
+                else:
+                    props = reply_properties(correlation, content_type, user_properties)
+                conn.publish_encoded_nowait(topic, payload, props)
+            else:
+                conn.publish_nowait(
+                    OutgoingMessage(topic, payload, 1, correlation, None, user_properties, content_type)
+                )
         except ValueTooLargeError as exc:
             # Over the broker's Maximum Packet Size: the broker would drop this connection for it. Refused by the
             # transport before sending; a response becomes an error reply the requester can read, a notification

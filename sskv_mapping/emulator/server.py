@@ -367,7 +367,7 @@ class EmulatorServer:
                 _RESPONSE_CONTENT_TYPE,
             )
             return
-        self._publish(
+        self.outbox.publish(  # self._publish, without its call
             response_topic,
             result.payload,
             correlation,
