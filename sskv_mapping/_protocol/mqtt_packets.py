@@ -346,7 +346,8 @@ class PacketSplitter:
     connection must be dropped) as soon as its fixed header is read -- nothing of it is buffered first.
 
     Linear: the tail grows in a ``bytearray`` (amortised appends) and a pending packet is re-examined by its
-    header only, never copied again until it is whole (one big packet over many reads costs its size once).
+    header only, never copied again until it is whole (one big packet over many reads costs its size twice: the
+    tail made bytes once, its body sliced from it).
     """
 
     __slots__ = ("_buf", "_max", "_need")
@@ -359,6 +360,8 @@ class PacketSplitter:
     def feed(self, data: bytes) -> list[tuple[int, bytes]]:
         if not self._buf:
             # the usual case: the read holds whole packets; bodies are slices of ``data`` (one copy each)
+            if type(data) is not bytes:
+                data = bytes(data)
             out, pos = self._split(data)
             if pos < len(data):
                 self._buf += memoryview(data)[pos:]
@@ -367,19 +370,17 @@ class PacketSplitter:
         buf += data
         if len(buf) < self._need:
             return []
-        view = memoryview(buf)
-        try:
-            out, pos = self._split(view)
-        finally:
-            view.release()
+        # a packet completed: the tail is read as bytes (one copy of it; the bodies are then slices of that)
+        out, pos = self._split(bytes(buf))
         del buf[:pos]
         return out
 
-    def _split(self, buf: bytes | memoryview) -> tuple[list[tuple[int, bytes]], int]:
+    def _split(self, buf: bytes) -> tuple[list[tuple[int, bytes]], int]:
         size = len(buf)
         pos = 0
+        limit = self._max
         out: list[tuple[int, bytes]] = []
-        while size - pos >= 2:
+        while pos + 1 < size:
             first = buf[pos]
             byte = buf[pos + 1]
             if byte < 0x80:  # a one-byte Remaining Length (acknowledgements, small packets)
@@ -406,12 +407,12 @@ class PacketSplitter:
                         raise MalformedPacketError("Remaining Length is more than four bytes long")
                 start = cur
             end = start + length
-            if end - pos > self._max:
-                raise MalformedPacketError(f"a packet of {end - pos:,} bytes is over the limit ({self._max:,})")
+            if end - pos > limit:
+                raise MalformedPacketError(f"a packet of {end - pos:,} bytes is over the limit ({limit:,})")
             if end > size:
                 self._need = end - pos
                 return out, pos
-            out.append((first, bytes(buf[start:end])))
+            out.append((first, buf[start:end]))
             pos = end
         self._need = 0
         return out, pos

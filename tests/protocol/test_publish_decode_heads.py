@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from sskv_mapping._protocol import mqtt_packets as packets
-from sskv_mapping._protocol.mqtt_publish import MalformedPacketError, decode_publish, mqtt_str, publish_properties
+from sskv_mapping._protocol.mqtt_publish import (
+    MalformedPacketError,
+    decode_publish,
+    mqtt_str,
+    publish_properties,
+    varint,
+)
 
 
 def _packet(response_topic: str, expiry: int, *, after: bytes = b"", correlation: bytes = b"corr") -> bytes:
@@ -15,7 +20,7 @@ def _packet(response_topic: str, expiry: int, *, after: bytes = b"", correlation
     ``after`` is appended to the properties as is."""
     props = publish_properties(correlation, response_topic, [("__ts", "1:0:a")], None, expiry)
     body = (props[1:] if props[0] < 0x80 else props[2:]) + after
-    return mqtt_str("req/topic") + (7).to_bytes(2, "big") + packets.varint(len(body)) + body + b"payload"
+    return mqtt_str("req/topic") + (7).to_bytes(2, "big") + varint(len(body)) + body + b"payload"
 
 
 TOPIC = "clients/head-one/reply"
