@@ -148,16 +148,19 @@ def varint(n: int) -> bytes:
 
 
 class PackedUserProperties(tuple[tuple[str, str], ...]):
-    """User properties that carry their own encoding (``packed``: each pair as ``0x26``, name, value), for a
-    sender that publishes the same ones many times (the emulator's replies: one per version). A tuple of the
-    pairs to every reader; :func:`publish_properties` takes ``packed`` instead of encoding them again."""
+    """User properties that keep their own encoding (each pair as ``0x26``, name, value), for a sender that
+    publishes the same ones many times (the emulator's replies: one per version). A tuple of the pairs to every
+    reader; :func:`publish_properties` encodes them once, on first use (an in-process transport never does)."""
 
-    packed: bytes
+    _packed: bytes  # set on first use: until then the instance is a bare tuple (no __dict__ made)
 
-    def __new__(cls, pairs: Sequence[tuple[str, str]]) -> PackedUserProperties:
-        self = super().__new__(cls, pairs)
-        self.packed = b"".join(b"\x26" + mqtt_str(name) + mqtt_str(value) for name, value in self)
-        return self
+    def packed(self) -> bytes:
+        """The encoded pairs, as :func:`publish_properties` writes them."""
+        try:
+            return self._packed
+        except AttributeError:
+            packed = self._packed = b"".join(b"\x26" + mqtt_str(name) + mqtt_str(value) for name, value in self)
+            return packed
 
 
 def publish_properties(
@@ -179,7 +182,7 @@ def publish_properties(
             raise ConfigurationError("an MQTT property value may be at most 65,535 bytes")
         body += b"\x09" + len(correlation_data).to_bytes(2, "big") + bytes(correlation_data)
     if type(user_properties) is PackedUserProperties:
-        body += user_properties.packed
+        body += user_properties.packed()
     elif user_properties:
         body += b"".join([b"\x26" + mqtt_str(name) + mqtt_str(value) for name, value in user_properties])
     size = len(body)
@@ -204,7 +207,9 @@ def reply_properties(correlation_data: bytes, content_type: str | None, user_pro
     if len(correlation_data) > 0xFFFF:
         raise ConfigurationError("an MQTT property value may be at most 65,535 bytes")
     head = b"" if content_type is None else _CONTENT_TYPE_FIELDS.get(content_type) or _content_type_field(content_type)
-    body = head + b"\x09" + len(correlation_data).to_bytes(2, "big") + bytes(correlation_data) + user_properties.packed
+    body = (
+        head + b"\x09" + len(correlation_data).to_bytes(2, "big") + bytes(correlation_data) + user_properties.packed()
+    )
     size = len(body)
     return (bytes((size,)) if size < 0x80 else varint(size)) + body
 
@@ -428,17 +433,17 @@ def _decode_publish_unchecked(header: int, buf: bytes) -> tuple[InboundMessage, 
         if len(_HEADS) >= _USER_TAILS_MAX:
             _HEADS.clear()
         _HEADS[head] = (expiry, response_topic)
-    message = InboundMessage(
-        topic=topic,
-        payload=buf[end:],
-        qos=qos,
-        correlation_data=correlation,
-        response_topic=response_topic,
-        content_type=content_type,
-        user_properties=tuple(user),
-        message_expiry=expiry,
-    )
-    return message, mid
+    message = _new(_InboundFields)  # InboundMessage(...) without its call: one per message received
+    message.topic = topic
+    message.payload = buf[end:]
+    message.qos = qos
+    message.correlation_data = correlation
+    message.response_topic = response_topic
+    message.content_type = content_type
+    message.user_properties = tuple(user)
+    message.message_expiry = expiry
+    message.__class__ = InboundMessage  # type: ignore[assignment]
+    return message, mid  # type: ignore[return-value]  # an InboundMessage now
 
 
 # -- outgoing ------------------------------------------------------------------------------------------------

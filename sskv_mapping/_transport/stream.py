@@ -558,7 +558,8 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
                     self._transport.abort()
                 return
         try:
-            received = session.feed(data)
+            session.reads += 1  # session.feed(data), without its call
+            received = session.splitter.feed(data)
         except MalformedPacketError as exc:
             self._protocol_error(str(exc))
             return
@@ -568,8 +569,18 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
         try:
             for first, body in received:
                 kind = first >> 4
-                if kind == packets.PUBLISH:
-                    self._publish_received(first, body)
+                if kind == packets.PUBLISH:  # (_publish_received, inline: one per request served or response)
+                    if first & 0x06 > 0x02:
+                        raise MalformedPacketError("a QoS 2 PUBLISH (this client subscribes at QoS 1 at most)")
+                    message, packet_id = decode_publish(first, body)
+                    try:
+                        self._on_message(message)
+                    except Exception:
+                        log.exception("message handler failed on topic %r", message.topic)
+                    if first & 0x02:
+                        output.out.append(
+                            b"\x40\x02" + packet_id.to_bytes(2, "big")
+                        )  # its PUBACK, with this read's output
                 elif kind == packets.PUBACK:
                     token, reason = session.puback(body)
                     if token is not None and token is not _NOTHING_AWAITED:  # a reply's: nobody to tell
@@ -601,17 +612,6 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
             self._protocol_error(str(exc))
         finally:
             output.read()
-
-    def _publish_received(self, first: int, body: bytes) -> None:
-        if first & 0x06 > 0x02:
-            raise MalformedPacketError("a QoS 2 PUBLISH (this client subscribes at QoS 1 at most)")
-        message, packet_id = decode_publish(first, body)
-        try:
-            self._on_message(message)
-        except Exception:
-            log.exception("message handler failed on topic %r", message.topic)
-        if first & 0x02:
-            self._output.out.append(packets.puback_packet(packet_id))  # leaves with this read's output
 
     def _protocol_error(self, text: str, what: str = "malformed packet from the broker") -> None:
         log.warning("dropping the connection to %s: %s", self.settings.url, text)

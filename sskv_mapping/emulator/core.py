@@ -389,7 +389,13 @@ class EmulatorCore:
         if entry is None:
             return CoreResult(_NIL, None, notes)
         value = entry.value
-        return CoreResult(b"$%d\r\n%s\r\n" % (len(value), value), entry.version, notes)  # resp3.encode_bulk
+        result = object.__new__(_CoreResultFields)  # CoreResult(...) without its call: one per GET
+        result.payload = b"$%d\r\n%s\r\n" % (len(value), value)  # resp3.encode_bulk
+        result.version = entry.version
+        result.notifications = notes
+        result.duplicate = False
+        result.__class__ = CoreResult  # type: ignore[assignment]
+        return result  # type: ignore[return-value]  # a CoreResult now
 
     def _dispatch(
         self,

@@ -367,11 +367,12 @@ class EmulatorServer:
                 _RESPONSE_CONTENT_TYPE,
             )
             return
+        stamp, last = result.version, _last_reply
         self.outbox.publish(  # self._publish, without its call
             response_topic,
             result.payload,
             correlation,
-            _reply_properties(result.version),
+            last[1] if stamp is last[0] and stamp is not None else _reply_properties(stamp),
             _RESPONSE_CONTENT_TYPE,
         )
         if result.duplicate:  # answered again; nothing changed, nothing to notify or show
