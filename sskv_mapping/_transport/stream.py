@@ -283,8 +283,16 @@ class _Output:
         self.dispatching = False
         if self.out:
             if self.answered:
-                # a handler answered (the emulator's responses): out now, with the PUBACKs
-                self.flush()
+                # a handler answered (the emulator's responses): out now, with the PUBACKs (flush(), inline)
+                self._flush_handle = None
+                self._burst = False
+                out = self.out
+                self.out = []
+                self._out_bytes = 0
+                transport = self.transport
+                if transport is not None and not transport.is_closing():
+                    transport.write(out[0] if len(out) == 1 else b"".join(out))
+                    self._session.writes += 1
             elif self._flush_handle is None:
                 # only PUBACKs (a requester): they leave with the requests the tasks just woken make in the
                 # next loop iteration -- one send, not two, per round trip

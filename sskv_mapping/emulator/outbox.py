@@ -133,7 +133,7 @@ class Outbox:
             self.stats["too_large"] += 1
             self._warn_dropped(f"a notification to {topic[:120]!r}: its topic is over MQTT's 65,535 bytes")
             return True
-        return self.publish(topic, note.payload, None, self._note_properties(note), None)
+        return self.publish_on(self._current(), topic, note.payload, None, self._note_properties(note), None)
 
     def publish(
         self,
@@ -146,7 +146,18 @@ class Outbox:
         """Queue one publish. A response goes out now when it can; one that cannot be written now waits its turn
         in :attr:`_waiting` (never dropped within the bound), one that could never be sent is answered
         ``-ERR`` instead. Returns False only for a notification that has to wait (the caller queues it in order)."""
-        conn = self._current()
+        return self.publish_on(self._current(), topic, payload, correlation, user_properties, content_type)
+
+    def publish_on(
+        self,
+        conn: Connection | None,
+        topic: str,
+        payload: bytes,
+        correlation: bytes | None,
+        user_properties: Sequence[tuple[str, str]],
+        content_type: str | None,
+    ) -> bool:
+        """:meth:`publish` on ``conn``, the current connection the caller has at hand (the server's replies)."""
         if conn is None:
             self.stats["publish_failures"] += 1
             log.debug("not connected: dropping a publish to %r", topic[:200])

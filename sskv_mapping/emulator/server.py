@@ -368,7 +368,8 @@ class EmulatorServer:
             )
             return
         stamp, last = result.version, _last_reply
-        self.outbox.publish(  # self._publish, without its call
+        self.outbox.publish_on(  # self._publish, without its calls
+            self._conn,
             response_topic,
             result.payload,
             correlation,
