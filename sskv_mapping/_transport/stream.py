@@ -218,7 +218,6 @@ class _Output:
     __slots__ = (
         "_burst",
         "_flush_handle",
-        "_out_bytes",
         "_session",
         "_settings",
         "_writable",
@@ -226,6 +225,7 @@ class _Output:
         "dispatching",
         "loop",
         "out",
+        "out_bytes",
         "paused",
         "read_flow_control",
         "transport",
@@ -239,7 +239,7 @@ class _Output:
         self.transport: asyncio.Transport | None = None
         #: packets queued since the last write (a PUBACK inside a read is appended here directly)
         self.out: list[bytes] = []
-        self._out_bytes = 0  # bytes in out (the PUBACKs a read appends are not counted: four bytes each)
+        self.out_bytes = 0  # bytes in out (the PUBACKs a read appends are not counted: four bytes each)
         self._flush_handle: asyncio.Handle | None = None
         #: inside a read callback (the connection sets it, and clears ``answered``, as a read starts)
         self.dispatching = False
@@ -258,7 +258,7 @@ class _Output:
 
     def send(self, packet: bytes) -> None:
         self.out.append(packet)
-        self._out_bytes += len(packet)
+        self.out_bytes += len(packet)
         if self.dispatching:
             self.answered = True
             return
@@ -276,7 +276,7 @@ class _Output:
     def queue(self, packet: bytes) -> None:
         """Add ``packet`` to the next write without starting one (a PUBACK inside a read, the DISCONNECT)."""
         self.out.append(packet)
-        self._out_bytes += len(packet)
+        self.out_bytes += len(packet)
 
     def read(self) -> None:
         """A read callback ends: its output leaves now, or with the next loop iteration's requests."""
@@ -288,7 +288,7 @@ class _Output:
                 self._burst = False
                 out = self.out
                 self.out = []
-                self._out_bytes = 0
+                self.out_bytes = 0
                 transport = self.transport
                 if transport is not None and not transport.is_closing():
                     transport.write(out[0] if len(out) == 1 else b"".join(out))
@@ -309,7 +309,7 @@ class _Output:
         if not out:
             return
         self.out = []
-        self._out_bytes = 0
+        self.out_bytes = 0
         transport = self.transport
         if transport is None or transport.is_closing():
             return
@@ -322,13 +322,13 @@ class _Output:
         """Bytes waiting to be written: the transport's buffer, our pending output, the held publishes."""
         transport = self.transport
         buffered = transport.get_write_buffer_size() if transport is not None else 0
-        return buffered + self._out_bytes + self._session.queued_bytes
+        return buffered + self.out_bytes + self._session.queued_bytes
 
     def check_room(self, size: int, topic: str) -> None:
         """:class:`WriteBufferFullError` if ``size`` more bytes would take the backlog past :attr:`write_bound`."""
         transport = self.transport
         buffered = transport.get_write_buffer_size() if transport is not None else 0
-        if buffered + self._out_bytes + self._session.queued_bytes + size > self.write_bound:  # backlog(), inline
+        if buffered + self.out_bytes + self._session.queued_bytes + size > self.write_bound:  # backlog(), inline
             raise WriteBufferFullError(
                 f"cannot publish to {topic[:200]!r}: {self.backlog():,} bytes wait to be written to "
                 f"{self._settings.url} (the bound is {self.write_bound:,}); the broker is not reading"
@@ -590,7 +590,11 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
                             b"\x40\x02" + packet_id.to_bytes(2, "big")
                         )  # its PUBACK, with this read's output
                 elif kind == packets.PUBACK:
-                    token, reason = session.puback(body)
+                    if len(body) == 2:  # the usual success form: session.puback's work, inline (one per reply)
+                        entry = session.inflight.pop((body[0] << 8) | body[1], None)
+                        token, reason = (None if entry is None else entry[0]), 0
+                    else:
+                        token, reason = session.puback(body)
                     if token is not None and token is not _NOTHING_AWAITED:  # a reply's: nobody to tell
                         _acknowledged(token, reason)
                     if session.queued:
@@ -749,8 +753,14 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
         if transport is None or closed is None or closed.done() or transport.is_closing():
             raise ConnectionLostError(f"not connected to {self.settings.url}")
         output = self._output
-        output.check_room(len(payload), topic)
-        packet = self._session.publish(
+        session = self._session
+        # output.check_room(), its test inline: it raises WriteBufferFullError past the bound
+        if (
+            transport.get_write_buffer_size() + output.out_bytes + session.queued_bytes + len(payload)
+            > output.write_bound
+        ):
+            output.check_room(len(payload), topic)
+        packet = session.publish(
             _TOPIC_FIELDS.get(topic) or _topic_field(topic), payload, 1, properties, _NOTHING_AWAITED
         )
         if packet is not None:
