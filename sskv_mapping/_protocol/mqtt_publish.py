@@ -152,15 +152,14 @@ class PackedUserProperties(tuple[tuple[str, str], ...]):
     publishes the same ones many times (the emulator's replies: one per version). A tuple of the pairs to every
     reader; :func:`publish_properties` encodes them once, on first use (an in-process transport never does)."""
 
-    _packed: bytes  # set on first use: until then the instance is a bare tuple (no __dict__ made)
+    #: the encoded pairs, set by :meth:`pack` on first use (until then the instance is a bare tuple, no
+    #: ``__dict__`` made): read it as ``try: props.packed except AttributeError: props.pack()``
+    packed: bytes
 
-    def packed(self) -> bytes:
-        """The encoded pairs, as :func:`publish_properties` writes them."""
-        try:
-            return self._packed
-        except AttributeError:
-            packed = self._packed = b"".join(b"\x26" + mqtt_str(name) + mqtt_str(value) for name, value in self)
-            return packed
+    def pack(self) -> bytes:
+        """The encoded pairs, as :func:`publish_properties` writes them (kept as :attr:`packed`)."""
+        packed = self.packed = b"".join(b"\x26" + mqtt_str(name) + mqtt_str(value) for name, value in self)
+        return packed
 
 
 def publish_properties(
@@ -182,7 +181,10 @@ def publish_properties(
             raise ConfigurationError("an MQTT property value may be at most 65,535 bytes")
         body += b"\x09" + len(correlation_data).to_bytes(2, "big") + bytes(correlation_data)
     if type(user_properties) is PackedUserProperties:
-        body += user_properties.packed()
+        try:
+            body += user_properties.packed
+        except AttributeError:
+            body += user_properties.pack()
     elif user_properties:
         body += b"".join([b"\x26" + mqtt_str(name) + mqtt_str(value) for name, value in user_properties])
     size = len(body)
@@ -207,9 +209,11 @@ def reply_properties(correlation_data: bytes, content_type: str | None, user_pro
     if len(correlation_data) > 0xFFFF:
         raise ConfigurationError("an MQTT property value may be at most 65,535 bytes")
     head = b"" if content_type is None else _CONTENT_TYPE_FIELDS.get(content_type) or _content_type_field(content_type)
-    body = (
-        head + b"\x09" + len(correlation_data).to_bytes(2, "big") + bytes(correlation_data) + user_properties.packed()
-    )
+    try:
+        packed = user_properties.packed
+    except AttributeError:
+        packed = user_properties.pack()
+    body = head + b"\x09" + len(correlation_data).to_bytes(2, "big") + bytes(correlation_data) + packed
     size = len(body)
     return (bytes((size,)) if size < 0x80 else varint(size)) + body
 
