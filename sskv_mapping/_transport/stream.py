@@ -764,7 +764,12 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
             _TOPIC_FIELDS.get(topic) or _topic_field(topic), payload, 1, properties, _NOTHING_AWAITED
         )
         if packet is not None:
-            output.send(packet)
+            if output.dispatching:  # output.send's read-callback case, inline: the reply leaves at the read's end
+                output.out.append(packet)
+                output.out_bytes += len(packet)
+                output.answered = True
+            else:
+                output.send(packet)
 
     async def reauthenticate(self, token: bytes, timeout: float) -> None:
         """AUTH 0x19 (K8S-SAT, ``token``), AUTH 0x00 back; else :class:`ReauthenticationError`, the link dropped."""

@@ -381,7 +381,12 @@ class EmulatorServer:
             return
         if result.notifications:
             self._publish_notifications(result.notifications)
-        self._after_change()
+        # self._after_change(), inline: once per request served
+        nxt = self.core.next_expiry()
+        if nxt is not None and (self._timer_deadline is None or nxt < self._timer_deadline):
+            self._timer_wake.set()
+        if self.persist_file is not None and self.core.persistence_generation != self._saved_generation:
+            self._persist_wake.set()
         tap = self.tap
         if tap is not None:
             tap(client_id, message.payload, result, props.get("traceparent"))
