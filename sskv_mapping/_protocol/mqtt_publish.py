@@ -266,188 +266,185 @@ def decode_publish(header: int, packet: bytes | bytearray) -> tuple[InboundMessa
     empty or wildcard topic (aiomqtt's ``Topic``). One deliberate difference: a fixed-size value that runs
     past the declared property length is refused here; paho reads on into the payload.
     """
-    try:
-        return _decode_publish_unchecked(header, bytes(packet))
-    except MalformedPacketError:
-        raise
-    except (IndexError, ValueError) as exc:  # a read past the end; UnicodeDecodeError is a ValueError
-        raise MalformedPacketError(f"malformed PUBLISH: {exc}") from exc
-
-
-def _decode_publish_unchecked(header: int, buf: bytes) -> tuple[InboundMessage, int]:
-    qos = (header >> 1) & 3
-    size = len(buf)
-    pos = 2 + ((buf[0] << 8) | buf[1])
-    if pos > size:
-        raise MalformedPacketError("topic longer than the packet")
-    topic = buf[2:pos].decode("utf-8")
-    if not topic or "+" in topic or "#" in topic:
-        raise MalformedPacketError(f"invalid topic {topic[:80]!r}")  # as aiomqtt's Topic (no aliases are enabled)
-    mid = 0
-    if qos:
-        if pos + 2 > size:
-            raise MalformedPacketError("no packet identifier")
-        mid = (buf[pos] << 8) | buf[pos + 1]
-        pos += 2
-    # Property Length, a Variable Byte Integer of at most four bytes (one or two: without the loop).
-    length = buf[pos]
-    if length < 0x80:
-        pos += 1
-    elif buf[pos + 1] < 0x80:
-        length = (length & 0x7F) | (buf[pos + 1] << 7)
-        pos += 2
-    else:
-        length = shift = 0
-        for _ in range(4):
-            byte = buf[pos]
+    buf = packet if type(packet) is bytes else bytes(packet)
+    try:  # the decoding in the same frame (one call per message received)
+        qos = (header >> 1) & 3
+        size = len(buf)
+        pos = 2 + ((buf[0] << 8) | buf[1])
+        if pos > size:
+            raise MalformedPacketError("topic longer than the packet")
+        topic = buf[2:pos].decode("utf-8")
+        if not topic or "+" in topic or "#" in topic:
+            raise MalformedPacketError(f"invalid topic {topic[:80]!r}")  # as aiomqtt's Topic (no aliases are enabled)
+        mid = 0
+        if qos:
+            if pos + 2 > size:
+                raise MalformedPacketError("no packet identifier")
+            mid = (buf[pos] << 8) | buf[pos + 1]
+            pos += 2
+        # Property Length, a Variable Byte Integer of at most four bytes (one or two: without the loop).
+        length = buf[pos]
+        if length < 0x80:
             pos += 1
-            length |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
+        elif buf[pos + 1] < 0x80:
+            length = (length & 0x7F) | (buf[pos + 1] << 7)
+            pos += 2
         else:
-            raise MalformedPacketError("Variable Byte Integer is more than four bytes long")
-    end = pos + length
-    if end > size:
-        raise MalformedPacketError("properties longer than the packet")
-    correlation: bytes | None = None
-    response_topic: str | None = None
-    content_type: str | None = None
-    expiry: int | None = None
-    user: list[tuple[str, str]] = []
-    seen_single = 0  # bit set of the single-valued ids seen (all PUBLISH ids are < 64)
-    tail_at = -1  # where the user properties after the first begin (-2: something else follows them)
-    head: bytes | None = None  # a request's expiry and response topic, not yet in _HEADS
-    if pos + 8 <= end and buf[pos] == 0x02 and buf[pos + 5] == 0x08:  # a request's: see _HEADS
-        stop = pos + 8 + ((buf[pos + 6] << 8) | buf[pos + 7])
-        if stop <= end and stop - pos <= _HEAD_BYTES:
-            head = buf[pos:stop]
-            known = _HEADS.get(head)
-            if known is not None:
-                expiry, response_topic = known
-                seen_single = _SEEN_HEAD
-                pos = stop
-                head = None
-    while pos < end:
-        ident = buf[pos]
-        pos += 1
-        if ident == 0x26:  # User Property (may repeat): read_utf8 twice, inline (five or more per request)
-            if tail_at == -1 and len(user) == 1:
-                # the properties after a request's first (its __ts) are the same bytes on each of its client's
-                # requests: decoded once, then looked up (see _USER_TAILS)
-                tail = _USER_TAILS.get(buf[pos - 1 : end])
-                if tail is not None:
-                    user.extend(tail)
-                    pos = end
-                    break
-                tail_at = pos - 1
-            if pos + 2 > end:
-                raise MalformedPacketError("Not enough data to read string length")
-            stop = pos + 2 + ((buf[pos] << 8) | buf[pos + 1])
-            if stop > end:
-                raise MalformedPacketError("Length delimited string too long")
-            try:
-                name = buf[pos + 2 : stop].decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise MalformedPacketError(f"string not UTF-8: {exc}") from exc
-            if "\x00" in name or "\ufeff" in name:
-                raise MalformedPacketError("[MQTT-1.5.4-2] Null or U+FEFF found in UTF-8 data")
-            if stop + 2 > end:
-                raise MalformedPacketError("Not enough data to read string length")
-            pos = stop + 2 + ((buf[stop] << 8) | buf[stop + 1])
-            if pos > end:
-                raise MalformedPacketError("Length delimited string too long")
-            try:
-                value = buf[stop + 2 : pos].decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise MalformedPacketError(f"string not UTF-8: {exc}") from exc
-            if "\x00" in value or "\ufeff" in value:
-                raise MalformedPacketError("[MQTT-1.5.4-2] Null or U+FEFF found in UTF-8 data")
-            user.append((name, value))
-            continue
-        if tail_at >= 0:  # the properties after the first user property are not all user properties: not kept
-            tail_at = -2
-        if ident == 0x09:  # Correlation Data (every request has it: tested first, its bit inline)
-            if seen_single & 0x200:
-                raise MalformedPacketError("Property 0x09 must not exist more than once")
-            seen_single |= 0x200
-            if pos + 2 > end:
-                raise MalformedPacketError("Not enough data to read binary data length")
-            stop = pos + 2 + ((buf[pos] << 8) | buf[pos + 1])
-            if stop > end:
-                raise MalformedPacketError("Length delimited binary data too long")
-            correlation = buf[pos + 2 : stop]
-            pos = stop
-            continue
-        if ident == 0x0B:  # Subscription Identifier (may repeat): a VBI, 1..268435455
-            sub_id = shift = 0
+            length = shift = 0
             for _ in range(4):
-                if pos >= end:
-                    raise MalformedPacketError("Not enough data to decode Variable Byte Integer")
                 byte = buf[pos]
                 pos += 1
-                sub_id |= (byte & 0x7F) << shift
+                length |= (byte & 0x7F) << shift
                 shift += 7
                 if not byte & 0x80:
                     break
             else:
                 raise MalformedPacketError("Variable Byte Integer is more than four bytes long")
-            if sub_id < 1:
-                raise MalformedPacketError("SubscriptionIdentifier property value must be in the range 1-268435455")
-            continue
-        bit = 1 << ident if ident < 64 else 0
-        if seen_single & bit:
-            raise MalformedPacketError(f"Property {ident:#04x} must not exist more than once")
-        seen_single |= bit
-        if ident == 0x08:  # Response Topic: read_utf8, inline (every request has one)
-            if pos + 2 > end:
-                raise MalformedPacketError("Not enough data to read string length")
-            stop = pos + 2 + ((buf[pos] << 8) | buf[pos + 1])
-            if stop > end:
-                raise MalformedPacketError("Length delimited string too long")
-            try:
-                response_topic = buf[pos + 2 : stop].decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise MalformedPacketError(f"string not UTF-8: {exc}") from exc
-            if "\x00" in response_topic or "\ufeff" in response_topic:
-                raise MalformedPacketError("[MQTT-1.5.4-2] Null or U+FEFF found in UTF-8 data")
-            pos = stop
-        elif ident == 0x03:  # Content Type
-            content_type, pos = read_utf8(buf, pos, end)
-        elif ident == 0x02:  # Message Expiry Interval
-            if pos + 4 > end:
-                raise MalformedPacketError("Four Byte Integer runs past the properties")
-            expiry = int.from_bytes(buf[pos : pos + 4], "big")
-            pos += 4
-        elif ident == 0x01:  # Payload Format Indicator: 0 or 1, not reported
-            if pos >= end or buf[pos] > 1:
-                raise MalformedPacketError("PayloadFormatIndicator property value must be 0 or 1")
+        end = pos + length
+        if end > size:
+            raise MalformedPacketError("properties longer than the packet")
+        correlation: bytes | None = None
+        response_topic: str | None = None
+        content_type: str | None = None
+        expiry: int | None = None
+        user: list[tuple[str, str]] = []
+        seen_single = 0  # bit set of the single-valued ids seen (all PUBLISH ids are < 64)
+        tail_at = -1  # where the user properties after the first begin (-2: something else follows them)
+        head: bytes | None = None  # a request's expiry and response topic, not yet in _HEADS
+        if pos + 8 <= end and buf[pos] == 0x02 and buf[pos + 5] == 0x08:  # a request's: see _HEADS
+            stop = pos + 8 + ((buf[pos + 6] << 8) | buf[pos + 7])
+            if stop <= end and stop - pos <= _HEAD_BYTES:
+                head = buf[pos:stop]
+                known = _HEADS.get(head)
+                if known is not None:
+                    expiry, response_topic = known
+                    seen_single = _SEEN_HEAD
+                    pos = stop
+                    head = None
+        while pos < end:
+            ident = buf[pos]
             pos += 1
-        elif ident == 0x23:  # Topic Alias: 1..65535, not reported (aliases are never enabled)
-            if pos + 2 > end or not (buf[pos] or buf[pos + 1]):
-                raise MalformedPacketError("TopicAlias property value must be in the range 1-65535")
-            pos += 2
-        else:
-            raise MalformedPacketError(f"property {ident:#04x} is not allowed in a PUBLISH")
-    if tail_at >= 0 and end - tail_at <= _USER_TAIL_BYTES:
-        if len(_USER_TAILS) >= _USER_TAILS_MAX:
-            _USER_TAILS.clear()
-        _USER_TAILS[buf[tail_at:end]] = tuple(user[1:])
-    if head is not None and expiry is not None and response_topic is not None:  # both read from head's bytes
-        if len(_HEADS) >= _USER_TAILS_MAX:
-            _HEADS.clear()
-        _HEADS[head] = (expiry, response_topic)
-    message = _new(_InboundFields)  # InboundMessage(...) without its call: one per message received
-    message.topic = topic
-    message.payload = buf[end:]
-    message.qos = qos
-    message.correlation_data = correlation
-    message.response_topic = response_topic
-    message.content_type = content_type
-    message.user_properties = tuple(user)
-    message.message_expiry = expiry
-    message.__class__ = InboundMessage  # type: ignore[assignment]
-    return message, mid  # type: ignore[return-value]  # an InboundMessage now
+            if ident == 0x26:  # User Property (may repeat): read_utf8 twice, inline (five or more per request)
+                if tail_at == -1 and len(user) == 1:
+                    # the properties after a request's first (its __ts) are the same bytes on each of its client's
+                    # requests: decoded once, then looked up (see _USER_TAILS)
+                    tail = _USER_TAILS.get(buf[pos - 1 : end])
+                    if tail is not None:
+                        user.extend(tail)
+                        pos = end
+                        break
+                    tail_at = pos - 1
+                if pos + 2 > end:
+                    raise MalformedPacketError("Not enough data to read string length")
+                stop = pos + 2 + ((buf[pos] << 8) | buf[pos + 1])
+                if stop > end:
+                    raise MalformedPacketError("Length delimited string too long")
+                try:
+                    name = buf[pos + 2 : stop].decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise MalformedPacketError(f"string not UTF-8: {exc}") from exc
+                if "\x00" in name or "\ufeff" in name:
+                    raise MalformedPacketError("[MQTT-1.5.4-2] Null or U+FEFF found in UTF-8 data")
+                if stop + 2 > end:
+                    raise MalformedPacketError("Not enough data to read string length")
+                pos = stop + 2 + ((buf[stop] << 8) | buf[stop + 1])
+                if pos > end:
+                    raise MalformedPacketError("Length delimited string too long")
+                try:
+                    value = buf[stop + 2 : pos].decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise MalformedPacketError(f"string not UTF-8: {exc}") from exc
+                if "\x00" in value or "\ufeff" in value:
+                    raise MalformedPacketError("[MQTT-1.5.4-2] Null or U+FEFF found in UTF-8 data")
+                user.append((name, value))
+                continue
+            if tail_at >= 0:  # the properties after the first user property are not all user properties: not kept
+                tail_at = -2
+            if ident == 0x09:  # Correlation Data (every request has it: tested first, its bit inline)
+                if seen_single & 0x200:
+                    raise MalformedPacketError("Property 0x09 must not exist more than once")
+                seen_single |= 0x200
+                if pos + 2 > end:
+                    raise MalformedPacketError("Not enough data to read binary data length")
+                stop = pos + 2 + ((buf[pos] << 8) | buf[pos + 1])
+                if stop > end:
+                    raise MalformedPacketError("Length delimited binary data too long")
+                correlation = buf[pos + 2 : stop]
+                pos = stop
+                continue
+            if ident == 0x0B:  # Subscription Identifier (may repeat): a VBI, 1..268435455
+                sub_id = shift = 0
+                for _ in range(4):
+                    if pos >= end:
+                        raise MalformedPacketError("Not enough data to decode Variable Byte Integer")
+                    byte = buf[pos]
+                    pos += 1
+                    sub_id |= (byte & 0x7F) << shift
+                    shift += 7
+                    if not byte & 0x80:
+                        break
+                else:
+                    raise MalformedPacketError("Variable Byte Integer is more than four bytes long")
+                if sub_id < 1:
+                    raise MalformedPacketError("SubscriptionIdentifier property value must be in the range 1-268435455")
+                continue
+            bit = 1 << ident if ident < 64 else 0
+            if seen_single & bit:
+                raise MalformedPacketError(f"Property {ident:#04x} must not exist more than once")
+            seen_single |= bit
+            if ident == 0x08:  # Response Topic: read_utf8, inline (every request has one)
+                if pos + 2 > end:
+                    raise MalformedPacketError("Not enough data to read string length")
+                stop = pos + 2 + ((buf[pos] << 8) | buf[pos + 1])
+                if stop > end:
+                    raise MalformedPacketError("Length delimited string too long")
+                try:
+                    response_topic = buf[pos + 2 : stop].decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise MalformedPacketError(f"string not UTF-8: {exc}") from exc
+                if "\x00" in response_topic or "\ufeff" in response_topic:
+                    raise MalformedPacketError("[MQTT-1.5.4-2] Null or U+FEFF found in UTF-8 data")
+                pos = stop
+            elif ident == 0x03:  # Content Type
+                content_type, pos = read_utf8(buf, pos, end)
+            elif ident == 0x02:  # Message Expiry Interval
+                if pos + 4 > end:
+                    raise MalformedPacketError("Four Byte Integer runs past the properties")
+                expiry = int.from_bytes(buf[pos : pos + 4], "big")
+                pos += 4
+            elif ident == 0x01:  # Payload Format Indicator: 0 or 1, not reported
+                if pos >= end or buf[pos] > 1:
+                    raise MalformedPacketError("PayloadFormatIndicator property value must be 0 or 1")
+                pos += 1
+            elif ident == 0x23:  # Topic Alias: 1..65535, not reported (aliases are never enabled)
+                if pos + 2 > end or not (buf[pos] or buf[pos + 1]):
+                    raise MalformedPacketError("TopicAlias property value must be in the range 1-65535")
+                pos += 2
+            else:
+                raise MalformedPacketError(f"property {ident:#04x} is not allowed in a PUBLISH")
+        if tail_at >= 0 and end - tail_at <= _USER_TAIL_BYTES:
+            if len(_USER_TAILS) >= _USER_TAILS_MAX:
+                _USER_TAILS.clear()
+            _USER_TAILS[buf[tail_at:end]] = tuple(user[1:])
+        if head is not None and expiry is not None and response_topic is not None:  # both read from head's bytes
+            if len(_HEADS) >= _USER_TAILS_MAX:
+                _HEADS.clear()
+            _HEADS[head] = (expiry, response_topic)
+        message = _new(_InboundFields)  # InboundMessage(...) without its call: one per message received
+        message.topic = topic
+        message.payload = buf[end:]
+        message.qos = qos
+        message.correlation_data = correlation
+        message.response_topic = response_topic
+        message.content_type = content_type
+        message.user_properties = tuple(user)
+        message.message_expiry = expiry
+        message.__class__ = InboundMessage  # type: ignore[assignment]
+        return message, mid  # type: ignore[return-value]  # an InboundMessage now
+    except MalformedPacketError:
+        raise
+    except (IndexError, ValueError) as exc:  # a read past the end; UnicodeDecodeError is a ValueError
+        raise MalformedPacketError(f"malformed PUBLISH: {exc}") from exc
 
 
 # -- outgoing ------------------------------------------------------------------------------------------------
