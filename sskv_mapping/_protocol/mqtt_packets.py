@@ -164,11 +164,18 @@ def connect_packet(
 def publish_packet(topic_field: bytes, payload: bytes, qos: int, packet_id: int, properties: bytes) -> bytes:
     """A PUBLISH: ``topic_field`` is the length-prefixed topic (:func:`mqtt_str`), ``properties`` the encoded
     properties with their length (:func:`~sskv_mapping._protocol.mqtt_publish.publish_properties`)."""
-    head = topic_field + packet_id.to_bytes(2, "big") if qos else topic_field
-    size = len(head) + len(properties) + len(payload)
+    size = len(topic_field) + len(properties) + len(payload) + (2 if qos else 0)
     if size > MAX_PACKET:
         raise MalformedPacketError(f"a PUBLISH may be at most {MAX_PACKET:,} bytes, not {size:,}")
-    return b"".join((bytes((0x30 | (qos << 1),)), varint(size), head, properties, payload))
+    # the Remaining Length inline when it takes one or two bytes (varint's, without its call)
+    length = (
+        bytes((size,)) if size < 0x80 else bytes((size & 0x7F | 0x80, size >> 7)) if size < 0x4000 else varint(size)
+    )
+    if qos:
+        return b"".join(
+            (bytes((0x30 | (qos << 1),)), length, topic_field, packet_id.to_bytes(2, "big"), properties, payload)
+        )
+    return b"".join((b"\x30", length, topic_field, properties, payload))
 
 
 def puback_packet(packet_id: int) -> bytes:
@@ -297,6 +304,8 @@ def decode_connack(body: bytes) -> Connack:
 
 def decode_ack(body: bytes) -> tuple[int, int]:
     """PUBACK (or another two-byte-id acknowledgement): ``(packet id, reason code)``; properties are skipped."""
+    if len(body) == 2:  # the usual success form
+        return (body[0] << 8) | body[1], 0
     if len(body) < 2:
         raise MalformedPacketError("acknowledgement without a packet identifier")
     reason = body[2] if len(body) > 2 else 0
@@ -337,7 +346,8 @@ class PacketSplitter:
     connection must be dropped) as soon as its fixed header is read -- nothing of it is buffered first.
 
     Linear: the tail grows in a ``bytearray`` (amortised appends) and a pending packet is re-examined by its
-    header only, never copied again until it is whole (one big packet over many reads costs its size once).
+    header only, never copied again until it is whole (one big packet over many reads costs its size twice: the
+    tail made bytes once, its body sliced from it).
     """
 
     __slots__ = ("_buf", "_max", "_need")
@@ -350,6 +360,8 @@ class PacketSplitter:
     def feed(self, data: bytes) -> list[tuple[int, bytes]]:
         if not self._buf:
             # the usual case: the read holds whole packets; bodies are slices of ``data`` (one copy each)
+            if type(data) is not bytes:
+                data = bytes(data)
             out, pos = self._split(data)
             if pos < len(data):
                 self._buf += memoryview(data)[pos:]
@@ -358,24 +370,25 @@ class PacketSplitter:
         buf += data
         if len(buf) < self._need:
             return []
-        view = memoryview(buf)
-        try:
-            out, pos = self._split(view)
-        finally:
-            view.release()
+        # a packet completed: the tail is read as bytes (one copy of it; the bodies are then slices of that)
+        out, pos = self._split(bytes(buf))
         del buf[:pos]
         return out
 
-    def _split(self, buf: bytes | memoryview) -> tuple[list[tuple[int, bytes]], int]:
+    def _split(self, buf: bytes) -> tuple[list[tuple[int, bytes]], int]:
         size = len(buf)
         pos = 0
+        limit = self._max
         out: list[tuple[int, bytes]] = []
-        while size - pos >= 2:
+        while pos + 1 < size:
             first = buf[pos]
             byte = buf[pos + 1]
-            if byte < 0x80:  # the usual one-byte Remaining Length
+            if byte < 0x80:  # a one-byte Remaining Length (acknowledgements, small packets)
                 length = byte
                 start = pos + 2
+            elif size - pos > 2 and buf[pos + 2] < 0x80:  # two bytes (a request or reply of 128 B to 16 KB)
+                length = (byte & 0x7F) | (buf[pos + 2] << 7)
+                start = pos + 3
             else:
                 length = byte & 0x7F
                 shift = 7
@@ -394,12 +407,12 @@ class PacketSplitter:
                         raise MalformedPacketError("Remaining Length is more than four bytes long")
                 start = cur
             end = start + length
-            if end - pos > self._max:
-                raise MalformedPacketError(f"a packet of {end - pos:,} bytes is over the limit ({self._max:,})")
+            if end - pos > limit:
+                raise MalformedPacketError(f"a packet of {end - pos:,} bytes is over the limit ({limit:,})")
             if end > size:
                 self._need = end - pos
                 return out, pos
-            out.append((first, bytes(buf[start:end])))
+            out.append((first, buf[start:end]))
             pos = end
         self._need = 0
         return out, pos

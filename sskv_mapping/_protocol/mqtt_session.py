@@ -132,18 +132,32 @@ class MqttSession(Generic[T]):
         Raises :class:`ValueTooLargeError` (nothing is kept) when the packet is over the broker's Maximum
         Packet Size ([MQTT-3.2.2-15]) or over what MQTT can express.
         """
-        size = publish_size(len(topic_field), len(properties), len(payload), qos)
-        if self.max_packet_size is not None or size > packets.MAX_PACKET + 5:
-            self.check_size(size)
+        limit = self.max_packet_size
+        size = len(topic_field) + len(properties) + len(payload)
+        # at most 7 bytes of fixed header and packet id: only a packet near the limit has its exact size worked out
+        if size + 7 > (packets.MAX_PACKET + 5 if limit is None else limit):
+            self.check_size(publish_size(len(topic_field), len(properties), len(payload), qos))
         if not qos:
             return packets.publish_packet(topic_field, payload, 0, 0, properties)
-        if len(self.inflight) >= self.send_quota:
+        inflight = self.inflight
+        if len(inflight) >= self.send_quota:
             self.queued.append((topic_field, payload, properties, token))
-            self.queued_bytes += len(topic_field) + len(payload) + len(properties) + 2
+            self.queued_bytes += size + 2
             return None
-        packet_id = self._packet_id()
-        packet = packets.publish_packet(topic_field, payload, 1, packet_id, properties)
-        self.inflight[packet_id] = (token, packet)
+        # the next packet id (_packet_id's usual case, inline) and the PUBLISH (publish_packet's, inline when its
+        # Remaining Length takes one or two bytes): once per request sent and per reply
+        packet_id = self._next_id % 65_535 + 1
+        if packet_id in inflight or packet_id in self._acks:
+            packet_id = self._packet_id()
+        else:
+            self._next_id = packet_id
+        size += 2
+        if size < 0x4000:
+            length = bytes((size,)) if size < 0x80 else bytes((size & 0x7F | 0x80, size >> 7))
+            packet = b"".join((b"\x32", length, topic_field, packet_id.to_bytes(2, "big"), properties, payload))
+        else:
+            packet = packets.publish_packet(topic_field, payload, 1, packet_id, properties)
+        inflight[packet_id] = (token, packet)
         return packet
 
     def check_size(self, size: int) -> None:
@@ -174,6 +188,10 @@ class MqttSession(Generic[T]):
 
     def _packet_id(self) -> int:
         inflight, acks = self.inflight, self._acks
+        packet_id = self._next_id % 65_535 + 1
+        if packet_id not in inflight and packet_id not in acks:  # the usual case: the next one is free
+            self._next_id = packet_id
+            return packet_id
         for _ in range(65_535):
             self._next_id = self._next_id % 65_535 + 1
             if self._next_id not in inflight and self._next_id not in acks:

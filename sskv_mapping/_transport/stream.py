@@ -110,6 +110,10 @@ def _settle(closed: asyncio.Future[None]) -> None:
 _Token = tuple["asyncio.Future[Any] | None", bool]
 
 
+#: the token of a publish with nothing to resolve and nobody waiting (a reply, a QoS 0 publish): one, shared
+_NOTHING_AWAITED: _Token = (None, False)
+
+
 def _abandoned(token: _Token) -> bool:
     return token[0] is not None and token[0].done()
 
@@ -214,7 +218,6 @@ class _Output:
     __slots__ = (
         "_burst",
         "_flush_handle",
-        "_out_bytes",
         "_session",
         "_settings",
         "_writable",
@@ -222,6 +225,7 @@ class _Output:
         "dispatching",
         "loop",
         "out",
+        "out_bytes",
         "paused",
         "read_flow_control",
         "transport",
@@ -235,7 +239,7 @@ class _Output:
         self.transport: asyncio.Transport | None = None
         #: packets queued since the last write (a PUBACK inside a read is appended here directly)
         self.out: list[bytes] = []
-        self._out_bytes = 0  # bytes in out (the PUBACKs a read appends are not counted: four bytes each)
+        self.out_bytes = 0  # bytes in out (the PUBACKs a read appends are not counted: four bytes each)
         self._flush_handle: asyncio.Handle | None = None
         #: inside a read callback (the connection sets it, and clears ``answered``, as a read starts)
         self.dispatching = False
@@ -254,7 +258,7 @@ class _Output:
 
     def send(self, packet: bytes) -> None:
         self.out.append(packet)
-        self._out_bytes += len(packet)
+        self.out_bytes += len(packet)
         if self.dispatching:
             self.answered = True
             return
@@ -272,15 +276,23 @@ class _Output:
     def queue(self, packet: bytes) -> None:
         """Add ``packet`` to the next write without starting one (a PUBACK inside a read, the DISCONNECT)."""
         self.out.append(packet)
-        self._out_bytes += len(packet)
+        self.out_bytes += len(packet)
 
     def read(self) -> None:
         """A read callback ends: its output leaves now, or with the next loop iteration's requests."""
         self.dispatching = False
         if self.out:
             if self.answered:
-                # a handler answered (the emulator's responses): out now, with the PUBACKs
-                self.flush()
+                # a handler answered (the emulator's responses): out now, with the PUBACKs (flush(), inline)
+                self._flush_handle = None
+                self._burst = False
+                out = self.out
+                self.out = []
+                self.out_bytes = 0
+                transport = self.transport
+                if transport is not None and not transport.is_closing():
+                    transport.write(out[0] if len(out) == 1 else b"".join(out))
+                    self._session.writes += 1
             elif self._flush_handle is None:
                 # only PUBACKs (a requester): they leave with the requests the tasks just woken make in the
                 # next loop iteration -- one send, not two, per round trip
@@ -297,7 +309,7 @@ class _Output:
         if not out:
             return
         self.out = []
-        self._out_bytes = 0
+        self.out_bytes = 0
         transport = self.transport
         if transport is None or transport.is_closing():
             return
@@ -310,11 +322,13 @@ class _Output:
         """Bytes waiting to be written: the transport's buffer, our pending output, the held publishes."""
         transport = self.transport
         buffered = transport.get_write_buffer_size() if transport is not None else 0
-        return buffered + self._out_bytes + self._session.queued_bytes
+        return buffered + self.out_bytes + self._session.queued_bytes
 
     def check_room(self, size: int, topic: str) -> None:
         """:class:`WriteBufferFullError` if ``size`` more bytes would take the backlog past :attr:`write_bound`."""
-        if self.backlog() + size > self.write_bound:
+        transport = self.transport
+        buffered = transport.get_write_buffer_size() if transport is not None else 0
+        if buffered + self.out_bytes + self._session.queued_bytes + size > self.write_bound:  # backlog(), inline
             raise WriteBufferFullError(
                 f"cannot publish to {topic[:200]!r}: {self.backlog():,} bytes wait to be written to "
                 f"{self._settings.url} (the bound is {self.write_bound:,}); the broker is not reading"
@@ -552,7 +566,8 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
                     self._transport.abort()
                 return
         try:
-            received = session.feed(data)
+            session.reads += 1  # session.feed(data), without its call
+            received = session.splitter.feed(data)
         except MalformedPacketError as exc:
             self._protocol_error(str(exc))
             return
@@ -562,11 +577,25 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
         try:
             for first, body in received:
                 kind = first >> 4
-                if kind == packets.PUBLISH:
-                    self._publish_received(first, body)
+                if kind == packets.PUBLISH:  # (_publish_received, inline: one per request served or response)
+                    if first & 0x06 > 0x02:
+                        raise MalformedPacketError("a QoS 2 PUBLISH (this client subscribes at QoS 1 at most)")
+                    message, packet_id = decode_publish(first, body)
+                    try:
+                        self._on_message(message)
+                    except Exception:
+                        log.exception("message handler failed on topic %r", message.topic)
+                    if first & 0x02:
+                        output.out.append(
+                            b"\x40\x02" + packet_id.to_bytes(2, "big")
+                        )  # its PUBACK, with this read's output
                 elif kind == packets.PUBACK:
-                    token, reason = session.puback(body)
-                    if token is not None:
+                    if len(body) == 2:  # the usual success form: session.puback's work, inline (one per reply)
+                        entry = session.inflight.pop((body[0] << 8) | body[1], None)
+                        token, reason = (None if entry is None else entry[0]), 0
+                    else:
+                        token, reason = session.puback(body)
+                    if token is not None and token is not _NOTHING_AWAITED:  # a reply's: nobody to tell
                         _acknowledged(token, reason)
                     if session.queued:
                         for packet, _ in session.release(_abandoned):
@@ -595,17 +624,6 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
             self._protocol_error(str(exc))
         finally:
             output.read()
-
-    def _publish_received(self, first: int, body: bytes) -> None:
-        if first & 0x06 > 0x02:
-            raise MalformedPacketError("a QoS 2 PUBLISH (this client subscribes at QoS 1 at most)")
-        message, packet_id = decode_publish(first, body)
-        try:
-            self._on_message(message)
-        except Exception:
-            log.exception("message handler failed on topic %r", message.topic)
-        if first & 0x02:
-            self._output.out.append(packets.puback_packet(packet_id))  # leaves with this read's output
 
     def _protocol_error(self, text: str, what: str = "malformed packet from the broker") -> None:
         log.warning("dropping the connection to %s: %s", self.settings.url, text)
@@ -666,11 +684,14 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
             raise ConnectionLostError(f"not connected to {self.settings.url}")
 
     def _publish(self, message: OutgoingMessage, waiter: asyncio.Future[Any] | None, waited: bool) -> None:
-        self._require()
+        transport, closed = self._transport, self._closed  # _require(), inline: once per request and per reply
+        if transport is None or closed is None or closed.done() or transport.is_closing():
+            raise ConnectionLostError(f"not connected to {self.settings.url}")
         qos = message.qos
         if qos not in (0, 1):
             raise ConfigurationError(f"QoS {qos} is not supported (0 or 1)")
-        field = _topic_field(message.topic)
+        topic = message.topic
+        field = _TOPIC_FIELDS.get(topic) or _topic_field(topic)
         props = publish_properties(  # as message.encoded_properties(), without its call: the request path
             message.correlation_data,
             message.response_topic,
@@ -679,9 +700,10 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
             message.message_expiry,
         )
         if not waited:
-            self._output.check_room(len(message.payload), message.topic)
+            self._output.check_room(len(message.payload), topic)
         # None: beyond the broker's Receive Maximum, it waits in the session for a PUBACK ([MQTT-3.3.4-7])
-        packet = self._session.publish(field, message.payload, qos, props, (waiter, waited))
+        token = (waiter, waited) if waiter is not None else _NOTHING_AWAITED if not waited else (None, True)
+        packet = self._session.publish(field, message.payload, qos, props, token)
         if packet is not None:
             self._output.send(packet)
 
@@ -721,6 +743,33 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
         if args or fields or type(message) is not OutgoingMessage:
             message = legacy_message(message, args, fields)
         self._publish(message, refusal if message.qos else None, False)
+
+    def publish_encoded_nowait(self, topic: str, payload: bytes, properties: bytes) -> None:
+        """``publish_nowait(OutgoingMessage(topic, payload, 1, ...))`` for a message whose properties are encoded
+        already (Property Length first, as :func:`~sskv_mapping._protocol.mqtt_publish.publish_properties` gives):
+        the emulator's replies, one per request, without building a message to take apart again. The same checks
+        and errors as :meth:`publish_nowait`; nobody is told of its PUBACK."""
+        transport, closed = self._transport, self._closed
+        if transport is None or closed is None or closed.done() or transport.is_closing():
+            raise ConnectionLostError(f"not connected to {self.settings.url}")
+        output = self._output
+        session = self._session
+        # output.check_room(), its test inline: it raises WriteBufferFullError past the bound
+        if (
+            transport.get_write_buffer_size() + output.out_bytes + session.queued_bytes + len(payload)
+            > output.write_bound
+        ):
+            output.check_room(len(payload), topic)
+        packet = session.publish(
+            _TOPIC_FIELDS.get(topic) or _topic_field(topic), payload, 1, properties, _NOTHING_AWAITED
+        )
+        if packet is not None:
+            if output.dispatching:  # output.send's read-callback case, inline: the reply leaves at the read's end
+                output.out.append(packet)
+                output.out_bytes += len(packet)
+                output.answered = True
+            else:
+                output.send(packet)
 
     async def reauthenticate(self, token: bytes, timeout: float) -> None:
         """AUTH 0x19 (K8S-SAT, ``token``), AUTH 0x00 back; else :class:`ReauthenticationError`, the link dropped."""

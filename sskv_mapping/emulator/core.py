@@ -11,7 +11,7 @@ import json
 import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .._protocol import limits, resp3
@@ -144,7 +144,17 @@ class Notification:
         return notification_topic(self.client_id, self.key)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
+class _CoreResultFields:
+    """:class:`CoreResult`'s fields, mutable: how one is built (as ``mqtt_publish.InboundMessage``)."""
+
+    payload: bytes
+    version: HybridLogicalClock | None
+    notifications: list[Notification]
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class CoreResult:
     """What the service answers to one request.
 
@@ -156,8 +166,33 @@ class CoreResult:
 
     payload: bytes
     version: HybridLogicalClock | None
-    notifications: list[Notification] = field(default_factory=list)
-    duplicate: bool = False
+    notifications: list[Notification]
+    duplicate: bool
+
+    def __new__(
+        cls,
+        payload: bytes,
+        version: HybridLogicalClock | None,
+        notifications: list[Notification] | None = None,
+        duplicate: bool = False,
+    ) -> CoreResult:
+        # one per request: a frozen dataclass's __init__ sets each field through object.__setattr__; filling the
+        # mutable twin (the same slots) and then giving it this class is a third of that
+        result = object.__new__(_CoreResultFields)
+        result.payload = payload
+        result.version = version
+        result.notifications = [] if notifications is None else notifications
+        result.duplicate = duplicate
+        if cls is CoreResult:
+            result.__class__ = CoreResult  # type: ignore[assignment]
+            return result  # type: ignore[return-value]  # a CoreResult now
+        frozen = object.__new__(cls)  # a subclass: field by field
+        for name in _CoreResultFields.__slots__:
+            object.__setattr__(frozen, name, getattr(result, name))
+        return frozen
+
+    def __reduce__(self) -> tuple[type[CoreResult], tuple[Any, ...]]:
+        return type(self), (self.payload, self.version, self.notifications, self.duplicate)
 
 
 @dataclass(slots=True)
@@ -354,7 +389,13 @@ class EmulatorCore:
         if entry is None:
             return CoreResult(_NIL, None, notes)
         value = entry.value
-        return CoreResult(b"$%d\r\n%s\r\n" % (len(value), value), entry.version, notes)  # resp3.encode_bulk
+        result = object.__new__(_CoreResultFields)  # CoreResult(...) without its call: one per GET
+        result.payload = b"$%d\r\n%s\r\n" % (len(value), value)  # resp3.encode_bulk
+        result.version = entry.version
+        result.notifications = notes
+        result.duplicate = False
+        result.__class__ = CoreResult  # type: ignore[assignment]
+        return result  # type: ignore[return-value]  # a CoreResult now
 
     def _dispatch(
         self,

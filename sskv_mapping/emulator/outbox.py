@@ -13,9 +13,11 @@ from collections.abc import Callable, Sequence
 
 from .._protocol import headers, limits
 from .._protocol.hlc import HybridLogicalClock
+from .._protocol.mqtt_publish import PackedUserProperties, publish_properties, reply_properties
 from .._protocol.resp3 import encode_error
 from .._protocol.topics import NOTIFY_PREFIX
 from .._transport.base import Connection, OutgoingMessage
+from .._transport.stream import StreamConnection
 from ..errors import OverloadedError, ResponseTooLargeError, StateStoreError, ValueTooLargeError, WriteBufferFullError
 from .core import Notification
 
@@ -83,7 +85,7 @@ class Outbox:
         self._hex_key_text = ""
         self._hex_ids: dict[str, str] = {}
         self._props_version: HybridLogicalClock | None = None
-        self._props: list[tuple[str, str]] = []
+        self._props: Sequence[tuple[str, str]] = ()
 
     @property
     def waiting(self) -> int:
@@ -117,11 +119,11 @@ class Outbox:
             client_hex = ids[note.client_id] = note.client_id.encode("utf-8").hex().upper()
         return f"{NOTIFY_PREFIX}{client_hex}/command/notify/{self._hex_key_text}"
 
-    def _note_properties(self, note: Notification) -> list[tuple[str, str]]:
-        """The ``__ts`` property, built once per version (every watcher of one change gets the same list)."""
+    def _note_properties(self, note: Notification) -> Sequence[tuple[str, str]]:
+        """The ``__ts`` property, built and encoded once per version (every watcher of one change gets it)."""
         if note.version is not self._props_version:
             self._props_version = note.version
-            self._props = [(headers.TIMESTAMP, str(note.version))]
+            self._props = PackedUserProperties([(headers.TIMESTAMP, str(note.version))])
         return self._props
 
     def _publish_note(self, note: Notification) -> bool:
@@ -131,7 +133,7 @@ class Outbox:
             self.stats["too_large"] += 1
             self._warn_dropped(f"a notification to {topic[:120]!r}: its topic is over MQTT's 65,535 bytes")
             return True
-        return self.publish(topic, note.payload, None, self._note_properties(note), None)
+        return self.publish_on(self._current(), topic, note.payload, None, self._note_properties(note), None)
 
     def publish(
         self,
@@ -144,7 +146,18 @@ class Outbox:
         """Queue one publish. A response goes out now when it can; one that cannot be written now waits its turn
         in :attr:`_waiting` (never dropped within the bound), one that could never be sent is answered
         ``-ERR`` instead. Returns False only for a notification that has to wait (the caller queues it in order)."""
-        conn = self._current()
+        return self.publish_on(self._current(), topic, payload, correlation, user_properties, content_type)
+
+    def publish_on(
+        self,
+        conn: Connection | None,
+        topic: str,
+        payload: bytes,
+        correlation: bytes | None,
+        user_properties: Sequence[tuple[str, str]],
+        content_type: str | None,
+    ) -> bool:
+        """:meth:`publish` on ``conn``, the current connection the caller has at hand (the server's replies)."""
         if conn is None:
             self.stats["publish_failures"] += 1
             log.debug("not connected: dropping a publish to %r", topic[:200])
@@ -160,7 +173,18 @@ class Outbox:
             return self._defer_reply(conn, (topic, payload, correlation, user_properties, content_type))
         # Queued right here (PahoConnection: by paho), in call order; no task is made and no PUBACK awaited.
         try:
-            conn.publish_nowait(OutgoingMessage(topic, payload, 1, correlation, None, user_properties, content_type))
+            if type(conn) is StreamConnection and type(user_properties) is PackedUserProperties:
+                # a reply or notification of the usual kind (properties encoded once per version): encoded as
+                # OutgoingMessage would be, without the message object (the same bytes: test_reply_bytes.py)
+                if correlation is None:
+                    props = publish_properties(None, None, user_properties, content_type, None)
+                else:
+                    props = reply_properties(correlation, content_type, user_properties)
+                conn.publish_encoded_nowait(topic, payload, props)
+            else:
+                conn.publish_nowait(
+                    OutgoingMessage(topic, payload, 1, correlation, None, user_properties, content_type)
+                )
         except ValueTooLargeError as exc:
             # Over the broker's Maximum Packet Size: the broker would drop this connection for it. Refused by the
             # transport before sending; a response becomes an error reply the requester can read, a notification

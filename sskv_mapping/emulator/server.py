@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .._protocol import headers
 from .._protocol.hlc import HybridLogicalClock, system_clock_ms
+from .._protocol.mqtt_publish import PackedUserProperties
 from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic
 from .._transport.backoff import Backoff
 from .._transport.base import Connection, ConnectionFactory, InboundMessage, taking_messages
@@ -37,8 +38,8 @@ log = logging.getLogger("sskv_mapping.emulator")
 
 _LOG_TOPIC_PREFIX = "$SYS/broker/log/"
 _RESPONSE_CONTENT_TYPE = headers.CONTENT_TYPE
-#: the properties of a 200 reply without a __ts (shared: never changed)
-_NO_VERSION_PROPERTIES = tuple(headers.response_properties(None))
+#: the properties of a 200 reply without a __ts (shared: never changed; encoded once, PackedUserProperties)
+_NO_VERSION_PROPERTIES = PackedUserProperties(headers.response_properties(None))
 _UNSUPPORTED_VERSION_MESSAGE = "unsupported protocol version {!r}; this service supports major version 1"
 _RECONNECT_MIN_S = 0.05
 _RECONNECT_MAX_S = 2.0
@@ -54,15 +55,15 @@ _last_reply: tuple[HybridLogicalClock | None, Sequence[tuple[str, str]]] = (None
 
 
 def _reply_properties(version: HybridLogicalClock | None) -> Sequence[tuple[str, str]]:
-    """``headers.response_properties(version)``, built once per version: every GET of an unchanged key answers with
-    the same ``__ts`` (the lists are never changed)."""
+    """``headers.response_properties(version)``, built and encoded once per version: every GET of an unchanged key
+    answers with the same ``__ts``."""
     global _last_reply
     if version is None:
         return _NO_VERSION_PROPERTIES
     last = _last_reply
     if last[0] is version:
         return last[1]
-    props = headers.response_properties(version)
+    props = PackedUserProperties(headers.response_properties(version))
     _last_reply = (version, props)
     return props
 
@@ -366,11 +367,13 @@ class EmulatorServer:
                 _RESPONSE_CONTENT_TYPE,
             )
             return
-        self._publish(
+        stamp, last = result.version, _last_reply
+        self.outbox.publish_on(  # self._publish, without its calls
+            self._conn,
             response_topic,
             result.payload,
             correlation,
-            _reply_properties(result.version),
+            last[1] if stamp is last[0] and stamp is not None else _reply_properties(stamp),
             _RESPONSE_CONTENT_TYPE,
         )
         if result.duplicate:  # answered again; nothing changed, nothing to notify or show
@@ -378,7 +381,12 @@ class EmulatorServer:
             return
         if result.notifications:
             self._publish_notifications(result.notifications)
-        self._after_change()
+        # self._after_change(), inline: once per request served
+        nxt = self.core.next_expiry()
+        if nxt is not None and (self._timer_deadline is None or nxt < self._timer_deadline):
+            self._timer_wake.set()
+        if self.persist_file is not None and self.core.persistence_generation != self._saved_generation:
+            self._persist_wake.set()
         tap = self.tap
         if tap is not None:
             tap(client_id, message.payload, result, props.get("traceparent"))

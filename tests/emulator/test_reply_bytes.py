@@ -17,6 +17,7 @@ from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping._transport.stream import StreamConnection
 from sskv_mapping.emulator.core import EmulatorCore
 from sskv_mapping.emulator.server import EmulatorServer
+from sskv_mapping.errors import ResponseTooLargeError
 
 NOW = 1_700_000_000_123
 REQUESTER = "pinned-requester"
@@ -53,7 +54,7 @@ def _request(payload: bytes, packet_id: int, correlation: bytes, counter: int) -
     return packets.publish_packet(mqtt_str(REQUEST_TOPIC), payload, 1, packet_id, props)
 
 
-async def _served(*requests: bytes) -> list[bytes]:
+async def _served(*requests: bytes, max_packet_size: int | None = None) -> list[bytes]:
     """Feed the requests to an emulator server on a recording connection; what it wrote for each."""
     loop = asyncio.get_running_loop()
     settings = ConnectionSettings("127.0.0.1", 1883, client_id="sskv-emulator")
@@ -63,6 +64,7 @@ async def _served(*requests: bytes) -> list[bytes]:
     conn.connection_made(transport)  # type: ignore[arg-type]
     conn._loop = loop  # connected as connect() leaves it, without a broker
     conn._closed = loop.create_future()
+    conn._session.max_packet_size = max_packet_size  # as a broker's CONNACK would set it
     server._conn = conn
     out: list[bytes] = []
     for request in requests:
@@ -91,6 +93,19 @@ async def test_a_notification_and_a_resent_set_are_the_pinned_bytes() -> None:
     )
     assert set_reply.hex() == SET_WITH_NOTIFICATION
     assert copy_reply.hex() == RESENT_SET_REPLY
+
+
+async def test_a_reply_over_the_brokers_maximum_packet_size_becomes_the_too_large_error() -> None:
+    # the replies' direct path (publish_encoded_nowait) refuses it as publish_nowait does: the requester is told
+    big = b"v" * 1000
+    set_reply, get_reply = await _served(
+        _request(Set(b"key", big).encode(), 1, b"corr-set", 0),
+        _request(Get(b"key").encode(), 2, b"corr-get", 1),
+        max_packet_size=400,
+    )
+    assert set_reply.endswith(b"+OK\r\n" + packets.puback_packet(1))
+    assert big not in get_reply
+    assert ResponseTooLargeError.TEXT.encode() in get_reply and b"corr-get" in get_reply
 
 
 # the wire bytes (hex) of the emulator's writes before the request path was made cheaper; a reply's PUBLISH is
