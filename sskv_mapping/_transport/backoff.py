@@ -11,10 +11,11 @@ __all__ = ["Backoff"]
 
 
 class Backoff:
-    """Delays that double from ``initial`` up to ``cap``; with ``jitter``, each is drawn from ``[d/2, d]``.
+    """Delays that double from ``initial`` up to ``cap``; with ``jitter`` (full jitter), each is drawn from ``[0, d]``.
 
-    Full jitter keeps a crowd of clients that lost the same broker from coming back in lock step; a resend to a
-    service that is restarting needs no jitter (it is one client's own retry).
+    Full jitter keeps a crowd of clients that lost the same broker from coming back in lock step (and two processes
+    that share a client id from meeting again); a resend to a service that is restarting needs no jitter (it is one
+    client's own retry).
 
     Example:
         >>> b = Backoff(0.05, 0.2, jitter=False)
@@ -50,7 +51,7 @@ class Backoff:
         delay = self._delay
         self._delay = min(self._cap, delay * 2)
         if self._jitter:
-            return delay / 2 + self._random() * delay / 2
+            return self._random() * delay
         return delay
 
     def reset(self) -> None:

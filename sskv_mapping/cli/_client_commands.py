@@ -297,7 +297,14 @@ def _say_connection_changes(client: AsyncStateStoreClient, what: str) -> Callabl
     """Status lines on stderr when the connection drops and comes back (the client reconnects by itself)."""
 
     def on_state(state: ConnectionState) -> None:
-        if state is ConnectionState.RECONNECTING:
+        if state is ConnectionState.TAKEOVER_SUSPECTED:
+            print(
+                f"sskv: the broker closed the connection right after each of the last connects: another process may "
+                f"use the client id {client.settings.client_id!r}, or the network closes connections; reconnecting",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif state is ConnectionState.RECONNECTING:
             print(f"sskv: connection to {client.settings.url} lost; reconnecting", file=sys.stderr, flush=True)
         elif state is ConnectionState.CONNECTED:
             print(f"sskv: reconnected to {client.settings.url}; {what}", file=sys.stderr, flush=True)

@@ -126,6 +126,8 @@ _PACKET_SIZE_SLACK = 8
 #: more than a SET request's packet adds to its key and value, besides four copies of the client id (in the
 #: response topic, __srcId, __partition and __ts): the request topic, command framing, the other properties
 _ROUGH_OVERHEAD = 2048
+#: the longest wait between two tries to register the watches again on a live connection
+_WATCH_RESTORE_CAP = 2.0
 
 
 def _check_max_payload(verb: bytes, payload: bytes, max_payload: int | None) -> None:
@@ -240,7 +242,10 @@ class AsyncStateStoreClient:
         sat_token_provider: instead of ``sat_token_file``, a callable returning the current K8S-SAT token (for a
             token that lives in no file); called on the event loop at each connect and re-authentication.
         timeout: default per-call timeout in seconds (``None``: wait forever).
-        reconnect: reconnect automatically with exponential backoff after a drop.
+        reconnect: reconnect automatically after a drop, for as long as the client is open: the waits between
+            attempts double from ``backoff_initial`` (0.05 s) up to ``backoff_max`` (30 s), each drawn with full
+            jitter from ``[0, wait]``. Only the broker's word stops it: 0x8E (session taken over), or credentials
+            refused three times in a row (docs/reliability.md).
         wall_clock_ms: the wall clock (int milliseconds since the epoch) of the hybrid logical clock; inject a fake
             one in tests. ``clock=`` is its deprecated name (goes in the next release).
         settings: a complete :class:`ConnectionSettings` instead of the individual arguments.
@@ -269,7 +274,7 @@ class AsyncStateStoreClient:
         timeout: float | None = 10.0,
         reconnect: bool = True,
         backoff_initial: float = 0.05,
-        backoff_max: float = 2.0,
+        backoff_max: float = 30.0,
         wall_clock_ms: Clock = system_clock_ms,
         settings: ConnectionSettings | None = None,
         connection_factory: ConnectionFactory | None = None,
@@ -323,7 +328,7 @@ class AsyncStateStoreClient:
             connected=lambda: self._keeper.connected,
             connection=lambda: self._keeper.conn,
             timeout=lambda: self.timeout,
-            backoff=self._new_backoff,
+            backoff=self._watch_backoff,
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sender = RequestSender(settings, self.hlc, self._keeper)
@@ -381,6 +386,13 @@ class AsyncStateStoreClient:
         return self._keeper.reconnects
 
     @property
+    def suspected_takeovers(self) -> int:
+        """Streaks of connections the broker closed without a word right after connecting (another process with
+        this client id, or a network that closes connections), each logged once at WARNING. Never fatal: the
+        client goes on reconnecting, after longer waits while a streak lasts."""
+        return self._keeper.suspected_takeovers
+
+    @property
     def sessions_lost(self) -> int:
         """Reconnects that found the broker without this client's MQTT session (it restarted, or the session
         expired): the calls in flight then failed with :class:`SessionLostError`; the client went on."""
@@ -418,6 +430,11 @@ class AsyncStateStoreClient:
 
     def _new_backoff(self) -> Backoff:
         return Backoff(*self._backoff)
+
+    def _watch_backoff(self) -> Backoff:
+        # restoring watches on a live connection: a service that answers again is met within 2 s, whatever the cap
+        initial, cap = self._backoff
+        return Backoff(initial, max(initial, min(cap, _WATCH_RESTORE_CAP)))
 
     async def connect(self) -> None:
         """Connect; raises :class:`BrokerConnectError` if the broker cannot be reached or refuses us."""
@@ -780,7 +797,7 @@ class StateStoreClient(BlockingTwin):
         timeout: float | None = 10.0,
         reconnect: bool = True,
         backoff_initial: float = 0.05,
-        backoff_max: float = 2.0,
+        backoff_max: float = 30.0,
         wall_clock_ms: Clock = system_clock_ms,
         settings: ConnectionSettings | None = None,
         connection_factory: ConnectionFactory | None = None,

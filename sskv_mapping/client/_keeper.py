@@ -20,7 +20,6 @@ from ..errors import (
     CredentialsRefusedError,
     SessionLostError,
     SessionTakenOverError,
-    StateStoreError,
     TransportError,
 )
 
@@ -32,9 +31,11 @@ log = logging.getLogger("sskv_mapping.client")
 #: stops: a token rotated a moment late heals on the next try; a revoked one does not.
 CREDENTIAL_TRIES = 3
 #: A broker that does not send 0x8E (mosquitto 2.0.11) closes the older of two connections with one client id
-#: without a word: this many connections in a row closed so, each within TAKEOVER_LIFETIME seconds of its
-#: connect and each followed by a reconnect that found the session kept, are taken for a session taken over
-#: (two processes taking the session from each other; a restarting broker loses sessions or refuses us).
+#: without a word. So does a network that closes connections (a proxy, a load balancer). This many connections in
+#: a row closed so, each within TAKEOVER_LIFETIME seconds of its connect and each followed by a reconnect that found
+#: the session kept, make a take-over *suspected*: said once per streak at WARNING, counted, heard by the state
+#: listeners, and each further such close lengthens the wait before the next reconnect. Never acted on: only the
+#: broker's word (0x8E) stops the client.
 TAKEOVER_CLOSES = 3
 TAKEOVER_LIFETIME = 10.0
 
@@ -48,8 +49,13 @@ class ConnectionState(enum.Enum):
     RECONNECTING = "reconnecting"
     #: between RECONNECTING and CONNECTED when the broker no longer had the session: the calls in flight failed
     SESSION_LOST = "session lost"
-    #: the broker refused us for good (session taken over by another connection, credentials refused): the
-    #: client stopped reconnecting and every call raises the error in ``client.failure``
+    #: between a drop and RECONNECTING when the connection was closed without a word right after each of the last
+    #: few connects: maybe another process uses this client id, maybe the network closes connections. The client
+    #: goes on reconnecting, after a longer wait (``client.suspected_takeovers`` counts the streaks)
+    TAKEOVER_SUSPECTED = "takeover suspected"
+    #: the broker said, in a packet, that no reconnect will do (0x8E: session taken over by another connection;
+    #: credentials refused on consecutive tries): the client stopped reconnecting and every call raises the error in
+    #: ``client.failure``. Never entered on a guess
     FAILED = "failed"
     CLOSED = "closed"
 
@@ -94,6 +100,8 @@ class ConnectionKeeper:
         #: why the client stopped for good (state FAILED), else None
         self.failure: TransportError | None = None
         self._closed_streak = 0  # connections in a row the broker closed without a word soon after connect
+        #: streaks of silent closes right after connects (see :data:`TAKEOVER_CLOSES`), each said once at WARNING
+        self.suspected_takeovers = 0
         self._connected_at = 0.0
 
     @property
@@ -196,13 +204,13 @@ class ConnectionKeeper:
                 await conn.wait_closed()
                 return  # closed on purpose
             except SessionTakenOverError as exc:
-                fatal = exc
+                fatal = exc  # the broker's own word (0x8E): the one take-over that stops the client
             except TransportError as exc:
                 log.warning("connection to %s lost: %s", self._url, exc)
             silent = (
                 conn.closed_by_broker and asyncio.get_running_loop().time() - self._connected_at < TAKEOVER_LIFETIME
             )
-            fatal = fatal or self._taken_over_silently(silent)
+            suspected = fatal is None and self._suspects_takeover(silent)
             assert self._connected_evt is not None
             self._connected_evt.clear()
             self.conn = None
@@ -221,9 +229,11 @@ class ConnectionKeeper:
                 self._set_state(ConnectionState.DISCONNECTED)
                 self._connected_evt.set()  # wake waiters: they see DISCONNECTED and fail
                 return
+            if suspected:
+                self._set_state(ConnectionState.TAKEOVER_SUSPECTED)
             self._set_state(ConnectionState.RECONNECTING)
             try:
-                conn = await self._reconnect_with_backoff(conn)
+                conn = await self._reconnect_with_backoff(conn, self._suspicion_wait() if suspected else 0.0)
             except (SessionTakenOverError, CredentialsRefusedError) as exc:
                 self._fail(exc)
                 return
@@ -247,26 +257,44 @@ class ConnectionKeeper:
             self._set_state(ConnectionState.CONNECTED)
             self._on_reconnect()
 
-    def _taken_over_silently(self, silent: bool) -> SessionTakenOverError | None:
-        """At a drop: a session taken over by a broker that says nothing (see :data:`TAKEOVER_CLOSES`), else None.
-        ``silent``: the broker closed the connection without a word soon after its connect. The streak counts
-        such closes each followed by a reconnect that found the session kept (a restarting broker loses
-        sessions or refuses us); the last close of the streak ends it without reconnecting, so the other
-        process keeps the session."""
+    def _suspects_takeover(self, silent: bool) -> bool:
+        """At a drop: whether this close extends a streak of silent closes right after connects that found the
+        session kept (see :data:`TAKEOVER_CLOSES`). The first close of a streak that reaches the bar is said at
+        WARNING, once; nothing is stopped: two processes that really share an id alternate at the backoff cap,
+        and a network that closes connections is ridden out."""
         if not silent or self._closed_streak < TAKEOVER_CLOSES - 1:
-            return None
-        return SessionTakenOverError(
-            f"the broker at {self._url} closed our connection right after each of {self._closed_streak + 1} "
-            f"connects: another connection with the client id {self._name!r} takes the session (session taken "
-            "over) -- give each process its own client id",
-            client_id=self._name,
-        )
+            return False
+        if self._closed_streak == TAKEOVER_CLOSES - 1:
+            self.suspected_takeovers += 1
+            log.warning(
+                "%s: the broker at %s closed the connection without a word right after each of the last %d "
+                "connects. Either another process uses the client id %r (give each process its own client id), "
+                "or the network between here and the broker closes connections. Reconnecting, after longer waits "
+                "while it goes on",
+                self._name,
+                self._url,
+                self._closed_streak + 1,
+                self._name,
+            )
+        return True
 
-    async def _reconnect_with_backoff(self, previous: Connection) -> Connection:
-        """A new connection, subscribed; each attempt takes over the session of the one before (``previous``,
-        then the attempt that failed). Raises what no retry heals."""
+    def _suspicion_wait(self) -> float:
+        """The wait before the first reconnect after a suspected take-over: doubling with each close of the streak
+        past the bar, up to the backoff's cap, with full jitter (two processes sharing an id drift apart)."""
+        backoff = self._backoff()
+        for _ in range(self._closed_streak - TAKEOVER_CLOSES + 2):
+            backoff.next()
+        return backoff.next()
+
+    async def _reconnect_with_backoff(self, previous: Connection, first_wait: float) -> Connection:
+        """A new connection, subscribed, after ``first_wait`` seconds; each attempt takes over the session of the one
+        before (``previous``, then the attempt that failed). Raises only what the broker said no retry heals (0x8E,
+        credentials refused :data:`CREDENTIAL_TRIES` times in a row); anything else is tried again, for as long as
+        the client is open."""
         backoff = self._backoff()
         attempt = refused = 0
+        if first_wait > 0:
+            await asyncio.sleep(first_wait)
         while True:
             attempt += 1
             conn = self._new_connection()
@@ -284,10 +312,10 @@ class ConnectionKeeper:
                     raise
                 log.warning("reconnect attempt %d: credentials refused (%d of %d): %s", attempt, refused,
                             CREDENTIAL_TRIES, exc)  # fmt: skip
-            except StateStoreError as exc:
+            except Exception as exc:  # a refused TCP connect, a reset, a TLS error, a timeout: try again
                 refused = 0
                 log.debug("reconnect attempt %d failed: %s", attempt, exc)
-            await asyncio.sleep(backoff.next())  # jittered: a crowd of clients does not come back in lock step
+            await asyncio.sleep(backoff.next())  # full jitter: a crowd of clients does not come back in lock step
 
     async def connection(self, timeout: float | None) -> Connection:
         """The connection, waiting up to ``timeout`` while it is being re-established."""

@@ -31,6 +31,7 @@ class CuttingRelay:
         self._tasks: set[asyncio.Task[None]] = set()
         self._refusing_until = 0.0
         self._holding: str | None = None
+        self._closed_quietly: set[asyncio.StreamWriter] = set()
         self.connections = 0
         self.cuts = 0
         self.upstream_bytes = 0
@@ -44,14 +45,24 @@ class CuttingRelay:
         assert direction in ("replies", "requests")
         self._holding = direction
 
-    def cut(self, refuse_for: float = 0.2) -> None:
+    def cut(self, refuse_for: float = 0.2, *, how: str = "reset") -> None:
+        """``how="reset"``: RST both ways; ``"close"``: a clean close (FIN) both ways, without a word of MQTT --
+        what a proxy that closes connections does, and what a broker that takes a session over without 0x8E
+        does to the older connection."""
+        assert how in ("reset", "close")
         self.cuts += 1
         self._holding = None
         self._refusing_until = asyncio.get_running_loop().time() + refuse_for
         pairs, self._pairs = self._pairs, []
         for client, upstream in pairs:
-            _reset(client)
-            _reset(upstream)
+            if how == "reset":
+                _reset(client)
+                _reset(upstream)
+            else:  # FIN now; what either side still sends is read and dropped until it closes (no RST for unread data)
+                self._closed_quietly.update((client, upstream))
+                for w in (client, upstream):
+                    with contextlib.suppress(OSError, RuntimeError):
+                        w.write_eof()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if asyncio.get_running_loop().time() < self._refusing_until:
@@ -74,12 +85,13 @@ class CuttingRelay:
             while data := await src.read(65536):
                 if upstream:
                     self.upstream_bytes += len(data)
-                if self._holding == ("requests" if upstream else "replies"):
+                if self._holding == ("requests" if upstream else "replies") or dst in self._closed_quietly:
                     continue  # lost with the link
                 dst.write(data)
                 await dst.drain()
         with contextlib.suppress(OSError):
             dst.close()
+        self._closed_quietly.discard(dst)
 
     async def close(self) -> None:
         if self.server is not None:

@@ -14,7 +14,8 @@ from sskv_mapping.errors import ConfigurationError
         (0.05, 2.0, False, 0.0, [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]),
         (0.01, 0.2, False, 0.0, [0.01, 0.02, 0.04, 0.08, 0.16, 0.2]),
         (0.1, 0.1, False, 0.0, [0.1, 0.1]),
-        (0.05, 2.0, True, 0.0, [0.025, 0.05, 0.1, 0.2]),  # jitter draws from [d/2, d]: the low end
+        (0.05, 2.0, True, 0.0, [0.0, 0.0, 0.0, 0.0]),  # full jitter draws from [0, d]: the low end
+        (0.05, 2.0, True, 0.5, [0.025, 0.05, 0.1, 0.2]),  # ... the middle
         (0.05, 2.0, True, 1.0, [0.05, 0.1, 0.2, 0.4]),  # ... and the high end
     ],
 )
