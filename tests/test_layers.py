@@ -340,7 +340,7 @@ OVER_BUDGET = {
     # its fields are connection options, each one a switch (trace_context: docs/observability.md)
     "ConnectionSettings": 16,
     "EmulatorServer": 18,
-    "ConnectionKeeper": 19,
+    "ConnectionKeeper": 18,
     "MqttSession": 19,
     "StoredKeyIndex": 21,
     "NamespaceStore": 21,

@@ -390,7 +390,7 @@ class AsyncStateStoreClient:
         """Streaks of connections the broker closed without a word right after connecting (another process with
         this client id, or a network that closes connections), each logged once at WARNING. Never fatal: the
         client goes on reconnecting, after longer waits while a streak lasts."""
-        return self._keeper.suspected_takeovers
+        return self._keeper.suspicion.streaks
 
     @property
     def sessions_lost(self) -> int:

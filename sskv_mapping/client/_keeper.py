@@ -63,6 +63,55 @@ class ConnectionState(enum.Enum):
 StateListener = Callable[[ConnectionState], None]
 
 
+class TakeoverSuspicion:
+    """Streaks of connections closed without a word right after connecting (see :data:`TAKEOVER_CLOSES`): said once
+    per streak at WARNING, counted, and a longer wait before each further reconnect of the streak. Never fatal."""
+
+    def __init__(self, name: str, url: str) -> None:
+        self._name = name
+        self._url = url
+        self._streak = 0  # connections in a row the broker closed without a word soon after connect
+        self._connected_at = 0.0
+        #: streaks that reached the bar, each said once at WARNING
+        self.streaks = 0
+
+    def connected(self, now: float) -> None:
+        self._connected_at = now
+
+    def silent(self, closed_by_broker: bool, now: float) -> bool:
+        """Whether a drop at ``now`` is a close without a word soon after the connect."""
+        return closed_by_broker and now - self._connected_at < TAKEOVER_LIFETIME
+
+    def at_drop(self, silent: bool) -> bool:
+        """Whether this drop extends a streak that reached the bar; the first such drop of a streak is said."""
+        if not silent or self._streak < TAKEOVER_CLOSES - 1:
+            return False
+        if self._streak == TAKEOVER_CLOSES - 1:
+            self.streaks += 1
+            log.warning(
+                "%s: the broker at %s closed the connection without a word right after each of the last %d "
+                "connects. Either another process uses the client id %r (give each process its own client id), "
+                "or the network between here and the broker closes connections. Reconnecting, after longer waits "
+                "while it goes on",
+                self._name,
+                self._url,
+                self._streak + 1,
+                self._name,
+            )
+        return True
+
+    def reconnected(self, extends: bool) -> None:
+        """After a reconnect: ``extends`` when the drop was silent and the new connection found the session kept."""
+        self._streak = self._streak + 1 if extends else 0
+
+    def wait(self, backoff: Backoff) -> float:
+        """The wait before the first reconnect after a suspected take-over: doubling with each close of the streak
+        past the bar, up to the backoff's cap, with full jitter (two processes sharing an id drift apart)."""
+        for _ in range(self._streak - TAKEOVER_CLOSES + 2):
+            backoff.next()
+        return backoff.next()
+
+
 class ConnectionKeeper:
     """One client's connection: made by ``new_connection``, subscribed to ``subscriptions``, kept alive."""
 
@@ -99,10 +148,7 @@ class ConnectionKeeper:
         self.sessions_lost = 0
         #: why the client stopped for good (state FAILED), else None
         self.failure: TransportError | None = None
-        self._closed_streak = 0  # connections in a row the broker closed without a word soon after connect
-        #: streaks of silent closes right after connects (see :data:`TAKEOVER_CLOSES`), each said once at WARNING
-        self.suspected_takeovers = 0
-        self._connected_at = 0.0
+        self.suspicion = TakeoverSuspicion(name, url)
 
     @property
     def state(self) -> ConnectionState:
@@ -165,7 +211,7 @@ class ConnectionKeeper:
             self._set_state(ConnectionState.DISCONNECTED)
             raise
         self.conn = conn
-        self._connected_at = loop.time()
+        self.suspicion.connected(loop.time())
         self._connected_evt.set()
         self._set_state(ConnectionState.CONNECTED)
         self._supervisor = loop.create_task(self._supervise(conn), name=f"sskv-supervisor-{self._name}")
@@ -207,10 +253,8 @@ class ConnectionKeeper:
                 fatal = exc  # the broker's own word (0x8E): the one take-over that stops the client
             except TransportError as exc:
                 log.warning("connection to %s lost: %s", self._url, exc)
-            silent = (
-                conn.closed_by_broker and asyncio.get_running_loop().time() - self._connected_at < TAKEOVER_LIFETIME
-            )
-            suspected = fatal is None and self._suspects_takeover(silent)
+            silent = self.suspicion.silent(conn.closed_by_broker, asyncio.get_running_loop().time())
+            suspected = fatal is None and self.suspicion.at_drop(silent)
             assert self._connected_evt is not None
             self._connected_evt.clear()
             self.conn = None
@@ -233,11 +277,12 @@ class ConnectionKeeper:
                 self._set_state(ConnectionState.TAKEOVER_SUSPECTED)
             self._set_state(ConnectionState.RECONNECTING)
             try:
-                conn = await self._reconnect_with_backoff(conn, self._suspicion_wait() if suspected else 0.0)
+                wait = self.suspicion.wait(self._backoff()) if suspected else 0.0
+                conn = await self._reconnect_with_backoff(conn, wait)
             except (SessionTakenOverError, CredentialsRefusedError) as exc:
                 self._fail(exc)
                 return
-            self._closed_streak = self._closed_streak + 1 if silent and conn.session_present else 0
+            self.suspicion.reconnected(silent and conn.session_present)
             if kept and not conn.session_present:
                 # The broker lost the session: what was in flight may or may not have been carried out, and
                 # its response is gone. Only those calls fail; the listeners hear it before CONNECTED.
@@ -251,40 +296,11 @@ class ConnectionKeeper:
                 )
                 self._set_state(ConnectionState.SESSION_LOST)
             self.conn = conn
-            self._connected_at = asyncio.get_running_loop().time()
+            self.suspicion.connected(asyncio.get_running_loop().time())
             self.reconnects += 1
             self._connected_evt.set()
             self._set_state(ConnectionState.CONNECTED)
             self._on_reconnect()
-
-    def _suspects_takeover(self, silent: bool) -> bool:
-        """At a drop: whether this close extends a streak of silent closes right after connects that found the
-        session kept (see :data:`TAKEOVER_CLOSES`). The first close of a streak that reaches the bar is said at
-        WARNING, once; nothing is stopped: two processes that really share an id alternate at the backoff cap,
-        and a network that closes connections is ridden out."""
-        if not silent or self._closed_streak < TAKEOVER_CLOSES - 1:
-            return False
-        if self._closed_streak == TAKEOVER_CLOSES - 1:
-            self.suspected_takeovers += 1
-            log.warning(
-                "%s: the broker at %s closed the connection without a word right after each of the last %d "
-                "connects. Either another process uses the client id %r (give each process its own client id), "
-                "or the network between here and the broker closes connections. Reconnecting, after longer waits "
-                "while it goes on",
-                self._name,
-                self._url,
-                self._closed_streak + 1,
-                self._name,
-            )
-        return True
-
-    def _suspicion_wait(self) -> float:
-        """The wait before the first reconnect after a suspected take-over: doubling with each close of the streak
-        past the bar, up to the backoff's cap, with full jitter (two processes sharing an id drift apart)."""
-        backoff = self._backoff()
-        for _ in range(self._closed_streak - TAKEOVER_CLOSES + 2):
-            backoff.next()
-        return backoff.next()
 
     async def _reconnect_with_backoff(self, previous: Connection, first_wait: float) -> Connection:
         """A new connection, subscribed, after ``first_wait`` seconds; each attempt takes over the session of the one
