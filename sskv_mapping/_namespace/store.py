@@ -24,8 +24,8 @@ from ..client._client import AsyncStateStoreClient, ConnectionState, KeySubscrip
 from ..client._in_flight import background
 from ..client._requests import on_publish
 from ..codecs import Codec, decode_value, encode_value
-from ..errors import ConfigurationError, StateStoreError
-from ..local_cache import ABSENT, CachedEntry, LocalCache
+from ..errors import ConfigurationError, DecodeError, StateStoreError
+from ..local_cache import ABSENT, Absent, CachedEntry, LocalCache
 from .fanout import BoundedWork, gather_bounded
 from .key_index import KeyIndex
 
@@ -464,7 +464,6 @@ class NamespaceStore(Generic[V]):
         ``prefix``: write under that key prefix rather than the current one (a cache's generation)."""
         data_key = self.data_key(key, prefix)
         raw = self.encode(key, value)
-        written = value.value if isinstance(value, Encoded) else value
         ttl_ms = ttl_to_ms(ttl)
         # What the local cache keeps on a write: the written value only if the key is watched already (it was
         # read before, or written fenced), since only a key watched before the SET was sent is surely notified of a
@@ -491,12 +490,24 @@ class NamespaceStore(Generic[V]):
             fencing_token=fencing_token,
         )
         if result.applied and self.cache is not None:
-            if watched and self._watch_active(data_key):
+            kept = self._kept(key, raw) if watched and self._watch_active(data_key) else ABSENT
+            if kept is not ABSENT:
                 expires = None if ttl_ms is None else started + ttl_ms / 1000
-                self.cache.store_write(data_key, CachedEntry(written, raw, result.version, fencing_token, expires))
-            else:  # not (surely) notified of later changes (see read_data_key): keep nothing
+                self.cache.store_write(data_key, CachedEntry(kept, raw, result.version, fencing_token, expires))
+            else:  # not (surely) notified of later changes (see read_data_key), or not decodable: keep nothing
                 self.cache.invalidate(data_key)
         return result
+
+    def _kept(self, key: str, raw: bytes) -> V | Absent:
+        """What the local cache keeps for a write of ``raw``: the codec's own decoding of the stored bytes, never
+        the caller's object (which the caller may change after ``set``, and which may not be what the codec gives
+        back: aiocache's serializers). Decoded once here, on a write that is kept, so a hit costs nothing more.
+        A codec that cannot decode what it encoded keeps nothing (the next read fetches and says why)."""
+        try:
+            return decode_value(self.codec, key, raw, binding=self.binding(key))
+        except DecodeError as exc:
+            log.debug("the value written to %r does not decode; not kept: %s", key, exc)
+            return ABSENT
 
     async def delete(self, key: str, *, fencing_token: HybridLogicalClock | None = None) -> bool:
         data_key = self.data_key(key)
