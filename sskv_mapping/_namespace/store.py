@@ -16,7 +16,7 @@ from typing import Generic, TypeVar
 
 from .._keys import check_namespace, text_key, utf8
 from .._protocol.commands import SetCondition, VDeleteResult
-from .._protocol.hlc import HybridLogicalClock
+from .._protocol.hlc import HybridLogicalClock, system_clock_ms
 from .._protocol.notifications import KeyEvent
 from .._telemetry import watch_store
 from .._ttl import ttl_to_ms
@@ -82,7 +82,7 @@ class NamespaceStore(Generic[V]):
         cache: LocalCache[V] | None,
         index: Callable[[NamespaceStore[V]], KeyIndex] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        wall_ms: Callable[[], int] = system_clock_ms,
     ) -> None:
         ns = check_namespace(namespace)
         self._ns = ns
