@@ -68,6 +68,9 @@ class Encoded(Generic[V]):
 
     value: V
     raw: bytes
+    #: the codec's decoding of ``raw``, made in the caller's thread too when the key was watched then (what the
+    #: local cache keeps if the write is kept); ``ABSENT``: decoded on the loop if the write is kept
+    kept: V | Absent = ABSENT
 
 
 class NamespaceStore(Generic[V]):
@@ -434,6 +437,14 @@ class NamespaceStore(Generic[V]):
         """What a key-bound codec's signature covers: the namespace and the key (not the generation)."""
         return self._ns + b"/" + key.encode("utf-8", "surrogatepass")
 
+    def encoded(self, key: str, value: V) -> Encoded[V]:
+        """``value`` encoded now, in the calling thread (a blocking facade's), and decoded there too if a write
+        of the key would be kept in the local cache (it is watched): no codec work for the loop's thread."""
+        raw = self.encode(key, value)
+        data_key = self._prefix + key.encode("utf-8", "surrogatepass")
+        watched = self.cache is not None and self._watch_active(data_key)
+        return Encoded(value, raw, self._kept(key, raw) if watched else ABSENT)
+
     def encode(self, key: str, value: V | Encoded[V]) -> bytes:
         """The bytes stored for ``value`` (an :class:`Encoded` value was encoded already, in its caller's thread)."""
         if isinstance(value, Encoded):
@@ -490,7 +501,16 @@ class NamespaceStore(Generic[V]):
             fencing_token=fencing_token,
         )
         if result.applied and self.cache is not None:
-            kept = self._kept(key, raw) if watched and self._watch_active(data_key) else ABSENT
+            kept: V | Absent = ABSENT
+            if watched and self._watch_active(data_key):
+                # this write's own notification, when it came before the acknowledgement, was decoded already
+                held = self.cache.peek(data_key)
+                if held is not None and held.version == result.version:
+                    kept = held.value
+                elif isinstance(value, Encoded) and value.kept is not ABSENT:
+                    kept = value.kept
+                else:
+                    kept = self._kept(key, raw)
             if kept is not ABSENT:
                 expires = None if ttl_ms is None else started + ttl_ms / 1000
                 self.cache.store_write(data_key, CachedEntry(kept, raw, result.version, fencing_token, expires))

@@ -144,7 +144,7 @@ class _CacheCore(Generic[V]):
     def encoded(self, key: str, value: V) -> Encoded[V]:
         """``value`` encoded now, in the calling thread (framework code that may only run in the request's thread,
         e.g. a lazy Django QuerySet, is pickled there); raises like the write would."""
-        return Encoded(value, self.store.encode(text_key(key, "cache key"), value))
+        return self.store.encoded(text_key(key, "cache key"), value)
 
     def resolve_ttl(self, ttl: TtlArg) -> float | None:
         """``ttl`` as seconds (``UNSET``: ``default_ttl``; ``None``: never; ``<= 0``: expire now)."""

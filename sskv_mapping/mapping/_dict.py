@@ -123,7 +123,7 @@ class _DictCore(Generic[V]):
     def encoded(self, key: str, value: V) -> Encoded[V]:
         """``value`` encoded now, in the calling thread; raises like the write would."""
         text_key(key)
-        return Encoded(value, self.store.encode(key, value))
+        return self.store.encoded(key, value)
 
     async def set(self, key: str, value: V | Encoded[V], ttl: float | None) -> HybridLogicalClock | None:
         text_key(key)

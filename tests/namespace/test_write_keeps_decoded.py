@@ -4,6 +4,8 @@ read back, on the dict and the cache, blocking and async; the read is a hit (the
 
 from __future__ import annotations
 
+import json
+import threading
 from typing import Any
 
 from sskv_mapping.cache import AsyncStateStoreCache, StateStoreCache
@@ -104,3 +106,32 @@ async def test_a_codec_that_reads_back_another_type_is_kept_as_it_reads_back(
         assert client.requests_sent == before
     finally:
         await d.close()
+
+
+def test_a_blocking_write_is_decoded_in_the_callers_thread(make_dict: DictFactory) -> None:
+    """The blocking faces encode in the caller's thread; the decoding a kept write needs is made there too, so the
+    loop's thread (shared by every blocking client in the process) does no codec work for it."""
+    decoded_in: list[str] = []
+
+    class Recording:
+        name = "recording"
+
+        def dumps(self, value: Any, /) -> bytes:
+            return json.dumps(value).encode()
+
+        def loads(self, data: bytes, /) -> Any:
+            decoded_in.append(threading.current_thread().name)
+            return json.loads(data)
+
+    d = make_dict(local_cache_size=10, codec=Recording())
+    d["k"] = [1]
+    assert d["k"] == [1]  # read: watched (decoded on the loop: a GET's answer)
+    decoded_in.clear()
+    value = [2]
+    d["k"] = value
+    value.append(3)
+    assert d["k"] == [2]
+    # decoded here, once; the loop decodes at most the write's own notification (when it overtakes the
+    # acknowledgement, as before); the hit decoded nothing
+    assert decoded_in.count(threading.current_thread().name) == 1
+    assert len(decoded_in) <= 2
