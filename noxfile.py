@@ -462,6 +462,8 @@ def peer_django(session: nox.Session, django: str) -> None:
     session.run("python", "tests/peer/run_django_suite.py", os.path.dirname(tests_dir), "sync")
     # the same contract through our native a* methods (Django ships no async tests for real backends)
     session.run("python", "tests/peer/run_django_suite.py", os.path.dirname(tests_dir), "async")
+    # and with a local cache: what a process reads after its own write is what the store holds
+    session.run("python", "tests/peer/run_django_suite.py", os.path.dirname(tests_dir), "sync", "local")
 
 
 @nox.session(name="peer-cachelib")
