@@ -462,6 +462,8 @@ def peer_django(session: nox.Session, django: str) -> None:
     session.run("python", "tests/peer/run_django_suite.py", os.path.dirname(tests_dir), "sync")
     # the same contract through our native a* methods (Django ships no async tests for real backends)
     session.run("python", "tests/peer/run_django_suite.py", os.path.dirname(tests_dir), "async")
+    # and with a local cache: what a process reads after its own write is what the store holds
+    session.run("python", "tests/peer/run_django_suite.py", os.path.dirname(tests_dir), "sync", "local")
 
 
 @nox.session(name="peer-cachelib")
@@ -492,8 +494,9 @@ def peer_flask(session: nox.Session, flask_caching: str) -> None:
 @nox.parametrize(("python", "aiocache"), _pairs(AIOCACHE))
 def peer_aiocache(session: nox.Session, aiocache: str) -> None:
     """aiocache's own acceptance tests (from its sdist: the generic cache, decorator and lock classes) against our
-    backend, default configuration, with the pytest / pytest-asyncio / pytest-mock versions aiocache pins for them
-    (``--assert=plain``: pytest 7.2's assertion rewriting fails on Python 3.11.7)."""
+    backend, default configuration and with a local cache (``-- -k sskv_cache_local`` for that half alone), with
+    the pytest / pytest-asyncio / pytest-mock versions aiocache pins for them (``--assert=plain``: pytest 7.2's
+    assertion rewriting fails on Python 3.11.7)."""
     pin = "aiocache" if aiocache == "latest" else f"aiocache=={aiocache}"
     # their test modules import the memcached and redis clients at module level (0.12.0), as their dev pins
     session.install(
@@ -516,4 +519,5 @@ def peer_aiocache(session: nox.Session, aiocache: str) -> None:
         "--rootdir",
         os.path.dirname(tests_dir),
         "--assert=plain",
+        *session.posargs,
     )

@@ -47,6 +47,7 @@ MEASURES: dict[str, str] = {
     "dict-get-nocache": "`AsyncStateStoreDict.get`, no local cache (a round trip)",
     "dict-miss": "`AsyncStateStoreDict.get` of a key not cached yet (GET + the key's watch)",
     "dict-set-new": "`AsyncStateStoreDict.set` of a new key, SCAN listing",
+    "dict-set-kept": "`AsyncStateStoreDict.set` of a key this process read (watched: the write is kept locally)",
     "cache-hit": "`AsyncStateStoreCache.get`, local cache hit",
     "cache-get-nocache": "`AsyncStateStoreCache.get`, no local cache (a round trip)",
     "cache-miss-nocache": "`AsyncStateStoreCache.get` of an absent key, no local cache (a round trip)",
@@ -95,6 +96,9 @@ async def _setup(name: str, stack: AsyncExitStack) -> Op:
         await d.set("k", "v" * 16)
         if name in ("dict-hit", "dict-get-nocache"):
             return lambda: d.get("k")
+        if name == "dict-set-kept":
+            await d.get("k")  # read: watched, so each write is kept in the local cache
+            return lambda: d.set("k", "w" * 16)
         counter = iter(range(10**9))
         if name == "dict-miss":
             return lambda: d.get(f"absent-{next(counter)}")

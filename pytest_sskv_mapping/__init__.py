@@ -23,6 +23,24 @@ if TYPE_CHECKING:
 __all__ = ["statestore", "statestore_live", "statestore_namespace", "statestore_server", "statestore_url"]
 
 _NOT_NAMESPACE = re.compile(r"[^A-Za-z0-9_.-]+")
+_OURS = frozenset(__all__)
+ASYNCIO_ONLY = (
+    "sskv-mapping's async clients run on asyncio only, not on {backend}: pin anyio's backend with an "
+    '`anyio_backend` fixture returning "asyncio" in your conftest.py (docs/testing.md, "Async tests")'
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """anyio's plugin runs an ``@pytest.mark.anyio`` test once per installed backend (trio too): a test that uses
+    these fixtures is skipped on any backend but asyncio, with a message saying how to pin it."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or "anyio_backend" not in callspec.params:
+            continue
+        backend = callspec.params["anyio_backend"]
+        name = backend[0] if isinstance(backend, tuple) else backend
+        if name != "asyncio" and _OURS.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.skip(reason=ASYNCIO_ONLY.format(backend=name)))
 
 
 @pytest.fixture

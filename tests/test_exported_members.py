@@ -42,6 +42,7 @@ EXPECTED = {
     "UnsetType",
     "escape_glob",
     # connections
+    "Connecting",
     "ConnectionSettings",
     "TlsSettings",
     "Connection",
@@ -151,6 +152,7 @@ PUBLIC_MODULES = {
         "UNSET",
         "AsyncKeyWatch",
         "AsyncStateStoreClient",
+        "Connecting",
         "ConnectionState",
         "Entry",
         "KeySubscription",

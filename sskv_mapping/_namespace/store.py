@@ -16,7 +16,7 @@ from typing import Generic, TypeVar
 
 from .._keys import check_namespace, text_key, utf8
 from .._protocol.commands import SetCondition, VDeleteResult
-from .._protocol.hlc import HybridLogicalClock
+from .._protocol.hlc import HybridLogicalClock, system_clock_ms
 from .._protocol.notifications import KeyEvent
 from .._telemetry import watch_store
 from .._ttl import ttl_to_ms
@@ -24,8 +24,8 @@ from ..client._client import AsyncStateStoreClient, ConnectionState, KeySubscrip
 from ..client._in_flight import background
 from ..client._requests import on_publish
 from ..codecs import Codec, decode_value, encode_value
-from ..errors import ConfigurationError, StateStoreError
-from ..local_cache import ABSENT, CachedEntry, LocalCache
+from ..errors import ConfigurationError, DecodeError, StateStoreError
+from ..local_cache import ABSENT, Absent, CachedEntry, LocalCache
 from .fanout import BoundedWork, gather_bounded
 from .key_index import KeyIndex
 
@@ -68,6 +68,9 @@ class Encoded(Generic[V]):
 
     value: V
     raw: bytes
+    #: the codec's decoding of ``raw``, made in the caller's thread too when the key was watched then (what the
+    #: local cache keeps if the write is kept); ``ABSENT``: decoded on the loop if the write is kept
+    kept: V | Absent = ABSENT
 
 
 class NamespaceStore(Generic[V]):
@@ -82,7 +85,7 @@ class NamespaceStore(Generic[V]):
         cache: LocalCache[V] | None,
         index: Callable[[NamespaceStore[V]], KeyIndex] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        wall_ms: Callable[[], int] = system_clock_ms,
     ) -> None:
         ns = check_namespace(namespace)
         self._ns = ns
@@ -434,6 +437,14 @@ class NamespaceStore(Generic[V]):
         """What a key-bound codec's signature covers: the namespace and the key (not the generation)."""
         return self._ns + b"/" + key.encode("utf-8", "surrogatepass")
 
+    def encoded(self, key: str, value: V) -> Encoded[V]:
+        """``value`` encoded now, in the calling thread (a blocking facade's), and decoded there too if a write
+        of the key would be kept in the local cache (it is watched): no codec work for the loop's thread."""
+        raw = self.encode(key, value)
+        data_key = self._prefix + key.encode("utf-8", "surrogatepass")
+        watched = self.cache is not None and self._watch_active(data_key)
+        return Encoded(value, raw, self._kept(key, raw) if watched else ABSENT)
+
     def encode(self, key: str, value: V | Encoded[V]) -> bytes:
         """The bytes stored for ``value`` (an :class:`Encoded` value was encoded already, in its caller's thread)."""
         if isinstance(value, Encoded):
@@ -464,7 +475,6 @@ class NamespaceStore(Generic[V]):
         ``prefix``: write under that key prefix rather than the current one (a cache's generation)."""
         data_key = self.data_key(key, prefix)
         raw = self.encode(key, value)
-        written = value.value if isinstance(value, Encoded) else value
         ttl_ms = ttl_to_ms(ttl)
         # What the local cache keeps on a write: the written value only if the key is watched already (it was
         # read before, or written fenced), since only a key watched before the SET was sent is surely notified of a
@@ -491,12 +501,33 @@ class NamespaceStore(Generic[V]):
             fencing_token=fencing_token,
         )
         if result.applied and self.cache is not None:
+            kept: V | Absent = ABSENT
             if watched and self._watch_active(data_key):
+                # this write's own notification, when it came before the acknowledgement, was decoded already
+                held = self.cache.peek(data_key)
+                if held is not None and held.version == result.version:
+                    kept = held.value
+                elif isinstance(value, Encoded) and value.kept is not ABSENT:
+                    kept = value.kept
+                else:
+                    kept = self._kept(key, raw)
+            if kept is not ABSENT:
                 expires = None if ttl_ms is None else started + ttl_ms / 1000
-                self.cache.store_write(data_key, CachedEntry(written, raw, result.version, fencing_token, expires))
-            else:  # not (surely) notified of later changes (see read_data_key): keep nothing
+                self.cache.store_write(data_key, CachedEntry(kept, raw, result.version, fencing_token, expires))
+            else:  # not (surely) notified of later changes (see read_data_key), or not decodable: keep nothing
                 self.cache.invalidate(data_key)
         return result
+
+    def _kept(self, key: str, raw: bytes) -> V | Absent:
+        """What the local cache keeps for a write of ``raw``: the codec's own decoding of the stored bytes, never
+        the caller's object (which the caller may change after ``set``, and which may not be what the codec gives
+        back: aiocache's serializers). Decoded once here, on a write that is kept, so a hit costs nothing more.
+        A codec that cannot decode what it encoded keeps nothing (the next read fetches and says why)."""
+        try:
+            return decode_value(self.codec, key, raw, binding=self.binding(key))
+        except DecodeError as exc:
+            log.debug("the value written to %r does not decode; not kept: %s", key, exc)
+            return ABSENT
 
     async def delete(self, key: str, *, fencing_token: HybridLogicalClock | None = None) -> bool:
         data_key = self.data_key(key)

@@ -28,9 +28,9 @@ from ..client._client import (
     UNSET,
     AsyncStateStoreClient,
     Broker,
+    Connecting,
     StateStoreClient,
     connect_blocking_face,
-    connect_face,
 )
 from ..codecs import Codec, JsonCodec, get_codec
 from ..errors import ClientStateError, ConfigurationError, StateStoreError
@@ -144,7 +144,7 @@ class _CacheCore(Generic[V]):
     def encoded(self, key: str, value: V) -> Encoded[V]:
         """``value`` encoded now, in the calling thread (framework code that may only run in the request's thread,
         e.g. a lazy Django QuerySet, is pickled there); raises like the write would."""
-        return Encoded(value, self.store.encode(text_key(key, "cache key"), value))
+        return self.store.encoded(text_key(key, "cache key"), value)
 
     def resolve_ttl(self, ttl: TtlArg) -> float | None:
         """``ttl`` as seconds (``UNSET``: ``default_ttl``; ``None``: never; ``<= 0``: expire now)."""
@@ -306,7 +306,7 @@ class AsyncStateStoreCache(SharesCore[_CacheCore[V]]):
         self._owns_client = _owns_client
 
     @classmethod
-    async def connect(
+    def connect(
         cls,
         broker: Broker = DEFAULT_BROKER_URL,
         *,
@@ -316,8 +316,11 @@ class AsyncStateStoreCache(SharesCore[_CacheCore[V]]):
         local_cache_size: int = 0,
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
         **client_options: Any,
-    ) -> AsyncStateStoreCache[Any]:
+    ) -> Connecting[AsyncStateStoreCache[Any]]:
         """Connect a client of its own and open the cache (closed with the cache).
+
+        ``async with AsyncStateStoreCache.connect(url, ...) as c:`` (closed at the block's end), or
+        ``c = await AsyncStateStoreCache.connect(url, ...)`` (then ``await c.close()``).
 
         Args:
             broker: where to connect: a broker URL (``mqtt://host:port``, ``mqtts://`` for TLS), an Azure IoT
@@ -330,15 +333,17 @@ class AsyncStateStoreCache(SharesCore[_CacheCore[V]]):
 
         The other arguments are the cache's own, as in the constructor.
         """
-        return await connect_face(
+        return Connecting(
             cls,
             broker,
             client_options,
-            namespace=namespace,
-            codec=codec,
-            default_ttl=default_ttl,
-            local_cache_size=local_cache_size,
-            max_staleness=max_staleness,
+            dict(
+                namespace=namespace,
+                codec=codec,
+                default_ttl=default_ttl,
+                local_cache_size=local_cache_size,
+                max_staleness=max_staleness,
+            ),
         )
 
     # -- properties -----------------------------------------------------------------------------------

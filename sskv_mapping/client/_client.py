@@ -10,10 +10,10 @@ import contextlib
 import logging
 import math
 import warnings
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from .._blocking import BlockingTwin
 from .._fork import in_child_after_fork
@@ -58,6 +58,7 @@ __all__ = [
     "UNSET",
     "AsyncKeyWatch",
     "AsyncStateStoreClient",
+    "Connecting",
     "ConnectionState",
     "Entry",
     "KeySubscription",
@@ -80,26 +81,70 @@ R = TypeVar("R")
 DEFAULT_BROKER_URL = DEFAULT_URL
 
 
-async def connect_face(
-    face: Callable[..., F], broker: Broker, client_options: dict[str, Any], **face_options: Any
-) -> F:
-    """What every async face's ``connect()`` does: a client of its own (``settings_for``), connected, then the face
-    built on it, opened, and owning it (closed with the face; closed at once if the face fails to open)."""
-    client = AsyncStateStoreClient(settings=settings_for(broker, client_options), **client_options)
-    await client.connect()
-    try:
-        opened = face(client, _owns_client=True, **face_options)
-        await opened.open()  # type: ignore[attr-defined]
-    except BaseException:
-        await client.close()
-        raise
-    return opened
+class _Face(Protocol):
+    async def open(self) -> object: ...
+
+    async def close(self) -> None: ...
+
+
+AF = TypeVar("AF", bound=_Face)
+
+
+class Connecting(Generic[AF]):
+    """What an async face's ``connect()`` returns: await it for the opened face (close it yourself), or use it
+    with ``async with`` (the face is closed at the block's end), as websockets' and aiosqlite's ``connect``.
+
+    Example:
+        >>> async def main() -> None:  # doctest: +SKIP
+        ...     async with AsyncStateStoreDict.connect("mqtt://127.0.0.1:1883", namespace="app") as d:
+        ...         await d.set("k", 1)
+        ...     d = await AsyncStateStoreDict.connect("mqtt://127.0.0.1:1883", namespace="app")
+        ...     await d.close()
+    """
+
+    __slots__ = ("_args", "_face")
+
+    def __init__(
+        self, face: Callable[..., AF], broker: Broker, client_options: dict[str, Any], face_options: dict[str, Any]
+    ) -> None:
+        self._args = (face, broker, client_options, face_options)
+        self._face: AF | None = None
+
+    async def _connect(self) -> AF:
+        """A client of its own (``settings_for``), connected, then the face built on it, opened, and owning it
+        (closed with the face; closed at once if the face fails to open)."""
+        face, broker, client_options, face_options = self._args
+        client = AsyncStateStoreClient(settings=settings_for(broker, client_options), **client_options)
+        await client.connect()
+        try:
+            opened = face(client, _owns_client=True, **face_options)
+            await opened.open()
+        except BaseException:
+            await client.close()
+            raise
+        return opened
+
+    def __await__(self) -> Generator[Any, None, AF]:
+        return self._connect().__await__()
+
+    async def __aenter__(self) -> AF:
+        if self._face is not None:
+            raise ClientStateError("this connect() is entered already; call connect() again for another face")
+        self._face = await self._connect()
+        return self._face
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        face, self._face = self._face, None
+        if face is not None:
+            await face.close()
 
 
 def connect_blocking_face(
     face: Callable[..., F], broker: Broker, client_options: dict[str, Any], **face_options: Any
 ) -> F:
-    """:func:`connect_face` for a blocking face (its constructor opens it)."""
+    """:class:`Connecting` for a blocking face (its constructor opens it): the face, connected."""
     client = StateStoreClient(settings=settings_for(broker, client_options), **client_options)
     client.connect()
     try:

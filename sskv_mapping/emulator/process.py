@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import signal
+import socket
 import sys
 import uuid
 from collections.abc import Sequence
@@ -18,7 +20,19 @@ from .._protocol.topics import REQUEST_TOPIC
 from ..errors import StateStoreError
 from .scan import DEFAULT_SCAN_PAGE_SIZE
 
-__all__ = ["add_emulator_arguments", "build_parser", "main", "run"]
+__all__ = [
+    "DEFAULT_BROKER_PORT",
+    "add_emulator_arguments",
+    "build_parser",
+    "main",
+    "pick_broker_port",
+    "port_is_free",
+    "run",
+]
+
+#: The port ``--with-broker`` starts its mosquitto on when it is free, and the port connected to without it.
+DEFAULT_BROKER_PORT = 1883
+EXIT_INTERRUPTED = 130
 
 DESCRIPTION = f"""\
 Serve a faithful local emulator of the Azure IoT Operations state store on an MQTT 5 broker.
@@ -30,21 +44,27 @@ and answers like the service: GET, SET (NX, NEX, PX), DEL, VDEL, KEYNOTIFY, SCAN
 patterns, service-chosen pages, opaque continuation tokens), hybrid logical clock versions,
 fencing tokens, expiry with DELETE notifications.
 
-Use a mosquitto started with 'log_dest topic' and 'connection_messages true' (or
-'sskv emulator --with-broker', which does that for you): that is how the emulator sees
-clients disconnect and drops their KEYNOTIFY registrations, as the service does.
+With --with-broker it first starts a private mosquitto, configured for it, on --host and
+--broker-port (default {DEFAULT_BROKER_PORT}, or a free port if {DEFAULT_BROKER_PORT} is taken), prints the broker URL,
+and serves on it; Ctrl-C or SIGTERM stops both. Without it, it connects to the MQTT 5 broker
+at --host/--port: a mosquitto started with 'log_dest topic' and 'connection_messages true'
+(how the emulator sees clients disconnect and drops their KEYNOTIFY registrations, as the
+service does).
+
+'sskv emulator' and 'python -m sskv_mapping.emulator' are the same command.
 """
 
 EPILOG = """\
 It prints 'sskv emulator: serving state store on mqtt://HOST:PORT ...' once ready, and stops cleanly on
-SIGTERM or Ctrl-C (exit status 0). Exit status 1: the broker could not be reached.
+SIGTERM or Ctrl-C (exit status 0). Exit status 1: the broker could not be reached or started.
 
 examples:
-  python -m sskv_mapping.emulator --port 1883
-  python -m sskv_mapping.emulator --port 1883 --max-keys 10000 --persist-file store.json
-  python -m sskv_mapping.emulator --port 1883 --scan-page-size 5 --scan-empty-pages 1
-  python -m sskv_mapping.emulator --port 1883 --no-scan      # an older service without SCAN
-  python -m sskv_mapping.emulator --port 1883 --inspect 8080 # and open http://127.0.0.1:8080/
+  %(prog)s --with-broker                    # its own mosquitto on 1883 (or a free port)
+  %(prog)s --with-broker --broker-port 18830 --inspect 8080  # and open http://127.0.0.1:8080/
+  %(prog)s --port 1883                      # on a mosquitto you started (see above)
+  %(prog)s --with-broker --max-keys 10000 --persist-file store.json
+  %(prog)s --with-broker --scan-page-size 5 --scan-empty-pages 1
+  %(prog)s --with-broker --no-scan          # an older service without SCAN
 """
 
 
@@ -92,11 +112,27 @@ def _inspect_address(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-def add_emulator_arguments(parser: argparse.ArgumentParser, *, broker_address: bool = True) -> None:
-    """The options of the emulator process (shared by ``python -m sskv_mapping.emulator`` and ``sskv``)."""
-    if broker_address:
-        parser.add_argument("--host", default="127.0.0.1", help="broker host to connect to (default %(default)s)")
-        parser.add_argument("--port", type=_port, default=1883, help="broker port (default %(default)s)")
+def add_emulator_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the emulator process: the one parser of ``python -m sskv_mapping.emulator`` and
+    ``sskv emulator`` (both run :func:`run` on what it parsed)."""
+    parser.add_argument("--host", default="127.0.0.1", help="broker host (default %(default)s)")
+    parser.add_argument(
+        "--port",
+        type=_port,
+        help=f"broker port to connect to (default {DEFAULT_BROKER_PORT}); with --with-broker, the same as "
+        "--broker-port",
+    )
+    parser.add_argument(
+        "--with-broker",
+        action="store_true",
+        help="start a private mosquitto first (needs the mosquitto executable) and serve on it",
+    )
+    parser.add_argument(
+        "--broker-port",
+        type=_port,
+        metavar="P",
+        help=f"port of the private mosquitto (default {DEFAULT_BROKER_PORT} if free, else any free port)",
+    )
     parser.add_argument(
         "--client-id",
         help="MQTT client id of the emulator (default: sskv-emulator-<random>; must be unique on the broker). "
@@ -265,16 +301,75 @@ def _check_inspect_options(args: argparse.Namespace) -> str | None:
     return None
 
 
-def run(args: argparse.Namespace, host: str | None = None, port: int | None = None) -> int:
-    """Configure logging and serve on ``host:port`` (default: ``args.host``/``args.port``)."""
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a listener could bind ``host:port`` now (with SO_REUSEADDR, as mosquitto binds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return False
+            raise
+        return True
+
+
+def pick_broker_port(host: str, requested: int | None) -> tuple[int | None, str | None]:
+    """The port for ``--with-broker`` and a note to print: an explicit port is used as is (``None`` → let
+    the broker pick); the default 1883 only if it is free."""
+    if requested is not None:
+        return requested, None
+    if port_is_free(host, DEFAULT_BROKER_PORT):
+        return DEFAULT_BROKER_PORT, None
+    return None, f"port {DEFAULT_BROKER_PORT} on {host} is in use; starting mosquitto on a free port instead"
+
+
+def _serve(args: argparse.Namespace, host: str, port: int) -> int:
+    """Configure logging and serve on ``host:port``."""
     problem = _check_inspect_options(args)
     if problem is not None:
         print(f"sskv emulator: {problem}", file=sys.stderr, flush=True)
         return 2
     configure_logging(args.log_level)
-    return asyncio.run(serve(args, host or args.host, port or args.port))
+    return asyncio.run(serve(args, host, port))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the emulator the parsed command line asks for (with its own mosquitto if ``--with-broker``); returns
+    the exit status."""
+    if not args.with_broker:
+        if args.broker_port is not None:
+            print("sskv emulator: --broker-port needs --with-broker", file=sys.stderr)
+            return 2
+        return _serve(args, args.host, args.port or DEFAULT_BROKER_PORT)
+
+    from ..errors import ConfigurationError
+    from .broker import EMULATOR_QUEUE_SETTINGS, MosquittoBroker, MosquittoStartError
+
+    if args.port is not None and args.broker_port is not None and args.port != args.broker_port:
+        print("sskv emulator: give --port or --broker-port, not two different ports", file=sys.stderr)
+        return 2
+    port, note = pick_broker_port(args.host, args.broker_port or args.port)
+    if note:
+        print(f"sskv emulator: {note}", flush=True)
+    try:
+        # queue limits that fit the emulator's load (mosquitto's defaults drop messages past 1,000 per session)
+        broker = MosquittoBroker(host=args.host, port=port, extra_config=EMULATOR_QUEUE_SETTINGS)
+        broker.start()
+    except (ConfigurationError, MosquittoStartError) as exc:
+        print(f"sskv emulator: cannot start mosquitto: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    try:
+        print(f"sskv emulator: mosquitto broker listening on {broker.url} (pid {broker.pid})", flush=True)
+        return _serve(args, broker.host, broker.port)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    finally:
+        broker.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run(args)
+    """``python -m sskv_mapping.emulator``: returns the exit status."""
+    return run(build_parser().parse_args(argv))

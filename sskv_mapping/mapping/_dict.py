@@ -22,9 +22,9 @@ from ..client._client import (
     DEFAULT_BROKER_URL,
     AsyncStateStoreClient,
     Broker,
+    Connecting,
     StateStoreClient,
     connect_blocking_face,
-    connect_face,
 )
 from ..codecs import Codec, JsonCodec, get_codec
 from ..errors import StateStoreError
@@ -123,7 +123,7 @@ class _DictCore(Generic[V]):
     def encoded(self, key: str, value: V) -> Encoded[V]:
         """``value`` encoded now, in the calling thread; raises like the write would."""
         text_key(key)
-        return Encoded(value, self.store.encode(key, value))
+        return self.store.encoded(key, value)
 
     async def set(self, key: str, value: V | Encoded[V], ttl: float | None) -> HybridLogicalClock | None:
         text_key(key)
@@ -200,7 +200,7 @@ class AsyncStateStoreDict(SharesCore[_DictCore[V]]):
         self._owns_client = _owns_client
 
     @classmethod
-    async def connect(
+    def connect(
         cls,
         broker: Broker = DEFAULT_BROKER_URL,
         *,
@@ -211,8 +211,11 @@ class AsyncStateStoreDict(SharesCore[_DictCore[V]]):
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
         listing: ListingMode = "auto",
         **client_options: Any,
-    ) -> AsyncStateStoreDict[Any]:
+    ) -> Connecting[AsyncStateStoreDict[Any]]:
         """Connect a client of its own and open the namespace (closed with the dict).
+
+        ``async with AsyncStateStoreDict.connect(url, ...) as d:`` (closed at the block's end), or
+        ``d = await AsyncStateStoreDict.connect(url, ...)`` (then ``await d.close()``).
 
         Args:
             broker: where to connect: a broker URL (``mqtt://host:port``, ``mqtts://`` for TLS), an Azure IoT
@@ -225,16 +228,18 @@ class AsyncStateStoreDict(SharesCore[_DictCore[V]]):
 
         The other arguments are the dict's own, as in the constructor.
         """
-        return await connect_face(
+        return Connecting(
             cls,
             broker,
             client_options,
-            namespace=namespace,
-            codec=codec,
-            local_cache_size=local_cache_size,
-            stale_while_disconnected=stale_while_disconnected,
-            max_staleness=max_staleness,
-            listing=listing,
+            dict(
+                namespace=namespace,
+                codec=codec,
+                local_cache_size=local_cache_size,
+                stale_while_disconnected=stale_while_disconnected,
+                max_staleness=max_staleness,
+                listing=listing,
+            ),
         )
 
     @property

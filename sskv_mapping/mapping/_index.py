@@ -10,7 +10,6 @@ import contextlib
 import functools
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -18,7 +17,7 @@ from .._namespace.fanout import gather_bounded
 from .._namespace.key_index import IndexEntry
 from .._namespace.key_locks import OwnedLock, drain_owned, owned_lock
 from .._protocol.commands import SetCondition
-from .._protocol.hlc import HybridLogicalClock
+from .._protocol.hlc import HybridLogicalClock, system_clock_ms
 from .._protocol.notifications import KeyEvent, KeyOperation
 from ..client._client import AsyncStateStoreClient, KeySubscription
 from ..errors import ConfigurationError, ProtocolError
@@ -86,7 +85,7 @@ class StoredKeyIndex:
         grace_ms: int = 60_000,
         lock_timeout: float | None = 30.0,
         keep: float = 0.02,
-        now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        now_ms: Callable[[], int] = system_clock_ms,
     ) -> None:
         if not 1 <= shards <= 0xFFFF:
             raise ConfigurationError(f"an index has 1 to 65535 shards, not {shards}")

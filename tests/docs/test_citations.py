@@ -39,6 +39,8 @@ ELSEWHERE = {
     "m.py": "a module the layer and burst scans write into tmp_path",
     "test_readme_taste.py": "where tests/docs/test_readme_examples.py writes the README's pytest block, in tmp_path",
     "test_sskv_statestore_cache.py": "the name run_pytest_suite.py gives its copy inside a framework's suite",
+    "test_page_example.py": "where tests/docs/test_testing_page_examples.py writes docs/testing.md's example",
+    "test_user.py": "where tests/testing/test_anyio_backend.py writes a user's anyio test, in tmp_path",
 }
 
 #: Sentences that were true once and are not any more, and why (each was found in the package once).

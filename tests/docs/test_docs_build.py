@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,43 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert _required_but_defaulted(reference) == []
     changelog = (tmp_path / "site" / "changelog" / "index.html").read_text()
     assert "Benchmark history" in changelog  # CHANGELOG.md was included
+    assert _literal_includes(tmp_path / "site") == []
+
+
+#: a snippet-include marker, however a formatter spaced it (``--8 < --"file"`` is what a Python formatter makes of it)
+_INCLUDE = re.compile(r"-\s*-\s*8\s*<\s*-\s*-")
+_PRE = re.compile(r"<pre\b.*?</pre>", re.DOTALL)
+_TAG = re.compile(r"<[^>]+>")
+
+
+def _literal_includes(site: Path) -> list[str]:
+    """Code blocks of the built pages that show an include marker as text: a snippet the build did not include
+    (a marker it does not recognise is no error to ``--strict``)."""
+    found = []
+    for page in sorted(site.rglob("*.html")):
+        for block in _PRE.findall(page.read_text(encoding="utf-8")):
+            text = unescape(_TAG.sub("", block))
+            found += [
+                f"{page.relative_to(site)}: {line.strip()}" for line in text.splitlines() if _INCLUDE.search(line)
+            ]
+    return found
+
+
+_CANONICAL_INCLUDE = re.compile(r'^--8<-- "[^"]+"$')
+
+
+def test_every_include_marker_in_a_code_block_is_one_the_build_includes() -> None:
+    """The source side of the check above, without a build: a marker in a code block is exactly
+    ``--8<-- "path[:section]"`` on a line of its own (docs/observability.md's had been reformatted as Python)."""
+    wrong = []
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        for block in FENCE.findall(page.read_text(encoding="utf-8")):
+            wrong += [
+                f"{page.relative_to(ROOT)}: {line}"
+                for line in block.splitlines()
+                if _INCLUDE.search(line) and not line.lstrip().startswith("#") and not _CANONICAL_INCLUDE.match(line)
+            ]
+    assert wrong == []
 
 
 def _required_but_defaulted(pages: dict[str, str]) -> list[str]:

@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import json
 import logging
+import re
 import signal
 import socket
 import subprocess
@@ -588,9 +589,17 @@ def test_client_id_from_response_topic(topic: str, expected: str | None) -> None
 # -- `sskv emulator` ----------------------------------------------------------------------------------------
 
 
-async def test_sskv_emulator_with_broker_serves_and_stops_both() -> None:
+#: the two command lines that start the emulator: one parser, the same flags (issue 37)
+EMULATOR_COMMANDS = {
+    "sskv emulator": ["-m", "sskv_mapping.cli", "emulator"],
+    "python -m sskv_mapping.emulator": ["-m", "sskv_mapping.emulator"],
+}
+
+
+@pytest.mark.parametrize("command", EMULATOR_COMMANDS)
+async def test_sskv_emulator_with_broker_serves_and_stops_both(command: str) -> None:
     port = free_port()
-    argv = [sys.executable, "-m", "sskv_mapping.cli", "emulator", "--with-broker", "--broker-port", str(port)]
+    argv = [sys.executable, *EMULATOR_COMMANDS[command], "--with-broker", "--broker-port", str(port)]
     proc = EmulatorProcess(argv)
     await asyncio.to_thread(proc.start)
     try:
@@ -624,8 +633,40 @@ def test_sskv_help_lists_the_emulator(capsys: pytest.CaptureFixture[str]) -> Non
     assert "--with-broker" in help_text and "--broker-port" in help_text
 
 
+@pytest.mark.parametrize("command", EMULATOR_COMMANDS)
+def test_both_command_lines_print_one_help_with_examples_that_parse(command: str) -> None:
+    """The same options under either name, and every example of ``--help`` is a command line the parser takes."""
+    from sskv_mapping.emulator.process import build_parser
+
+    done = subprocess.run(
+        [sys.executable, *EMULATOR_COMMANDS[command], "--help"], capture_output=True, text=True, timeout=60, check=True
+    )
+    help_text = done.stdout
+    options = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", help_text))
+    assert {"--with-broker", "--broker-port", "--port", "--inspect", "--persist-file", "--no-scan"} <= options
+    examples = [
+        line.strip().split("#")[0].split()
+        for line in help_text.split("examples:", 1)[1].splitlines()
+        if line.strip().startswith(command)
+    ]
+    assert len(examples) >= 4 and any("--with-broker" in e for e in examples)
+    parser = build_parser()
+    for example in examples:
+        args = parser.parse_args(example[len(command.split()) :])  # exits (failing the test) on a bad example
+        assert args.with_broker or args.port is not None
+
+
+def test_the_two_help_texts_list_the_same_options() -> None:
+    texts = [
+        subprocess.run([sys.executable, *argv, "--help"], capture_output=True, text=True, timeout=60, check=True).stdout
+        for argv in EMULATOR_COMMANDS.values()
+    ]
+    sskv, module = (set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", t)) for t in texts)
+    assert sskv == module
+
+
 def test_default_broker_port_falls_back_to_a_free_one_when_taken(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sskv_mapping.cli import _main as cli
+    from sskv_mapping.emulator import process as cli
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -104,6 +104,7 @@ def django_caches(cache_settings: Callable[..., dict[str, Any]], namespace: str)
         "short": cache_settings(TIMEOUT=1),
         "zero": cache_settings(TIMEOUT=0),
         "forever": cache_settings(TIMEOUT=None),
+        "local": cache_settings(OPTIONS={"local_cache_size": 100}),
     }
     with override_settings(CACHES=aliases):
         yield
@@ -159,6 +160,29 @@ def test_simple_get_set_in_and_has_key() -> None:
     assert cache.has_key("key") is True and cache.has_key("missing") is False
     cache.set("no_expiry", "here", None)
     assert cache.has_key("no_expiry") is True
+
+
+def test_a_value_changed_after_set_is_not_changed_in_the_local_cache() -> None:
+    """As Django's own backends (the local-memory one pickles): the process reads what was stored (issue 37)."""
+    local = caches["local"]
+    local.set("k", "first")
+    assert local.get("k") == "first"  # read: watched, so the next set is kept in the local cache
+    data = {"items": [1, 2]}
+    local.set("k", data)
+    data["items"].append(3)
+    before = local.client.async_client.requests_sent
+    assert local.get("k") == {"items": [1, 2]}
+    assert local.client.async_client.requests_sent == before  # served from the local cache
+
+
+async def test_a_value_changed_after_aset_is_not_changed_in_the_local_cache() -> None:
+    local = caches["local"]
+    await local.aset("k", "first")
+    assert await local.aget("k") == "first"
+    data = {"items": [1, 2]}
+    await local.aset("k", data)
+    data["items"].append(3)
+    assert await local.aget("k") == {"items": [1, 2]}
 
 
 def test_none_is_a_value_not_a_miss() -> None:

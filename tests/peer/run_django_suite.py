@@ -4,7 +4,9 @@ state store backend, in its default configuration (no OPTIONS: signed pickle fro
 Run by ``nox -s peer-django``, which downloads the sdist of the installed Django and passes the directory that
 holds its ``tests/cache`` package:
 
-    python tests/peer/run_django_suite.py DJANGO_TESTS_DIR [sync|async]
+    python tests/peer/run_django_suite.py DJANGO_TESTS_DIR [sync|async] [local]
+
+``local``: every alias with a local cache (``OPTIONS={"local_cache_size": 1000}``): a process reads what it wrote.
 
 ``async`` runs the same contract through our native ``a*`` methods: the module's ``cache``/``caches`` are
 replaced by a mirror whose blocking methods ``asyncio.run`` the ``a*`` twins.
@@ -27,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+LOCAL_CACHE_SIZE = 1000
 sys.path.insert(0, str(HERE.parents[1]))  # the repository root: tests._support
 
 
-def main(tests_dir: str, mode: str = "sync") -> int:
+def main(tests_dir: str, mode: str = "sync", cache: str = "") -> int:
     from sskv_mapping.emulator.broker import MosquittoBroker
     from tests._support.procs import start_emulator
 
@@ -42,7 +45,8 @@ def main(tests_dir: str, mode: str = "sync") -> int:
     with MosquittoBroker() as broker:
         emulator = start_emulator(broker.host, broker.port)
         try:
-            return run(f"mqtt://{broker.host}:{broker.port}", exclusions, mirror=mode == "async")
+            options = {"local_cache_size": LOCAL_CACHE_SIZE} if cache == "local" else {}
+            return run(f"mqtt://{broker.host}:{broker.port}", exclusions, mirror=mode == "async", options=options)
         finally:
             emulator.stop()
 
@@ -111,7 +115,7 @@ class MirrorCaches:
         return getattr(self._real, name)
 
 
-def run(url: str, exclusions: dict[str, str], mirror: bool = False) -> int:
+def run(url: str, exclusions: dict[str, str], mirror: bool = False, options: dict[str, Any] | None = None) -> int:
     import django
     from django.conf import settings
 
@@ -121,7 +125,7 @@ def run(url: str, exclusions: dict[str, str], mirror: bool = False) -> int:
         USE_TZ=True,
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django.contrib.sessions", "cache"],
         DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
-        CACHES={"default": {"BACKEND": backend, "LOCATION": url}},
+        CACHES={"default": {"BACKEND": backend, "LOCATION": url, "OPTIONS": options or {}}},
         MIDDLEWARE=[],
         TEMPLATES=[{"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}],
         ROOT_URLCONF=None,
@@ -132,7 +136,11 @@ def run(url: str, exclusions: dict[str, str], mirror: bool = False) -> int:
     from django.test.runner import DiscoverRunner
     from django.test.utils import override_settings
 
-    @override_settings(CACHES=caches_setting_for_tests(BACKEND=backend, LOCATION=url, exclude={"cull", "zero_cull"}))
+    aliases = caches_setting_for_tests(BACKEND=backend, LOCATION=url, exclude={"cull", "zero_cull"})
+    for alias in aliases.values():
+        alias["OPTIONS"] = {**alias.get("OPTIONS", {}), **(options or {})}
+
+    @override_settings(CACHES=aliases)
     class StateStoreCacheTests(BaseCacheTests, TestCase):  # type: ignore[misc]
         pass
 
@@ -167,6 +175,7 @@ def run(url: str, exclusions: dict[str, str], mirror: bool = False) -> int:
     for test, reason in result.skipped:
         print(f"skipped {test.id().rsplit('.', 1)[-1]}: {reason}")
     how = "through the async a* methods (AsyncMirror)" if mirror else "sync API"
+    how += f", OPTIONS={options}" if options else ""
     print(f"django {django.get_version()}, {how}: {result.testsRun} collected")
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
     return 0 if failed == 0 else 1
