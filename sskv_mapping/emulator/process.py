@@ -37,7 +37,8 @@ clients disconnect and drops their KEYNOTIFY registrations, as the service does.
 
 EPILOG = """\
 It prints 'sskv emulator: serving state store on mqtt://HOST:PORT ...' once ready, and stops cleanly on
-SIGTERM or Ctrl-C (exit status 0). Exit status 1: the broker could not be reached.
+SIGTERM or Ctrl-C (exit status 0). Exit status 1: the broker could not be reached. Exit status 2: an
+option that cannot work (a --persist-file whose directory is missing or not writable...).
 
 examples:
   python -m sskv_mapping.emulator --port 1883
@@ -265,9 +266,18 @@ def _check_inspect_options(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _check_persist_file(args: argparse.Namespace) -> str | None:
+    """Why ``--persist-file`` cannot be used (``None``: it can): a usage error, before connecting."""
+    if args.persist_file is None:
+        return None
+    from .server import persist_file_problem
+
+    return persist_file_problem(args.persist_file)
+
+
 def run(args: argparse.Namespace, host: str | None = None, port: int | None = None) -> int:
     """Configure logging and serve on ``host:port`` (default: ``args.host``/``args.port``)."""
-    problem = _check_inspect_options(args)
+    problem = _check_inspect_options(args) or _check_persist_file(args)
     if problem is not None:
         print(f"sskv emulator: {problem}", file=sys.stderr, flush=True)
         return 2
