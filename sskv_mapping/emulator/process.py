@@ -88,7 +88,7 @@ def _inspect_address(text: str) -> tuple[str, int]:
         host = host[1:-1]
     elif ":" in host:
         raise argparse.ArgumentTypeError(f"write an IPv6 address in brackets: [{host}]:{port}")
-    if not port.isdigit() or int(port) > 65535:
+    if not (port.isascii() and port.isdigit()) or len(port) > 5 or int(port) > 65535:
         raise argparse.ArgumentTypeError(f"not a TCP port: {port!r} (0-65535; 0: any free port)")
     return host or "127.0.0.1", int(port)
 
