@@ -11,6 +11,7 @@ import logging
 import time
 import uuid
 import warnings
+import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from types import TracebackType
@@ -42,6 +43,10 @@ __all__ = ["AsyncLeasedLock", "LeasedLock"]
 
 log = logging.getLogger("sskv_mapping.lock")
 
+#: the lock objects of this process that hold a lock now, by (broker, lock name, holder value): a second object of
+#: another client asking for the same lock under the same holder value is refused (both would believe they hold it)
+_holding: weakref.WeakValueDictionary[tuple[str, bytes, bytes], AsyncLeasedLock] = weakref.WeakValueDictionary()
+
 
 def renamed_clock(owner: str, monotonic: Callable[[], float], clock: Callable[[], float] | None) -> Callable[[], float]:
     """The monotonic clock a face was given: ``monotonic=``, or the deprecated ``clock=`` (which wins, with a
@@ -71,7 +76,10 @@ class AsyncLeasedLock:
         client: a connected :class:`AsyncStateStoreClient`.
         name: the lock key.
         holder: this holder's value in the lock key (default: client id + a random suffix, so two locks
-            in one process never mistake each other for themselves).
+            in one process never mistake each other for themselves). The value *is* the holder's identity: lock
+            objects given the same value share one lease (``SET NEX``: how a lost grant is re-taken, and how the
+            .NET and Go SDKs behave), so give each holder its own. Two clients of one process asking for the
+            same lock under the same value get a :class:`LockError` (docs/guide/locks.md).
         lease: lease length in seconds; the key expires after it unless renewed.
         auto_renew: renew in the background every ``lease * renew_fraction`` while held.
         monotonic: the monotonic clock (seconds) that tells when our own lease has surely run out; inject a fake one
@@ -140,7 +148,22 @@ class AsyncLeasedLock:
 
     # -- acquire / renew / release ------------------------------------------------------------------------
 
+    def _check_holder_unique(self) -> None:
+        """Refuse (:class:`LockError`, nothing sent) while a lock object of another client of this process holds
+        this lock under the same holder value: both would take the lease and believe they hold it alone."""
+        other = _holding.get(self._holding_key)
+        if other is not None and other is not self and other.client is not self.client and other.held:
+            raise LockError(
+                f"lock {self.name!r} is held under the same holder value {self.holder!r} by another client's lock "
+                "object in this process: give each holder its own value (leave holder= out for a unique one)"
+            )
+
+    @property
+    def _holding_key(self) -> tuple[str, bytes, bytes]:
+        return (self.client.settings.url, self.name, self.holder)
+
     async def _set_nex(self) -> SetResult:
+        self._check_holder_unique()
         started = self._clock()
         lease = timedelta(milliseconds=self.lease_ms)  # exact: no ms -> s -> ms round trip
         result = await self.client.set(self.name, self.holder, condition=SetCondition.NEX, ttl=lease)
@@ -152,6 +175,7 @@ class AsyncLeasedLock:
             self._lost = None
             # the lease started no later than our request did
             self._lease_deadline = started + self.lease_ms / 1000
+            _holding[self._holding_key] = self
         return result
 
     async def try_acquire(self) -> HybridLogicalClock | None:
@@ -210,11 +234,26 @@ class AsyncLeasedLock:
                 await sub.close()
 
     async def renew(self) -> HybridLogicalClock:
-        """Extend the lease (the same SET NEX); returns the new fencing token or raises :class:`LockError`."""
+        """Extend the lease; returns the new fencing token or raises :class:`LockError`.
+
+        The lock key is read first: a key that is gone (deleted by anyone, a dict's ``clear()`` of a namespace the
+        name is in, or expired) or holds another value means the lock was lost, and it is not taken again by the
+        renewal (``SET NEX`` alone would re-create a deleted key): :attr:`held` turns false."""
         if self._token is None:
             raise LockError(f"cannot renew {self.name!r}: not held")
+        if self._lost is not None:
+            raise LockError(f"cannot renew {self.name!r}: it was lost ({self._lost})")
         try:
+            current = await self.client.get(self.name)
+            if current is None:
+                self._lost = "the lock key was deleted (by someone else, or its lease ran out)"
+                raise LockError(f"lock {self.name!r} was lost: {self._lost}")
+            if current.value != self.holder:
+                self._lost = "another holder has the lock"
+                raise LockError(f"lock {self.name!r} is held by someone else now")
             result = await self._set_nex()
+        except LockError:
+            raise
         except StateStoreError as exc:
             raise LockError(f"could not renew {self.name!r}: {exc}") from exc
         if not result.applied:
@@ -227,6 +266,8 @@ class AsyncLeasedLock:
         """Release (VDEL with our holder value); ``True`` if we still held it."""
         await self._stop_renewing()
         self._token = None
+        if _holding.get(self._holding_key) is self:
+            del _holding[self._holding_key]
         result = await self.client.vdelete(self.name, self.holder)
         return result is VDeleteResult.DELETED
 

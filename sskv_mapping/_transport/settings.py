@@ -318,7 +318,13 @@ class ConnectionSettings:
             raise ConfigurationError(
                 "a broker URL looks like mqtt://host:port (mqtts:// for TLS); this one has no scheme"
             )
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            # an unclosed '[' of an IPv6 host ("Invalid IPv6 URL"); not quoted back: the URL may carry a password
+            raise ConfigurationError(
+                "malformed broker URL (an IPv6 host is written in brackets: mqtt://[::1]:1883)"
+            ) from None
         if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
             raise ConfigurationError(f"unsupported broker URL scheme {parts.scheme!r} (use mqtt:// or mqtts://)")
         secure = parts.scheme in ("mqtts", "ssl")

@@ -45,6 +45,8 @@ __all__ = ["EXIT_CODES", "add_client_parsers", "exit_code_for"]
 EXIT_OK, EXIT_MISS, EXIT_USAGE, EXIT_CONNECTION, EXIT_SERVICE, EXIT_PROTOCOL, EXIT_LOCK = range(7)
 EXIT_INTERRUPTED = 130
 EXIT_CANNOT_RUN, EXIT_NOT_FOUND = 126, 127  # `lock -- COMMAND` that cannot be started (as shells do)
+#: the shortest --lease / --term: a round trip and a renewal must fit in it many times over
+MIN_LEASE_S = 0.1
 EXIT_LEASE_LOST = EXIT_LOCK  # `lock -- COMMAND`: the lease was lost while COMMAND ran, and COMMAND was stopped
 
 EXIT_CODES: list[tuple[type[BaseException], int]] = [
@@ -113,7 +115,7 @@ def _settings(args: argparse.Namespace) -> ConnectionSettings:
         "sat_token_file": args.sat_token_file or None,
     }
     # the password only from the environment, for a user from --username, SSKV_USERNAME or the URL
-    if args.username or (not args.from_env and urlsplit(args.url).username):
+    if args.username or (not args.from_env and _url_names_user(args.url)):
         options["password"] = os.environ.get(args.password_env) or None
     # TLS fields over the TLS the location says (a TLS option alone turns TLS on)
     tls: dict[str, Any] = {
@@ -128,6 +130,14 @@ def _settings(args: argparse.Namespace) -> ConnectionSettings:
     if tls:
         options["tls"] = tls
     return settings_from_options(ENV_LOCATION if args.from_env else args.url, options)
+
+
+def _url_names_user(url: str) -> bool:
+    """Whether ``url`` carries a user name (a malformed URL is refused by ``settings_from_options`` after)."""
+    try:
+        return bool(urlsplit(url).username)
+    except ValueError:
+        return False
 
 
 def _argv_bytes(text: str) -> bytes:
@@ -156,7 +166,8 @@ def _check_args(args: argparse.Namespace) -> None:
     for name in names:
         if name is not None:
             store_key(_key(name))
-    for option, seconds in (("--ttl", getattr(args, "ttl", None)), ("--lease", getattr(args, "lease", None))):
+    timed = (("--ttl", getattr(args, "ttl", None)), ("--lease", getattr(args, "lease", None)))
+    for option, seconds in (*timed, ("--term", getattr(args, "term", None))):
         if seconds is None:
             continue
         if not (math.isfinite(seconds) and seconds > 0):
@@ -165,6 +176,10 @@ def _check_args(args: argparse.Namespace) -> None:
             ttl_to_ms(seconds)
         except ConfigurationError as exc:
             raise ConfigurationError(f"{option}: {exc}") from None
+        if option != "--ttl" and seconds < MIN_LEASE_S:
+            raise ConfigurationError(
+                f"{option} must be at least {MIN_LEASE_S} s, not {seconds}: a shorter one ends before it can be renewed"
+            )
     grace = getattr(args, "grace", None)
     if grace is not None and not (math.isfinite(grace) and grace >= 0):
         raise ConfigurationError(f"--grace must be 0 or a positive number of seconds, not {grace}")
@@ -547,11 +562,15 @@ async def _cmd_leader(args: argparse.Namespace, client: AsyncStateStoreClient) -
             {**position, "lost": election.lost_reason},
             f"lost {args.name}: {election.lost_reason}; stopping the command",
         )
-        proc.terminate()
+        # the command may end by itself at the same moment (a term of a few ms): a signal to a process that is
+        # gone already is nothing to report (asyncio raises ProcessLookupError for it)
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
         try:
             await asyncio.wait_for(asyncio.shield(exited), args.grace)
         except TimeoutError:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
             await exited
         _status(args, {**position, "campaigning": True}, "campaigning again")
 

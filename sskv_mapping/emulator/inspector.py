@@ -45,6 +45,11 @@ _CLIENT_ID = "sskv-inspector"
 _MAX_LIMIT = 10_000
 
 
+def _ascii_digits(text: str) -> bool:
+    """Only 0-9, at most 9 of them: ``str.isdigit`` also takes '²' and other digits ``int()`` refuses (a 500)."""
+    return 0 < len(text) < 10 and text.isascii() and text.isdigit()
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -241,7 +246,7 @@ class Inspector:
     @staticmethod
     def _limit(request: web.Request) -> int:
         text = request.query.get("limit", "500")
-        if not text.isdigit() or int(text) > _MAX_LIMIT:
+        if not _ascii_digits(text) or int(text) > _MAX_LIMIT:
             raise web.HTTPBadRequest(text=f"limit must be 0-{_MAX_LIMIT}")
         return int(text)
 
@@ -310,7 +315,7 @@ class Inspector:
         ttl = request.query.get("ttl_ms")
         if ttl is None or ttl == "":
             return self._serve(b"SET", key, value)
-        if not ttl.isdigit() or int(ttl) < 1:
+        if not _ascii_digits(ttl) or int(ttl) < 1:
             raise web.HTTPBadRequest(text="ttl_ms must be a positive integer")
         return self._serve(b"SET", key, value, b"PX", ttl.encode())
 

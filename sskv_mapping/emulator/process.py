@@ -56,7 +56,8 @@ service does).
 
 EPILOG = """\
 It prints 'sskv emulator: serving state store on mqtt://HOST:PORT ...' once ready, and stops cleanly on
-SIGTERM or Ctrl-C (exit status 0). Exit status 1: the broker could not be reached or started.
+SIGTERM or Ctrl-C (exit status 0). Exit status 1: the broker could not be reached or started. Exit status 2:
+an option that cannot work (a --persist-file whose directory is missing or not writable...).
 
 examples:
   %(prog)s --with-broker                    # its own mosquitto on 1883 (or a free port)
@@ -107,7 +108,7 @@ def _inspect_address(text: str) -> tuple[str, int]:
         host = host[1:-1]
     elif ":" in host:
         raise argparse.ArgumentTypeError(f"write an IPv6 address in brackets: [{host}]:{port}")
-    if not port.isdigit() or int(port) > 65535:
+    if not (port.isascii() and port.isdigit()) or len(port) > 5 or int(port) > 65535:
         raise argparse.ArgumentTypeError(f"not a TCP port: {port!r} (0-65535; 0: any free port)")
     return host or "127.0.0.1", int(port)
 
@@ -301,6 +302,15 @@ def _check_inspect_options(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _check_persist_file(args: argparse.Namespace) -> str | None:
+    """Why ``--persist-file`` cannot be used (``None``: it can): a usage error, before connecting."""
+    if args.persist_file is None:
+        return None
+    from .server import persist_file_problem
+
+    return persist_file_problem(args.persist_file)
+
+
 def port_is_free(host: str, port: int) -> bool:
     """Whether a listener could bind ``host:port`` now (with SO_REUSEADDR, as mosquitto binds)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -326,7 +336,7 @@ def pick_broker_port(host: str, requested: int | None) -> tuple[int | None, str 
 
 def _serve(args: argparse.Namespace, host: str, port: int) -> int:
     """Configure logging and serve on ``host:port``."""
-    problem = _check_inspect_options(args)
+    problem = _check_inspect_options(args) or _check_persist_file(args)
     if problem is not None:
         print(f"sskv emulator: {problem}", file=sys.stderr, flush=True)
         return 2

@@ -22,7 +22,7 @@ from .._transport.base import Connection, ConnectionFactory, InboundMessage, tak
 from .._transport.factory import new_connection
 from .._transport.settings import ConnectionSettings
 from .._transport.stream import StreamConnection
-from ..errors import StateStoreError, TransportError
+from ..errors import ConfigurationError, StateStoreError, TransportError
 from . import _telemetry as otel
 from .broker import LOG_TOPIC_FILTER, parse_connection_log
 from .core import CoreResult, EmulatorCore, Notification
@@ -44,6 +44,7 @@ _UNSUPPORTED_VERSION_MESSAGE = "unsupported protocol version {!r}; this service 
 _RECONNECT_MIN_S = 0.05
 _RECONNECT_MAX_S = 2.0
 _PERSIST_DELAY_S = 0.05
+_PERSIST_RETRY_S = 1.0  # a persistence file that could not be written is tried again after this long
 # mosquitto's log line when a session's queue is full: "Outgoing messages are being dropped for client X."
 _DROPPING = "Outgoing messages are being dropped for client "
 
@@ -132,6 +133,7 @@ class EmulatorServer:
         self._timer_deadline: int | None = None
         self._persist_wake = asyncio.Event()
         self._saved_generation = self.core.persistence_generation
+        self._persist_failing = False
         self._publishes: set[asyncio.Task[None]] = set()
         #: Counters for logs and tests.
         self.stats: dict[str, int] = {
@@ -145,6 +147,7 @@ class EmulatorServer:
             "dropped_clients": 0,
             "connections": 0,
             "broker_drops_reported": 0,
+            "persist_failures": 0,
         }
         #: the reply and notification side: publishes in order, waiting for room rather than dropping
         self.outbox = Outbox(lambda: self._conn, self.stats, self._publishes)
@@ -180,6 +183,10 @@ class EmulatorServer:
     async def run(self) -> None:
         """Serve until :meth:`stop`. Connection drops are retried with backoff; a failure to connect the
         very first time raises :class:`~sskv_mapping.errors.TransportError` (nothing was served yet)."""
+        if self.persist_file is not None:
+            problem = persist_file_problem(self.persist_file)
+            if problem is not None:
+                raise ConfigurationError(problem)
         self._load_persistent()
         helpers = [
             asyncio.create_task(self._expiry_loop(), name="sskv-emulator-expiry"),
@@ -483,18 +490,65 @@ class EmulatorServer:
             data = self.core.dump_persistent()
             try:
                 await asyncio.to_thread(_write_atomically, self.persist_file, data)
-                self._saved_generation = generation
             except OSError as exc:
-                log.error("cannot write %s: %s", self.persist_file, exc)
+                self._persist_failed(exc, retry=True)
+                self._persist_wake.set()  # tried again (the next change would wait for it anyway)
+                await asyncio.sleep(_PERSIST_RETRY_S)
+                continue
+            self._saved_generation = generation
+            self._persist_written()
 
     def _save_persistent(self) -> None:
         if self.persist_file is None or self.core.persistence_generation == self._saved_generation:
             return
         try:
             _write_atomically(self.persist_file, self.core.dump_persistent())
-            self._saved_generation = self.core.persistence_generation
         except OSError as exc:
-            log.error("cannot write %s: %s", self.persist_file, exc)
+            self._persist_failed(exc, retry=False)
+            return
+        self._saved_generation = self.core.persistence_generation
+        self._persist_written()
+
+    def _persist_failed(self, exc: OSError, *, retry: bool) -> None:
+        """A write of the persistence file failed: counted (``stats["persist_failures"]``, on the inspector page)
+        and logged at ERROR every time, never silent: what the clients were told is kept is not on disk."""
+        self.stats["persist_failures"] += 1
+        self._persist_failing = True
+        log.error(
+            "cannot write the persistence file %s (%s): entries written with aio-persistence are NOT saved "
+            "(failure %d)%s",
+            self.persist_file,
+            exc.strerror or exc,
+            self.stats["persist_failures"],
+            f"; trying again in {_PERSIST_RETRY_S:g} s" if retry else "",
+        )
+
+    def _persist_written(self) -> None:
+        if self._persist_failing:
+            self._persist_failing = False
+            log.warning("wrote the persistence file %s again: persistent entries are saved", self.persist_file)
+
+
+def persist_file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be the persistence file (``None``: it can). Its folder must exist and take a new file
+    (the file is rewritten by replacing it), and a file already there must be a file: told at start, not found out
+    at the first persistent write, which the client was told is kept."""
+    where = f"cannot keep persistent entries in {path}"
+    if path.is_dir():
+        return f"{where}: it is a directory"
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        return f"{where}: the directory {directory} does not exist"
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    except OSError as exc:
+        return f"{where}: cannot create a file in {directory} ({exc.strerror or exc})"
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+    if path.exists() and not path.is_file():
+        return f"{where}: it is not a regular file"
+    return None
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

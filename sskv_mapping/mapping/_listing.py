@@ -5,6 +5,7 @@ Design: docs/design/namespaces.md, "Listing a dict namespace".
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Literal
 
@@ -73,6 +74,7 @@ class NamespaceListing:
         if self.mode is not None:
             return
         if self.requested == "index":
+            await self._refuse_unindexed_keys()
             await self.stored.start()
             self.mode = "index"
             return
@@ -84,6 +86,22 @@ class NamespaceListing:
             await self.stored.start()  # an indexed namespace: keep its index current for its index readers
             self._keep_index = True
         self.mode = "scan"
+
+    async def _refuse_unindexed_keys(self) -> None:
+        """``listing="index"`` on a namespace that has keys but no stored index (written in SCAN mode): its index
+        would list none of them, so ``len()`` would say 0 and ``clear()`` leave them. Refused (``ConfigurationError``,
+        nothing written) where SCAN can tell; a namespace with an index, or none and no keys, opens as before."""
+        meta, v1 = await asyncio.gather(self.client.get(self.stored.meta_key), self.client.get(self.stored.v1_key))
+        if meta is not None or v1 is not None or not await self._scan_answers():
+            return
+        async for page in self.client.scan_pages(self.pattern):
+            if page:
+                name = self._prefix[:-1].decode("utf-8", "replace")
+                raise ConfigurationError(
+                    f"namespace {name!r} holds keys but no stored index (it was written with listing='scan'): "
+                    "listing='index' would not see them (len() 0, clear() leaving them). Open it with "
+                    "listing='scan' or 'auto' (docs/design/namespaces.md)"
+                )
 
     async def _scan_answers(self) -> bool:
         known = self.client.supports_scan

@@ -404,6 +404,10 @@ BAD_ARGUMENTS: list[tuple[list[Arg], bytes, bool]] = [
     (["lock", "K", "--bogus", "--", "true"], b"--bogus", False),
     (["get", "K", "--timeout", "0"], b"timeout", False),
     (["get", "K", "--url", "http://127.0.0.1:1"], b"scheme", False),
+    (["get", "K", "--url", "mqtt://[::1"], b"IPv6", True),
+    (["lock", "K", "--lease", "0.001", "--", "true"], b"--lease must be at least", True),
+    (["leader", "K", "--term", "0.001", "--", "true"], b"--term must be at least", True),
+    (["leader", "K", "--term", "inf", "--", "true"], b"--term", False),
 ]
 
 

@@ -91,3 +91,30 @@ async def test_an_unknown_listing_mode_is_refused(old_service: AsyncStateStoreCl
     with pytest.raises(ConfigurationError, match="listing"):
         _dict(old_service, "ns", "sometimes")
     assert old_service.requests_sent == sent
+
+
+async def test_index_mode_on_a_namespace_written_in_scan_mode_is_refused(store_backend: StoreBackend) -> None:
+    """Its index would list none of the keys (len() 0, clear() leaving them): a typed error at open, nothing written."""
+    namespace = f"sc{uuid.uuid4().hex[:8]}"
+    writer = await store_backend.async_client()
+    async with _dict(writer, namespace, "scan") as scanned:
+        await scanned.update({"a": 1, "b": 2, "c": 3})
+    reader = await store_backend.async_client()
+    indexed = _dict(reader, namespace, "index")
+    with pytest.raises(ConfigurationError, match="no stored index"):
+        await indexed.open()
+    with pytest.raises(ConfigurationError, match="listing='scan'"):
+        await indexed.len()  # without open(): refused at the first operation that lists
+    with pytest.raises(ConfigurationError, match="no stored index"):
+        await indexed.set("d", 4)  # and before a write would put a key no index lists
+    await indexed.close()
+    assert await reader.get(f"{namespace}/d") is None
+    assert await reader.get(f"{namespace}#index-meta") is None  # no index half-made either
+    async with _dict(reader, namespace, "auto") as auto:
+        assert await auto.len() == 3
+        await auto.clear()
+    # an empty namespace opens in index mode, and one with its index does again
+    async with _dict(reader, namespace, "index") as fresh:
+        await fresh.set("x", 1)
+    async with _dict(writer, namespace, "index") as again:
+        assert await again.keys() == ["x"]

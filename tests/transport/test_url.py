@@ -32,6 +32,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "guide" / "client.md"
         ("mqtt://host:1883/store", "no path"),
         ("mqtt://host:1883#frag", "no path"),
         ("mqtt://host:70000", "bad port"),
+        ("mqtt://[::1", "IPv6 host is written in brackets"),
+        ("mqtt://user:pw@[::1:1883", "IPv6 host is written in brackets"),
         ("mqtt://host?timeout=0", "'timeout' is not taken"),
         ("mqtt://host?timeout=5", "'timeout' is not taken"),
         ("mqtt://host?bogus=1", "unknown broker URL option 'bogus'"),
@@ -64,6 +66,7 @@ def test_a_url_that_cannot_mean_what_it_says_is_a_configuration_error(url: str, 
         "mqtt://host?hunter2",  # a bare word is no option: not quoted
         "mqtt://host?x=hunter2&x=hunter2",
         "mqtt://user:hunter2@host?connect_timeout=hunter2",
+        "mqtt://user:hunter2@[::1",
     ],
 )
 def test_no_error_quotes_the_password_back(url: str) -> None:

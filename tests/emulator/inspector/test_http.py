@@ -107,7 +107,10 @@ async def test_the_prefix_filters_keys_namespaces_locks_and_watches(
         assert [(k["key"], k["clients"]) for k in watched["keys"]] == [(f"{b}/k0", [client.client_id])]
         limited = (await http.get("/api/keys", params={"prefix": a, "limit": "1"})).json()
         assert len(limited["keys"]) == 1 and limited["matched"] == 3
-    assert (await http.get("/api/keys", params={"limit": "x"})).status_code == 400
+    # '²' and '٣' are digits to str.isdigit (and int() takes '٣'): only 0-9 make a limit
+    for bad in ("x", "²", "٣", "1²", "-1", "10001", "9" * 40, ""):
+        assert (await http.get("/api/keys", params={"limit": bad})).status_code == 400, bad
+        assert (await http.get("/api/state", params={"limit": bad})).status_code == 400, bad
 
 
 async def test_namespaces_of_a_dict_a_cache_and_a_lock_are_recognised(
@@ -201,7 +204,10 @@ async def test_a_writable_inspector_writes_like_a_client_and_watchers_hear_it(wr
             await lock.set(key, b"guarded")
             refused = await http.put("/api/key", params={"key": key}, content=b"x")
             assert refused.status_code == 409 and "fencing token" in refused.text
-        assert (await http.put("/api/key", params={"key": key, "ttl_ms": "soon"})).status_code == 400
+        for bad in ("soon", "²", "٣", "0", "-5"):
+            assert (await http.put("/api/key", params={"key": key, "ttl_ms": bad})).status_code == 400, bad
+        entry = await c.get(key)
+        assert entry is not None and entry.value == b"guarded"  # nothing was written
 
 
 async def _read_events(response: httpx.Response, wanted: Any) -> dict[str, Any]:
