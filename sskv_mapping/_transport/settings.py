@@ -52,6 +52,26 @@ def generate_client_id(prefix: str = "sskv") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
 
 
+#: Characters a client id may not hold: it is a level of the response topic, a topic name (MQTT 5
+#: [MQTT-3.3.2-14]: no wildcard in a Response Topic; [MQTT-4.7.3-2]: no U+0000); ':' splits an HLC.
+_NOT_IN_CLIENT_ID = {"+": "a '+' (an MQTT wildcard)", "#": "a '#' (an MQTT wildcard)", "\x00": "a NUL character"}
+
+
+def _check_client_id(client_id: object) -> None:
+    if not isinstance(client_id, str) or not client_id:
+        raise ConfigurationError(f"client_id must be a non-empty string, not {client_id!r:.80}")
+    if ":" in client_id:
+        raise ConfigurationError("client_id may not contain ':' (it is an HLC node id)")
+    for char, what in _NOT_IN_CLIENT_ID.items():
+        if char in client_id:
+            raise ConfigurationError(
+                f"client_id {client_id!r:.80} holds {what}: it is part of the response topic, where MQTT forbids "
+                "it; choose an id of letters, digits, '-' and '_'"
+            )
+    if len(client_id.encode()) > 65535:
+        raise ConfigurationError("client_id is too long")
+
+
 def _text(name: str, raw: str) -> str:
     return raw
 
@@ -207,10 +227,7 @@ class ConnectionSettings:
     session_expiry: int = 3600
 
     def __post_init__(self) -> None:
-        if not self.client_id or ":" in self.client_id:
-            raise ConfigurationError("client_id must be non-empty and may not contain ':' (it is an HLC node id)")
-        if len(self.client_id.encode()) > 65535:
-            raise ConfigurationError("client_id is too long")
+        _check_client_id(self.client_id)
         if not (0 < self.port < 65536):
             raise ConfigurationError(f"port out of range: {self.port}")
         if self.keepalive < 0 or self.connect_timeout <= 0:

@@ -1,0 +1,41 @@
+"""Client ids that cannot form the response topic are refused when the settings are made (issue 37, finding 3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sskv_mapping import AsyncStateStoreClient, ConfigurationError, StateStoreClient, StateStoreDict
+from sskv_mapping._protocol.topics import response_topic
+from sskv_mapping._transport.settings import ConnectionSettings
+
+
+@pytest.mark.parametrize(
+    ("url", "what"),
+    [
+        ("mqtt://127.0.0.1:1883?client_id=%2B", "wildcard"),
+        ("mqtt://127.0.0.1:1883?client_id=%23", "wildcard"),
+        ("mqtt://127.0.0.1:1883?client_id=app-%2B-1", "wildcard"),
+        ("mqtt://127.0.0.1:1883?client_id=a%00b", "NUL"),
+    ],
+)
+def test_a_client_id_that_cannot_be_in_a_topic_is_refused_from_the_url(url: str, what: str) -> None:
+    with pytest.raises(ConfigurationError, match=what) as caught:
+        ConnectionSettings.from_url(url)
+    assert "response topic" in str(caught.value)
+    with pytest.raises(ConfigurationError, match=what):
+        StateStoreDict.connect(url, namespace="n")  # before any connection is tried
+
+
+@pytest.mark.parametrize("client_id", ["+", "#", "a/#", "x+y", "", "a:b"])
+def test_the_clients_refuse_it_at_construction(client_id: str) -> None:
+    with pytest.raises(ConfigurationError):
+        AsyncStateStoreClient("127.0.0.1", 1, client_id=client_id)
+    with pytest.raises(ConfigurationError):
+        StateStoreClient("127.0.0.1", 1, client_id=client_id)
+
+
+@pytest.mark.parametrize("client_id", ["app-1", "a/b", "ünïcode_ok", "a.b$c"])
+def test_ids_that_make_a_topic_name_are_kept(client_id: str) -> None:
+    assert ConnectionSettings(client_id=client_id).client_id == client_id
+    topic = response_topic(client_id)
+    assert "+" not in topic and "#" not in topic
