@@ -298,7 +298,7 @@ class AsyncStateStoreClient:
             raise ConfigurationError(f"max_payload must be an int or None, not {max_payload!r}")
         if backoff_initial <= 0 or backoff_max < backoff_initial:
             raise ConfigurationError("need 0 < backoff_initial <= backoff_max")
-        self.settings = settings
+        self.settings = settings = settings.for_this_process()  # made before a fork: not the parent's id
         self.in_flight = InFlightGate(max_in_flight)  #: requests awaiting an answer (``.in_flight``), the bound
         self.timeout = timeout
         self.max_payload = max_payload
