@@ -19,7 +19,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Gunicorn", "forked_workers"]
+__all__ = ["UVICORN_WORKER_CONF", "Gunicorn", "forked_workers"]
+
+#: A gunicorn config (``-c``) for uvicorn workers: their access lines go through gunicorn's access log handlers but
+#: not its ``--access-logformat``; this puts the worker's pid in front of them as that format does.
+UVICORN_WORKER_CONF = """
+import logging
+
+def post_worker_init(worker):
+    for handler in logging.getLogger("uvicorn.access").handlers:
+        handler.setFormatter(logging.Formatter("ACCESS <%(process)d> %(message)s"))
+"""
 
 
 def forked_workers(n: int, work: Callable[[], dict[str, Any]], timeout: float = 60.0) -> list[dict[str, Any]]:
