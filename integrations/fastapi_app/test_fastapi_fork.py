@@ -17,7 +17,7 @@ pytest.importorskip("gunicorn")
 if sys.platform == "win32":
     pytest.skip("gunicorn forks its workers", allow_module_level=True)
 
-from tests._support.workers import UVICORN_WORKER_CONF, Gunicorn
+from tests._support.workers import UVICORN_WORKER_CONF, Gunicorn, gunicorn_config
 
 pytestmark = pytest.mark.broker
 
@@ -27,8 +27,7 @@ def test_gunicorn_preload_two_uvicorn_workers_serve_the_example(
 ) -> None:
     app = f"fastapi_app.app:create_app({statestore_url!r}, name={statestore_namespace!r})"
     cwd = Path(__file__).resolve().parent.parent
-    conf = tmp_path / "gunicorn_conf.py"
-    conf.write_text(UVICORN_WORKER_CONF)
+    conf = gunicorn_config(tmp_path, UVICORN_WORKER_CONF)
     with Gunicorn(app, cwd, dict(os.environ), "-k", "uvicorn.workers.UvicornWorker", "-c", str(conf)) as server:
         statuses = server.until_both_workers_served(lambda: server.request("POST", "/visits"))
         assert len(server.served_by()) == 2, server.output

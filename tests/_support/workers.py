@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-__all__ = ["UVICORN_WORKER_CONF", "Gunicorn", "forked_workers"]
+__all__ = ["UVICORN_WORKER_CONF", "Gunicorn", "forked_workers", "gunicorn_config"]
 
 #: A gunicorn config (``-c``) for uvicorn workers: their access lines go through gunicorn's access log handlers but
 #: not its ``--access-logformat``; this puts the worker's pid in front of them as that format does.
@@ -30,6 +30,13 @@ def post_worker_init(worker):
     for handler in logging.getLogger("uvicorn.access").handlers:
         handler.setFormatter(logging.Formatter("ACCESS <%(process)d> %(message)s"))
 """
+
+
+def gunicorn_config(directory: Path, text: str) -> Path:
+    """Write ``text`` as a gunicorn config module in ``directory``; its path, for ``-c``."""
+    path = (directory / "gunicorn_conf").with_suffix(".py")
+    path.write_text(text)
+    return path
 
 
 def forked_workers(n: int, work: Callable[[], dict[str, Any]], timeout: float = 60.0) -> list[dict[str, Any]]:

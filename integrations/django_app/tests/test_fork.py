@@ -17,7 +17,7 @@ pytest.importorskip("django")
 
 from sskv_mapping.integrations._common import close_shared_clients
 from sskv_mapping.integrations.django import StateStoreCache
-from tests._support.workers import Gunicorn, forked_workers
+from tests._support.workers import Gunicorn, forked_workers, gunicorn_config
 
 from ..conftest import APP_DIR
 
@@ -66,8 +66,7 @@ def when_ready(server):
 
 
 def test_gunicorn_preload_two_workers_serve_the_demo_site(statestore_url: str, tmp_path: Path) -> None:
-    conf = tmp_path / "gunicorn_conf.py"
-    conf.write_text(GUNICORN_CONF)
+    conf = gunicorn_config(tmp_path, GUNICORN_CONF)
     env = {
         **os.environ,
         "SSKV_URL": statestore_url,
