@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["in_child_after_fork", "registered"]
+__all__ = ["generation", "in_child_after_fork", "registered"]
 
 log = logging.getLogger("sskv_mapping")
 
@@ -22,6 +22,14 @@ _lock = threading.Lock()
 #: registration number -> a callable, or a weak reference to a bound method (its object may go)
 _hooks: dict[int, Callable[[], Any] | weakref.WeakMethod[Callable[[], Any]]] = {}
 _next = 0
+#: How many forks separate this process from the one that imported the package (0 there, 1 in its children...)
+_generation = 0
+
+
+def generation() -> int:
+    """How many ``os.fork()`` calls this process is away from the one that imported the package: an object
+    that notes it when made knows, later, whether it was made in this process or inherited from a parent."""
+    return _generation
 
 
 def in_child_after_fork(hook: Callable[[], object]) -> None:
@@ -48,7 +56,8 @@ def registered() -> int:
 
 
 def _run_in_child() -> None:
-    global _lock
+    global _lock, _generation
+    _generation += 1
     _lock = threading.Lock()  # the parent may have held it at the fork, in a thread the child does not have
     for entry in list(_hooks.values()):
         hook = entry() if isinstance(entry, weakref.WeakMethod) else entry

@@ -6,6 +6,7 @@ Nothing is imported from OpenTelemetry until a client connects with a provider c
 from __future__ import annotations
 
 import contextvars
+import logging
 import os
 import time
 import weakref
@@ -50,6 +51,20 @@ _NO_PROVIDER = frozenset({"ProxyTracerProvider", "NoOpTracerProvider", "_ProxyMe
 _clients: weakref.WeakSet[Client] = weakref.WeakSet()
 _stores: weakref.WeakSet[Store] = weakref.WeakSet()
 _caches: weakref.WeakSet[Face] = weakref.WeakSet()
+
+log = logging.getLogger("sskv_mapping.telemetry")
+#: the steps of OpenTelemetry that raised once already (each is logged once, with its traceback)
+_failed: set[str] = set()
+
+
+def _broken(step: str) -> None:
+    """Observability never takes the data path down: what raised in ``step`` is logged once, the call goes on."""
+    if step not in _failed:
+        _failed.add(step)
+        log.warning(
+            "OpenTelemetry raised while %s; sskv_mapping goes on without it there (logged once)", step, exc_info=True
+        )
+
 
 #: the publishes of the request running in this task (its first send and every resend), while it is traced
 _ATTEMPTS: contextvars.ContextVar[list[int]] = contextvars.ContextVar("sskv_otel_attempts")
@@ -215,11 +230,15 @@ def attach(client: Client) -> ClientTelemetry | None:
     """What a client uses when it connects: its instrumentation, or ``None`` (then its requests cost one test).
     Trace context goes on the wire unless ``client.settings.trace_context`` or ``SSKV_OTEL_PROPAGATION`` say no."""
     watch_client(client)
-    inst = _instruments()
-    if inst is None:
+    try:
+        inst = _instruments()
+        if inst is None:
+            return None
+        settings = client.settings
+        return ClientTelemetry(inst, settings.host, settings.port, propagation_enabled(settings.trace_context))
+    except Exception:  # a provider whose get_tracer/get_meter raises: the client connects untraced
+        _broken("setting up a client's tracer and meter")
         return None
-    settings = client.settings
-    return ClientTelemetry(inst, settings.host, settings.port, propagation_enabled(settings.trace_context))
 
 
 _VERBS: dict[bytes, str] = {}
@@ -255,7 +274,10 @@ class ClientTelemetry:
         trace = self._trace
         span = None
         if self._tracer is not None:
-            span = self._tracer.start_span(f"{verb} {self._target}", kind=trace.SpanKind.CLIENT, attributes=attrs)
+            try:
+                span = self._tracer.start_span(f"{verb} {self._target}", kind=trace.SpanKind.CLIENT, attributes=attrs)
+            except Exception:  # e.g. a span processor whose on_start raises: this request goes untraced
+                _broken("starting a request's span")
         attempts = [0]
         token = _ATTEMPTS.set(attempts)
         start = time.perf_counter()
@@ -288,15 +310,23 @@ class ClientTelemetry:
                 if status is not None:
                     attrs["db.response.status_code"] = status
             if self._duration is not None:
-                self._duration.record(elapsed, attrs)
+                try:
+                    self._duration.record(elapsed, attrs)
+                except Exception:
+                    _broken("recording a request's duration")
             if span is not None:
-                if error is not None:
-                    span.set_attributes(attrs)
-                    span.set_status(trace.Status(trace.StatusCode.ERROR, message))
-                resends = attempts[0] - 1
-                if resends > 0:
-                    span.set_attribute("sskv.request.resends", resends)
-                span.end()
+                try:
+                    self._end(span, attrs, error, message, attempts[0] - 1)
+                except Exception:  # e.g. a span processor whose on_end raises: the call's outcome stands
+                    _broken("ending a request's span")
+
+    def _end(self, span: Any, attrs: dict[str, Any], error: str | None, message: str | None, resends: int) -> None:
+        if error is not None:
+            span.set_attributes(attrs)
+            span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, message))
+        if resends > 0:
+            span.set_attribute("sskv.request.resends", resends)
+        span.end()
 
     def published(self, props: list[tuple[str, str]]) -> None:
         """A publish of the current request (first or resend): counts it, adds the W3C trace context."""
@@ -305,9 +335,14 @@ class ClientTelemetry:
             attempts[0] += 1
         if not self._propagate:
             return
-        ctx = self._trace.get_current_span().get_span_context()
-        if not ctx.is_valid:  # no span active: nothing on the wire
+        try:
+            ctx = self._trace.get_current_span().get_span_context()
+            if not ctx.is_valid:  # no span active: nothing on the wire
+                return
+            context = [("traceparent", f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}")]
+            if ctx.trace_state:
+                context.append(("tracestate", ctx.trace_state.to_header()))
+        except Exception:  # a span of a broken provider: the request goes without trace context
+            _broken("reading the current span's trace context")
             return
-        props.append(("traceparent", f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"))
-        if ctx.trace_state:
-            props.append(("tracestate", ctx.trace_state.to_header()))
+        props.extend(context)

@@ -39,7 +39,12 @@ def create_app(url: str | None = None, *, name: str = "flask-example", instance:
     cache = Cache(app)
     with app.app_context():
         backend = cast(StateStoreCache, cache.cache)
-    settings: StateStoreDict[Any] = StateStoreDict(backend.client, namespace=f"{name}-settings")
+
+    def settings() -> StateStoreDict[Any]:
+        # this process's dict on the backend's connection: a worker forked after create_app (gunicorn --preload,
+        # uWSGI) gets its own, on its own connection
+        return backend.shared_dict(f"{name}-settings")
+
     # --8<-- [end:config]
     app.extensions["sskv_settings"] = settings
     renders = itertools.count(1)
@@ -47,22 +52,22 @@ def create_app(url: str | None = None, *, name: str = "flask-example", instance:
     @app.get("/")
     @cache.cached(timeout=30)
     def index() -> ResponseReturnValue:
-        greeting = settings.get("greeting", "Hello")
+        greeting = settings().get("greeting", "Hello")
         return f"<h1>{greeting}!</h1><p>render {next(renders)} by instance {instance}</p>"
 
     @app.get("/settings")
     def all_settings() -> ResponseReturnValue:
-        return jsonify(settings.copy())
+        return jsonify(settings().copy())
 
     @app.put("/settings/<key>")
     def put_setting(key: str) -> ResponseReturnValue:
-        settings[key] = request.get_json()
+        settings()[key] = request.get_json()
         cache.clear()  # pages rendered with the old settings; clears this app's page namespace only
-        return jsonify({key: settings[key]})
+        return jsonify({key: settings()[key]})
 
     @app.delete("/settings/<key>")
     def delete_setting(key: str) -> ResponseReturnValue:
-        if settings.pop(key, None) is None:
+        if settings().pop(key, None) is None:
             abort(404)
         cache.clear()
         return "", 204

@@ -29,7 +29,7 @@ def apps(statestore_url: str, name: str) -> Iterator[tuple[Flask, Flask]]:
     pair = create_app(statestore_url, name=name, instance="A"), create_app(statestore_url, name=name, instance="B")
     yield pair
     for app in pair:  # each test has namespaces of its own: nothing to clear, only watches to stop
-        app.extensions["sskv_settings"].close()
+        app.extensions["sskv_settings"]().close()
     close_shared_clients()
 
 
@@ -63,7 +63,7 @@ def test_a_change_reaches_the_other_instance_that_already_read_the_value(
 ) -> None:
     a.put("/settings/greeting", json="Hi")
     assert b.get("/settings").get_json() == {"greeting": "Hi"}  # B now keeps it in its local cache
-    settings_b: StateStoreDict[object] = apps[1].extensions["sskv_settings"]
+    settings_b: StateStoreDict[object] = apps[1].extensions["sskv_settings"]()
     # B's dict learns of changes from the key's notifications; a watch started after B's own is told after B
     with settings_b.client.watch(f"{name}-settings/greeting") as changes:
         a.put("/settings/greeting", json="Hey")

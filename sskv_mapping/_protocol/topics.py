@@ -11,6 +11,7 @@ __all__ = [
     "REQUEST_TOPIC",
     "SERVICE_ID",
     "is_forbidden_response_topic",
+    "is_topic_name",
     "notification_filter",
     "notification_topic",
     "parse_notification_topic",
@@ -70,3 +71,9 @@ def _unhex(text: str) -> bytes:
 def is_forbidden_response_topic(topic: str) -> bool:
     """The service disconnects clients whose response topic is the request topic or under its prefix."""
     return topic == REQUEST_TOPIC or topic.startswith(_FORBIDDEN_PREFIX)
+
+
+def is_topic_name(topic: str) -> bool:
+    """Whether ``topic`` can name a PUBLISH: no wildcard ``+``/``#`` nor U+0000 (MQTT 5 [MQTT-3.3.2-14],
+    [MQTT-4.7.3-2])."""
+    return "+" not in topic and "#" not in topic and "\x00" not in topic

@@ -9,12 +9,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from .._fork import generation
 from ..errors import ConfigurationError
 from . import iot_operations_config
 
@@ -50,6 +53,28 @@ DEFAULT_URL = "mqtt://127.0.0.1:1883"
 
 def generate_client_id(prefix: str = "sskv") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
+#: What :func:`generate_client_id` makes (a settings object's id that nobody chose).
+_GENERATED_ID = re.compile(r"sskv-[0-9a-f]{16}")
+#: Characters a client id may not hold: it is a level of the response topic, a topic name (MQTT 5
+#: [MQTT-3.3.2-14]: no wildcard in a Response Topic; [MQTT-4.7.3-2]: no U+0000); ':' splits an HLC.
+_NOT_IN_CLIENT_ID = {"+": "a '+' (an MQTT wildcard)", "#": "a '#' (an MQTT wildcard)", "\x00": "a NUL character"}
+
+
+def _check_client_id(client_id: object) -> None:
+    if not isinstance(client_id, str) or not client_id:
+        raise ConfigurationError(f"client_id must be a non-empty string, not {client_id!r:.80}")
+    if ":" in client_id:
+        raise ConfigurationError("client_id may not contain ':' (it is an HLC node id)")
+    for char, what in _NOT_IN_CLIENT_ID.items():
+        if char in client_id:
+            raise ConfigurationError(
+                f"client_id {client_id!r:.80} holds {what}: it is part of the response topic, where MQTT forbids "
+                "it; choose an id of letters, digits, '-' and '_'"
+            )
+    if len(client_id.encode()) > 65535:
+        raise ConfigurationError("client_id is too long")
 
 
 def _text(name: str, raw: str) -> str:
@@ -207,10 +232,8 @@ class ConnectionSettings:
     session_expiry: int = 3600
 
     def __post_init__(self) -> None:
-        if not self.client_id or ":" in self.client_id:
-            raise ConfigurationError("client_id must be non-empty and may not contain ':' (it is an HLC node id)")
-        if len(self.client_id.encode()) > 65535:
-            raise ConfigurationError("client_id is too long")
+        _check_client_id(self.client_id)
+        object.__setattr__(self, "_made_in", generation())  # in which process (sskv_mapping/_fork.py)
         if not (0 < self.port < 65536):
             raise ConfigurationError(f"port out of range: {self.port}")
         if self.keepalive < 0 or self.connect_timeout <= 0:
@@ -239,6 +262,18 @@ class ConnectionSettings:
             raise ConfigurationError(f"session_expiry must be whole seconds, not {self.session_expiry!r}")
         if not 0 <= self.session_expiry <= 0xFFFFFFFF:
             raise ConfigurationError(f"session_expiry must be between 0 and 4294967295, not {self.session_expiry}")
+
+    def for_this_process(self) -> ConnectionSettings:
+        """These settings, or, when they were made in a parent process before ``os.fork()`` with a generated
+        client id, a copy with a new generated id: two processes never share one MQTT session (each would take
+        it over from the other). A client id somebody chose is kept: giving it to two processes is theirs."""
+        if getattr(self, "_made_in", 0) == generation() or not _GENERATED_ID.fullmatch(self.client_id):
+            return self
+        fresh = self.replace(client_id=generate_client_id())
+        log.debug(
+            "process %d, forked: client id %s instead of the parent's %s", os.getpid(), fresh.client_id, self.client_id
+        )
+        return fresh
 
     def replace(self, **changes: object) -> ConnectionSettings:
         """A copy with ``changes`` applied (and checked like the original)."""

@@ -48,6 +48,7 @@ from ..errors import (
     StateStoreError,
     ValueTooLargeError,
 )
+from ._home_loop import close_from_elsewhere, not_home
 from ._in_flight import DEFAULT_MAX_IN_FLIGHT, InFlightGate
 from ._keeper import ConnectionKeeper, ConnectionState, StateListener
 from ._requests import RequestSender
@@ -348,7 +349,7 @@ class AsyncStateStoreClient:
             raise ConfigurationError(f"max_payload must be an int or None, not {max_payload!r}")
         if backoff_initial <= 0 or backoff_max < backoff_initial:
             raise ConfigurationError("need 0 < backoff_initial <= backoff_max")
-        self.settings = settings
+        self.settings = settings = settings.for_this_process()  # made before a fork: not the parent's id
         self.in_flight = InFlightGate(max_in_flight)  #: requests awaiting an answer (``.in_flight``), the bound
         self.timeout = timeout
         self.max_payload = max_payload
@@ -465,6 +466,13 @@ class AsyncStateStoreClient:
         (``unless_closed`` in ``client/_closing.py``), so a closed client ends them at once. Only read it."""
         return self._closed
 
+    def _abandon(self) -> None:
+        # close() from another loop once this client's is gone: nothing can be written on a dead loop
+        self._keeper.abandon()
+        with contextlib.suppress(RuntimeError):  # a waiter's callbacks belong to the dead loop
+            self._sender.pending.fail_all(ClientStateError("the client was closed"))
+        self._watches.close()
+
     def _forget_parent_connection(self) -> None:
         # in a forked child the connection (its socket) is the parent's: never write to it (sskv_mapping._fork)
         self._keeper.abandon()
@@ -484,12 +492,15 @@ class AsyncStateStoreClient:
     async def connect(self) -> None:
         """Connect; raises :class:`BrokerConnectError` if the broker cannot be reached or refuses us."""
         self._sender.telemetry = attach_telemetry(self)  # OpenTelemetry, or None: then a request costs one test
+        self._sender.home = asyncio.get_running_loop()  # where requests are sent from (client/_home_loop.py)
         await self._keeper.connect()
 
     async def close(self) -> None:
         """Stop watches, disconnect, and fail whatever is still in flight. Safe to call twice."""
         if self._keeper.state is ConnectionState.CLOSED:
             return
+        if (home := self._sender.home) is not None and asyncio.get_running_loop() is not home:
+            return await close_from_elsewhere(home, self.close, self._abandon)  # client/_home_loop.py
 
         self._closed.set()
 
@@ -566,6 +577,8 @@ class AsyncStateStoreClient:
         elif type(cmd) is KeyNotify and not cmd.stop and (reason := limits.watch_too_long(self.client_id, cmd.key)):
             raise ValueTooLargeError(reason, size=len(cmd.key), limit=limits.MAX_KEY_BYTES)  # never notified: refused
         loop = asyncio.get_running_loop()
+        if loop is not self._sender.home and (wrong := not_home(self.client_id, self._sender.home)):
+            raise wrong  # not this client's loop (client/_home_loop.py)
         deadline = None if timeout is None else loop.time() + timeout
         gate = self.in_flight
         if not gate.try_enter():

@@ -95,6 +95,8 @@ class RequestSender:
         self.service_answered = False
         #: OpenTelemetry on this client's connection, or ``None`` (sskv_mapping/_telemetry.py; set at connect)
         self.telemetry: ClientTelemetry | None = None
+        #: the event loop the client connected on: its replies arrive there only (client/_home_loop.py)
+        self.home: asyncio.AbstractEventLoop | None = None
 
     async def send(
         self,

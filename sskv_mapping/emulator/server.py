@@ -16,7 +16,7 @@ from pathlib import Path
 from .._protocol import headers
 from .._protocol.hlc import HybridLogicalClock, system_clock_ms
 from .._protocol.mqtt_publish import PackedUserProperties
-from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic
+from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic, is_topic_name
 from .._transport.backoff import Backoff
 from .._transport.base import Connection, ConnectionFactory, InboundMessage, taking_messages
 from .._transport.factory import new_connection
@@ -338,11 +338,18 @@ class EmulatorServer:
             )
             return
         global _allowed_topic
-        if response_topic != _allowed_topic and is_forbidden_response_topic(response_topic):
-            # The real service disconnects such a client; the emulator cannot, so it stays silent.
-            self.stats["ignored"] += 1
-            log.warning("ignoring a request with the forbidden response topic %r", response_topic[:200])
-            return
+        if response_topic != _allowed_topic:
+            if is_forbidden_response_topic(response_topic):
+                # The real service disconnects such a client; the emulator cannot, so it stays silent.
+                self.stats["ignored"] += 1
+                log.warning("ignoring a request with the forbidden response topic %r", response_topic[:200])
+                return
+            if not is_topic_name(response_topic):
+                # MQTT 5 [MQTT-3.3.2-14]: a Response Topic holds no wildcard. No reply can go there, and what the
+                # service does is not documented (docs/design/protocol.md): not applied, so no write goes unanswered.
+                self.stats["ignored"] += 1
+                log.warning("ignoring a request whose response topic %r is not a topic name", response_topic[:200])
+                return
         _allowed_topic = response_topic  # a requester's next requests: the same topic, not checked again
         # the first occurrence of a name wins, as InboundMessage.user_property: built from the last pair to the first
         props: dict[str, str] = dict(reversed(message.user_properties))

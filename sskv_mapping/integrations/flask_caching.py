@@ -9,9 +9,11 @@ import datetime as dt
 import hashlib
 import hmac
 import math
+import threading
 from collections.abc import Iterable
 from typing import Any, cast
 
+from .._fork import generation
 from .._transport.settings import CONNECTION_OPTIONS, DEFAULT_URL, settings_from_options
 from ._common import import_extra, shared_client
 from ._common import request_timeout as _request_timeout
@@ -27,6 +29,7 @@ from ..client import UNSET, StateStoreClient  # noqa: E402
 from ..codecs import Codec, MsgpackCodec, PickleCodec  # noqa: E402
 from ..errors import StateStoreError  # noqa: E402
 from ..local_cache import DEFAULT_MAX_STALENESS  # noqa: E402
+from ..mapping import StateStoreDict  # noqa: E402
 
 __all__ = ["DEFAULT_URL", "StateStoreCache"]
 
@@ -68,7 +71,8 @@ class StateStoreCache(BaseCache):
         local_cache_size: keep up to this many hot entries in process, kept current by notifications.
         max_staleness: serve a local entry only within this many seconds of its last confirmation (a lost
             notification leaves a value stale at most that long); ``None``: trust notifications forever.
-        client: a connected :class:`StateStoreClient` to use instead of the process-wide shared one.
+        client: a connected :class:`StateStoreClient` to use instead of the process-wide shared one (then a
+            forked worker cannot use this backend: the client is the parent's).
         request_timeout: seconds to wait for each request to the store (``None``: forever).
         **connection: connection options for :func:`settings_from_options` (``username``, ``tls``...).
 
@@ -101,18 +105,22 @@ class StateStoreCache(BaseCache):
         # set here: Flask-Caching 2.0 takes no such argument (it calls the flag ``ignore_errors``)
         self.ignore_delete_many_errors = self.ignore_errors = ignore_delete_many_errors
         self._default_timeout = default_timeout
+        self._options: dict[str, Any] = {
+            "namespace": namespace,
+            "codec": default_codec(None) if codec is None else codec,
+            "default_ttl": default_ttl,
+            "local_cache_size": local_cache_size,
+            "max_staleness": max_staleness,
+        }
+        #: how to reach the process-wide shared connection (``None``: the caller's ``client``, never replaced)
+        self._shared: tuple[Any, float | None] | None = None
         if client is None:
-            client = shared_client(
-                settings_from_options(url or DEFAULT_URL, connection), timeout=_request_timeout(request_timeout)
-            )
-        self._cache: core.StateStoreCache[Any] = core.StateStoreCache(
-            client,
-            namespace=namespace,
-            codec=default_codec(None) if codec is None else codec,
-            default_ttl=default_ttl,
-            local_cache_size=local_cache_size,
-            max_staleness=max_staleness,
-        )
+            self._shared = (settings_from_options(url or DEFAULT_URL, connection), _request_timeout(request_timeout))
+            client = shared_client(self._shared[0], timeout=self._shared[1])
+        self._lock = threading.Lock()
+        self._made_in = generation()
+        self._dicts: dict[tuple[Any, ...], StateStoreDict[Any]] = {}
+        self._built: core.StateStoreCache[Any] = core.StateStoreCache(client, **self._options)
 
     @classmethod
     def factory(cls, app: Flask, config: dict[str, Any], args: list[Any], kwargs: dict[str, Any]) -> StateStoreCache:
@@ -128,6 +136,35 @@ class StateStoreCache(BaseCache):
         return cls(*args, **options)
 
     # -- plumbing ---------------------------------------------------------------------------------------
+
+    @property
+    def _cache(self) -> core.StateStoreCache[Any]:
+        """The cache of this process: in a worker forked after the app was made (gunicorn ``--preload``,
+        uWSGI), one made anew on the worker's own connection (its own client id) at its first use."""
+        if self._made_in != generation() and self._shared is not None:
+            with self._lock:
+                if self._made_in != generation():
+                    client = shared_client(self._shared[0], timeout=self._shared[1])
+                    self._built = core.StateStoreCache(client, **self._options)
+                    self._dicts = {}
+                    self._made_in = generation()
+        return self._built
+
+    def shared_dict(
+        self, namespace: str, *, codec: Codec[Any] | str | None = None, local_cache_size: int = 10_000
+    ) -> StateStoreDict[Any]:
+        """This backend's :class:`~sskv_mapping.StateStoreDict` of ``namespace`` on its connection, made on first
+        use (and again in a forked worker: keep the backend, not the dict, across a fork). ``codec`` and
+        ``local_cache_size`` as the dict takes them; the same arguments give the same dict."""
+        cache = self._cache
+        key = (namespace, codec if codec is None or isinstance(codec, str) else id(codec), local_cache_size)
+        with self._lock:
+            found = self._dicts.get(key)
+            if found is None:
+                found = self._dicts[key] = StateStoreDict(
+                    cache.client, namespace=namespace, codec=codec, local_cache_size=local_cache_size
+                )
+            return found
 
     @property
     def sskv_cache(self) -> core.StateStoreCache[Any]:
@@ -148,7 +185,12 @@ class StateStoreCache(BaseCache):
         return translate_ttl(timeout, "flask", self._default_timeout)
 
     def close(self) -> None:
-        """Stop this backend's watches (the shared connection stays open for the process's other users)."""
+        """Stop this backend's watches and close its dicts (the shared connection stays open for the process's
+        other users)."""
+        with self._lock:
+            dicts, self._dicts = list(self._dicts.values()), {}
+        for d in dicts:
+            d.close()
         self._cache.close()
 
     def __repr__(self) -> str:
