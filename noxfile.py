@@ -99,6 +99,7 @@ nox.options.sessions = [
     "litestar",
     "aiocache",
     "fastapi",
+    "dogpile",
     "faults",
     "paho",
     "peer-django",
@@ -163,7 +164,7 @@ def types(session: nox.Session) -> None:
     # cachetools ships its own annotations (py.typed) since 7.1: no stub package
     # the emulator's span export (SSKV_EMULATOR_OTEL_SPANS) imports the SDK, which the otel extra leaves to the app
     session.install(
-        ".[msgpack,django,flask,litestar,aiocache,fastapi,inspect,otel]", "opentelemetry-sdk>=1.27", "mypy>=1.8"
+        ".[msgpack,django,flask,litestar,aiocache,fastapi,dogpile,inspect,otel]", "opentelemetry-sdk>=1.27", "mypy>=1.8"
     )
     session.run("mypy", "--python-version", str(session.python), "sskv_mapping")
 
@@ -264,6 +265,8 @@ FRAMEWORK_TESTS = {
     "litestar": ["tests/integrations/test_litestar.py", "integrations/litestar_app"],
     "aiocache": ["tests/integrations/test_aiocache.py", "tests/integrations/test_aiocache_api.py"],
     "fastapi": ["tests/integrations/test_fastapi.py", "integrations/fastapi_app"],
+    # dogpile's own backend, mutex and serializer suites, imported from its installed wheel, and ours
+    "dogpile": ["tests/integrations/test_dogpile.py", "tests/integrations/test_dogpile_suite.py"],
 }
 
 
@@ -296,7 +299,7 @@ def declared_floors() -> dict[str, str]:
 
 #: the suites ``oldest`` and ``newest`` run
 UNIT_DIRS = ["tests/protocol", "tests/client", "tests/lock", "tests/mapping", "tests/codecs", "tests/local_cache"]
-ALL_EXTRAS = "msgpack,django,flask,litestar,aiocache,fastapi,inspect,docs"
+ALL_EXTRAS = "msgpack,django,flask,litestar,aiocache,fastapi,dogpile,inspect,docs"
 
 
 def _dependency_suites() -> list[str]:
@@ -315,7 +318,9 @@ def oldest(session: nox.Session) -> None:
     session.install(f".[{ALL_EXTRAS}]", *(f"{n}=={v}" for n, v in floors.items()))
     session.run("python", "-m", "pip", "list", "--format=freeze")  # the versions this run tested, in its log
     # a framework that cannot be imported would only skip its tests: fail here instead
-    session.run("python", "-c", "import aiocache, django, fastapi, flask_caching, httpx, litestar, msgpack")
+    session.run(
+        "python", "-c", "import aiocache, django, dogpile.cache, fastapi, flask_caching, httpx, litestar, msgpack"
+    )
     session.run(*PYTEST, "-rs", "-m", "not faults", *_dependency_suites(), *session.posargs)
 
 
@@ -327,7 +332,9 @@ def newest(session: nox.Session) -> None:
     uv = ("uvicorn", "uvloop") if sys.platform != "win32" else ("uvicorn",)
     session.install("--upgrade", f".[{ALL_EXTRAS}]", *TEST_DEPS, "httpx", *uv)
     session.run("python", "-m", "pip", "list", "--format=freeze")  # the versions this run tested, in its log
-    session.run("python", "-c", "import aiocache, django, fastapi, flask_caching, httpx, litestar, msgpack")
+    session.run(
+        "python", "-c", "import aiocache, django, dogpile.cache, fastapi, flask_caching, httpx, litestar, msgpack"
+    )
     session.run(*PYTEST, "-rs", *OUR_DEPRECATIONS_FAIL, "-m", "not faults", *_dependency_suites(), *session.posargs)
 
 
@@ -344,6 +351,7 @@ FLASK_CACHING = {"2.0.2": f"={OLDEST}", "latest": OLDEST}
 LITESTAR = {"2.0.0": f"={OLDEST}", "latest": OLDEST}
 AIOCACHE = {"0.12.0": f"={OLDEST}", "latest": OLDEST}
 CACHELIB = {"0.9.0": f"={OLDEST}", "latest": OLDEST}
+DOGPILE = {"1.3.0": f"={OLDEST}", "latest": OLDEST}
 
 
 @nox.session
@@ -382,6 +390,15 @@ def aiocache(session: nox.Session, aiocache: str) -> None:
 def fastapi(session: nox.Session) -> None:
     """FastAPI/Starlette lifespan helper and example app."""
     _framework(session, "fastapi", "fastapi")
+
+
+@nox.session
+@nox.parametrize(("python", "dogpile"), _pairs(DOGPILE))
+def dogpile(session: nox.Session, dogpile: str) -> None:
+    """dogpile.cache backend: dogpile's own ``_GenericBackendTestSuite``, ``_GenericMutexTestSuite`` and
+    ``_GenericSerializerTestSuite`` from the installed wheel (``dogpile/testing``) and ours, oldest supported
+    (on 3.11) and latest."""
+    _framework(session, "dogpile", "dogpile.cache" if dogpile == "latest" else f"dogpile.cache=={dogpile}")
 
 
 @nox.session(python=PYTHONS)

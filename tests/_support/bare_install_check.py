@@ -16,6 +16,7 @@ INTEGRATIONS = {
     "sskv_mapping.integrations.litestar": "litestar",
     "sskv_mapping.integrations.aiocache": "aiocache",
     "sskv_mapping.integrations.fastapi": "fastapi",
+    "sskv_mapping.integrations.dogpile": "dogpile",
 }
 
 
