@@ -260,7 +260,12 @@ def uvloop(session: nox.Session) -> None:
 
 
 FRAMEWORK_TESTS = {
-    "django": ["tests/integrations/test_django.py", "tests/integrations/test_django6.py", "integrations/django_app"],
+    "django": [
+        "tests/integrations/test_django.py",
+        "tests/integrations/test_django6.py",
+        "tests/integrations/test_django_redis.py",  # django-redis's extras
+        "integrations/django_app",
+    ],
     "flask": ["tests/integrations/test_flask.py", "integrations/flask_app"],
     "litestar": ["tests/integrations/test_litestar.py", "integrations/litestar_app"],
     "aiocache": ["tests/integrations/test_aiocache.py", "tests/integrations/test_aiocache_api.py"],

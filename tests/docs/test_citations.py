@@ -35,6 +35,8 @@ ELSEWHERE = {
     "tests/test_backend_cache.py": "Flask-Caching's backend tests, read from its sdist by `nox -s peer-flask`",
     "aiocache/base.py": "aiocache's own source (its main branch)",
     "dogpile/testing/fixtures.py": "dogpile.cache's backend test kit, in its installed wheel",
+    "tests/test_backend.py": "django-redis's backend tests (its repository), which test_django_redis.py models",
+    "test_backend.py": "django-redis's backend tests (its repository), which test_django_redis.py models",
     "doc/reference/connection-settings.md": "Azure/iot-operations-sdks: the AIO_* settings table",
     "doc/dev/adr/0034-state-store-scan.md": "Azure/iot-operations-sdks: the SCAN design record",
     "m.py": "a module the layer and burst scans write into tmp_path",
