@@ -100,6 +100,7 @@ nox.options.sessions = [
     "aiocache",
     "fastapi",
     "dogpile",
+    "hishel",
     "faults",
     "paho",
     "peer-django",
@@ -164,7 +165,9 @@ def types(session: nox.Session) -> None:
     # cachetools ships its own annotations (py.typed) since 7.1: no stub package
     # the emulator's span export (SSKV_EMULATOR_OTEL_SPANS) imports the SDK, which the otel extra leaves to the app
     session.install(
-        ".[msgpack,django,flask,litestar,aiocache,fastapi,dogpile,inspect,otel]", "opentelemetry-sdk>=1.27", "mypy>=1.8"
+        ".[msgpack,django,flask,litestar,aiocache,fastapi,dogpile,hishel,inspect,otel]",
+        "opentelemetry-sdk>=1.27",
+        "mypy>=1.8",
     )
     session.run("mypy", "--python-version", str(session.python), "sskv_mapping")
 
@@ -272,6 +275,8 @@ FRAMEWORK_TESTS = {
     "fastapi": ["tests/integrations/test_fastapi.py", "integrations/fastapi_app"],
     # dogpile's own backend, mutex and serializer suites, imported from its installed wheel, and ours
     "dogpile": ["tests/integrations/test_dogpile.py", "tests/integrations/test_dogpile_suite.py"],
+    # the storages, and the example app in two uvicorn processes (its fastapi and uvicorn: the hishel session's)
+    "hishel": ["tests/integrations/test_hishel.py", "integrations/hishel_app"],
 }
 
 
@@ -304,7 +309,7 @@ def declared_floors() -> dict[str, str]:
 
 #: the suites ``oldest`` and ``newest`` run
 UNIT_DIRS = ["tests/protocol", "tests/client", "tests/lock", "tests/mapping", "tests/codecs", "tests/local_cache"]
-ALL_EXTRAS = "msgpack,django,flask,litestar,aiocache,fastapi,dogpile,inspect,docs"
+ALL_EXTRAS = "msgpack,django,flask,litestar,aiocache,fastapi,dogpile,hishel,inspect,docs"
 
 
 def _dependency_suites() -> list[str]:
@@ -324,7 +329,9 @@ def oldest(session: nox.Session) -> None:
     session.run("python", "-m", "pip", "list", "--format=freeze")  # the versions this run tested, in its log
     # a framework that cannot be imported would only skip its tests: fail here instead
     session.run(
-        "python", "-c", "import aiocache, django, dogpile.cache, fastapi, flask_caching, httpx, litestar, msgpack"
+        "python",
+        "-c",
+        "import aiocache, django, dogpile.cache, fastapi, flask_caching, hishel, httpx, litestar, msgpack",
     )
     session.run(*PYTEST, "-rs", "-m", "not faults", *_dependency_suites(), *session.posargs)
 
@@ -338,7 +345,9 @@ def newest(session: nox.Session) -> None:
     session.install("--upgrade", f".[{ALL_EXTRAS}]", *TEST_DEPS, "httpx", *uv)
     session.run("python", "-m", "pip", "list", "--format=freeze")  # the versions this run tested, in its log
     session.run(
-        "python", "-c", "import aiocache, django, dogpile.cache, fastapi, flask_caching, httpx, litestar, msgpack"
+        "python",
+        "-c",
+        "import aiocache, django, dogpile.cache, fastapi, flask_caching, hishel, httpx, litestar, msgpack",
     )
     session.run(*PYTEST, "-rs", *OUR_DEPRECATIONS_FAIL, "-m", "not faults", *_dependency_suites(), *session.posargs)
 
@@ -357,6 +366,7 @@ LITESTAR = {"2.0.0": f"={OLDEST}", "latest": OLDEST}
 AIOCACHE = {"0.12.0": f"={OLDEST}", "latest": OLDEST}
 CACHELIB = {"0.9.0": f"={OLDEST}", "latest": OLDEST}
 DOGPILE = {"1.3.0": f"={OLDEST}", "latest": OLDEST}
+HISHEL = {"2.0.0": f"={OLDEST}", "latest": OLDEST}
 
 
 @nox.session
@@ -404,6 +414,15 @@ def dogpile(session: nox.Session, dogpile: str) -> None:
     ``_GenericSerializerTestSuite`` from the installed wheel (``dogpile/testing``) and ours, oldest supported
     (on 3.11) and latest."""
     _framework(session, "dogpile", "dogpile.cache" if dogpile == "latest" else f"dogpile.cache=={dogpile}")
+
+
+@nox.session
+@nox.parametrize(("python", "hishel"), _pairs(HISHEL))
+def hishel(session: nox.Session, hishel: str) -> None:
+    """hishel storages, and its ASGI middleware in front of the example FastAPI app served by two uvicorn processes
+    (the second serves the first's cached response), oldest supported (on 3.11) and latest."""
+    session.install("fastapi>=0.100", "uvicorn>=0.30")
+    _framework(session, "hishel", "hishel" if hishel == "latest" else f"hishel=={hishel}")
 
 
 @nox.session(python=PYTHONS)

@@ -235,6 +235,7 @@ FRAMEWORKS = {
     "fastapi",
     "starlette",
     "dogpile",
+    "hishel",
 }
 EXTRAS = FRAMEWORKS | {"msgpack"}
 NO_IO = {"asyncio", "socket", "ssl"}
@@ -274,6 +275,7 @@ MUST_NOT_IMPORT: dict[str, set[str]] = {
     "integrations.aiocache": _frameworks_but("aiocache"),
     "integrations.django": _frameworks_but("django"),
     "integrations.dogpile": _frameworks_but("dogpile"),
+    "integrations.hishel": _frameworks_but("hishel"),
     "integrations.fastapi": _frameworks_but("fastapi", "starlette"),
     "integrations.flask_caching": _frameworks_but("flask_caching", "flask", "cachelib"),
     "integrations.litestar": _frameworks_but("litestar"),

@@ -17,6 +17,7 @@ INTEGRATIONS = {
     "sskv_mapping.integrations.aiocache": "aiocache",
     "sskv_mapping.integrations.fastapi": "fastapi",
     "sskv_mapping.integrations.dogpile": "dogpile",
+    "sskv_mapping.integrations.hishel": "hishel",
 }
 
 

@@ -37,6 +37,7 @@ ELSEWHERE = {
     "dogpile/testing/fixtures.py": "dogpile.cache's backend test kit, in its installed wheel",
     "tests/test_backend.py": "django-redis's backend tests (its repository), which test_django_redis.py models",
     "test_backend.py": "django-redis's backend tests (its repository), which test_django_redis.py models",
+    "tests/_core/_async/test_redis_storage.py": "hishel's Redis storage tests (its sdist), which test_hishel.py models",
     "doc/reference/connection-settings.md": "Azure/iot-operations-sdks: the AIO_* settings table",
     "doc/dev/adr/0034-state-store-scan.md": "Azure/iot-operations-sdks: the SCAN design record",
     "m.py": "a module the layer and burst scans write into tmp_path",
