@@ -107,6 +107,7 @@ nox.options.sessions = [
     "peer-cachelib",
     "peer-flask",
     "peer-aiocache",
+    "peer-litestar",  # skipped without a Litestar checkout (its sdist ships no tests)
     "docs",
 ]
 # ``oldest`` exists only with 3.11 in the matrix, ``newest`` with 3.13 (``SSKV_NOX_PYTHONS`` may leave them out)
@@ -527,6 +528,20 @@ def peer_flask(session: nox.Session, flask_caching: str) -> None:
     session.run(
         "python", "tests/peer/run_pytest_suite.py", tests_dir, "flask_caching_backend_tests.py", "-p", "no:asyncio"
     )
+
+
+@nox.session(name="peer-litestar", python=_only(OLDEST))
+def peer_litestar(session: nox.Session) -> None:
+    """Litestar's own tests of response caching, server-side sessions and the rate-limit middleware with our store
+    in place of its memory store (``tests/peer/run_litestar_suite.py``: what is deselected and why). Litestar's sdist
+    ships no tests: give a checkout of its repository at the installed release (``git archive vX.Y.Z tests``) as
+    ``SSKV_LITESTAR_SOURCE`` or the first argument; without one the session is skipped, saying so."""
+    source = session.posargs[0] if session.posargs else os.environ.get("SSKV_LITESTAR_SOURCE")
+    if not source or not os.path.isdir(os.path.join(source, "tests")):
+        session.skip("no Litestar tests: set SSKV_LITESTAR_SOURCE to a checkout at the installed release")
+    # what their conftest imports (the Redis and Valkey stores' clients, time-machine before 3, lazy fixtures)
+    _install(session, "litestar", deps=("pytest-lazy-fixtures", "redis", "valkey", "time-machine<3", "httpx>=0.24"))
+    session.run("python", "tests/peer/run_litestar_suite.py", source, *session.posargs[1:])
 
 
 @nox.session(name="peer-aiocache")
