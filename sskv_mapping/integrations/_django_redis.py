@@ -325,6 +325,18 @@ def _seconds_until(when: datetime | float | int) -> float:
     return float(when) - time.time()
 
 
+def _ms_to_seconds(when: datetime | float) -> datetime | float:
+    if isinstance(when, datetime):
+        return when
+    if isinstance(when, bool) or not isinstance(when, int | float):
+        raise ConfigurationError(f"pexpire_at takes a datetime or a Unix time in milliseconds, not {when!r}")
+    return when / 1000
+
+
+def _default_timeout() -> Any:
+    return _DEFAULT
+
+
 def _as_seconds(timeout: float | timedelta) -> float:
     if isinstance(timeout, timedelta):
         return timeout.total_seconds()
@@ -476,10 +488,17 @@ class DjangoRedisExtras:
         made = self.make_and_validate_key(key, version=version)
         return self._remaining_ms(made, self._cache().exists(made))
 
+    def _expiry_seconds(self, timeout: object, scale: float = 1.0) -> float | None:
+        """``timeout`` (``scale`` of a second each) as seconds; Django's ``DEFAULT_TIMEOUT``: the backend's."""
+        if timeout is _default_timeout():
+            return self._ttl(timeout)
+        return _as_seconds(timeout) * scale  # type: ignore[arg-type]
+
     def expire(self, key: str, timeout: float | timedelta, version: int | None = None) -> bool:
-        """Restart the key's expiry at ``timeout`` seconds (``<= 0``: delete it); whether the key exists."""
+        """Restart the key's expiry at ``timeout`` seconds (``<= 0``: delete it; ``DEFAULT_TIMEOUT``: the
+        backend's ``TIMEOUT``); whether the key exists."""
         made = self.make_and_validate_key(key, version=version)
-        seconds = _as_seconds(timeout)
+        seconds = self._expiry_seconds(timeout)
         done = self._cache().expire(made, seconds)
         if done:
             self._remember(made, seconds)
@@ -487,15 +506,20 @@ class DjangoRedisExtras:
 
     def pexpire(self, key: str, timeout: int, version: int | None = None) -> bool:
         """:meth:`expire` in milliseconds."""
-        return self.expire(key, _as_seconds(timeout) / 1000, version=version)
+        made = self.make_and_validate_key(key, version=version)
+        seconds = self._expiry_seconds(timeout, 1 / 1000)
+        done = self._cache().expire(made, seconds)
+        if done:
+            self._remember(made, seconds)
+        return done
 
     def expire_at(self, key: str, when: datetime | float, version: int | None = None) -> bool:
         """Make the key expire at ``when`` (a datetime, naive = local time, or a Unix time); in the past: delete."""
         return self.expire(key, _seconds_until(when), version=version)
 
     def pexpire_at(self, key: str, when: datetime | float, version: int | None = None) -> bool:
-        """:meth:`expire_at` (django-redis's millisecond twin: a datetime is exact either way)."""
-        return self.expire_at(key, when, version=version)
+        """:meth:`expire_at` with a Unix time in milliseconds (a datetime is the same either way)."""
+        return self.expire_at(key, _ms_to_seconds(when), version=version)
 
     def persist(self, key: str, version: int | None = None) -> bool:
         """Remove the key's expiry; whether the key exists."""
@@ -589,7 +613,7 @@ class DjangoRedisExtras:
     async def aexpire(self, key: str, timeout: float | timedelta, version: int | None = None) -> bool:
         """Like :meth:`expire`."""
         made = self.make_and_validate_key(key, version=version)
-        seconds = _as_seconds(timeout)
+        seconds = self._expiry_seconds(timeout)
         acache = await self._acache()
         done = await self._aon_loop(acache.expire(made, seconds))
         if done:
@@ -598,6 +622,8 @@ class DjangoRedisExtras:
 
     async def apexpire(self, key: str, timeout: int, version: int | None = None) -> bool:
         """Like :meth:`pexpire`."""
+        if timeout is _default_timeout():
+            return await self.aexpire(key, timeout, version=version)
         return await self.aexpire(key, _as_seconds(timeout) / 1000, version=version)
 
     async def aexpire_at(self, key: str, when: datetime | float, version: int | None = None) -> bool:
@@ -606,7 +632,7 @@ class DjangoRedisExtras:
 
     async def apexpire_at(self, key: str, when: datetime | float, version: int | None = None) -> bool:
         """Like :meth:`pexpire_at`."""
-        return await self.aexpire_at(key, when, version=version)
+        return await self.aexpire_at(key, _ms_to_seconds(when), version=version)
 
     async def apersist(self, key: str, version: int | None = None) -> bool:
         """Like :meth:`persist`."""

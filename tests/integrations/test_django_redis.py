@@ -203,6 +203,31 @@ def test_expire_at(cache: StateStoreCache) -> None:
     assert cache.get("foo") is None
 
 
+def test_expire_with_default_timeout(cache: StateStoreCache) -> None:
+    from sskv_mapping.integrations.django import DEFAULT_TIMEOUT
+
+    cache.set("foo", "bar", timeout=None)
+    assert cache.expire("foo", DEFAULT_TIMEOUT) is True
+    ttl = cache.ttl("foo")
+    assert ttl is not None and 299 <= ttl <= 300  # TIMEOUT's default
+    assert cache.pexpire("foo", DEFAULT_TIMEOUT) is True
+    assert cache.expire("not-existent-key", DEFAULT_TIMEOUT) is False
+
+
+def test_pexpire_at(cache: StateStoreCache) -> None:
+    cache.set("foo", "bar", timeout=None)
+    assert cache.pexpire_at("foo", dt.datetime.now() + dt.timedelta(hours=1))
+    pttl = cache.pttl("foo")
+    assert pttl is not None and abs(pttl - 3_600_000) < 10_000
+    at = (dt.datetime.now() + dt.timedelta(hours=2)).timestamp() * 1000
+    assert cache.pexpire_at("foo", int(at))  # a Unix time in milliseconds
+    pttl = cache.pttl("foo")
+    assert pttl is not None and abs(pttl - 7_200_000) < 10_000
+    assert cache.pexpire_at("foo", dt.datetime.now() - dt.timedelta(hours=2))
+    assert cache.get("foo") is None
+    assert not cache.pexpire_at("not-existent-key", dt.datetime.now() + dt.timedelta(hours=2))
+
+
 def test_touch(cache: StateStoreCache) -> None:
     cache.set("foo", "bar", timeout=None)
     assert cache.touch("foo", 20)
