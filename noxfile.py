@@ -99,12 +99,15 @@ nox.options.sessions = [
     "litestar",
     "aiocache",
     "fastapi",
+    "dogpile",
+    "hishel",
     "faults",
     "paho",
     "peer-django",
     "peer-cachelib",
     "peer-flask",
     "peer-aiocache",
+    "peer-litestar",  # skipped without a Litestar checkout (its sdist ships no tests)
     "docs",
 ]
 # ``oldest`` exists only with 3.11 in the matrix, ``newest`` with 3.13 (``SSKV_NOX_PYTHONS`` may leave them out)
@@ -163,7 +166,9 @@ def types(session: nox.Session) -> None:
     # cachetools ships its own annotations (py.typed) since 7.1: no stub package
     # the emulator's span export (SSKV_EMULATOR_OTEL_SPANS) imports the SDK, which the otel extra leaves to the app
     session.install(
-        ".[msgpack,django,flask,litestar,aiocache,fastapi,inspect,otel]", "opentelemetry-sdk>=1.27", "mypy>=1.8"
+        ".[msgpack,django,flask,litestar,aiocache,fastapi,dogpile,hishel,inspect,otel]",
+        "opentelemetry-sdk>=1.27",
+        "mypy>=1.8",
     )
     session.run("mypy", "--python-version", str(session.python), "sskv_mapping")
 
@@ -259,11 +264,20 @@ def uvloop(session: nox.Session) -> None:
 
 
 FRAMEWORK_TESTS = {
-    "django": ["tests/integrations/test_django.py", "tests/integrations/test_django6.py", "integrations/django_app"],
+    "django": [
+        "tests/integrations/test_django.py",
+        "tests/integrations/test_django6.py",
+        "tests/integrations/test_django_redis.py",  # django-redis's extras
+        "integrations/django_app",
+    ],
     "flask": ["tests/integrations/test_flask.py", "integrations/flask_app"],
     "litestar": ["tests/integrations/test_litestar.py", "integrations/litestar_app"],
     "aiocache": ["tests/integrations/test_aiocache.py", "tests/integrations/test_aiocache_api.py"],
     "fastapi": ["tests/integrations/test_fastapi.py", "integrations/fastapi_app"],
+    # dogpile's own backend, mutex and serializer suites, imported from its installed wheel, and ours
+    "dogpile": ["tests/integrations/test_dogpile.py", "tests/integrations/test_dogpile_suite.py"],
+    # the storages, and the example app in two uvicorn processes (its fastapi and uvicorn: the hishel session's)
+    "hishel": ["tests/integrations/test_hishel.py", "integrations/hishel_app"],
 }
 
 
@@ -296,7 +310,7 @@ def declared_floors() -> dict[str, str]:
 
 #: the suites ``oldest`` and ``newest`` run
 UNIT_DIRS = ["tests/protocol", "tests/client", "tests/lock", "tests/mapping", "tests/codecs", "tests/local_cache"]
-ALL_EXTRAS = "msgpack,django,flask,litestar,aiocache,fastapi,inspect,docs"
+ALL_EXTRAS = "msgpack,django,flask,litestar,aiocache,fastapi,dogpile,hishel,inspect,docs"
 
 
 def _dependency_suites() -> list[str]:
@@ -315,7 +329,11 @@ def oldest(session: nox.Session) -> None:
     session.install(f".[{ALL_EXTRAS}]", *(f"{n}=={v}" for n, v in floors.items()))
     session.run("python", "-m", "pip", "list", "--format=freeze")  # the versions this run tested, in its log
     # a framework that cannot be imported would only skip its tests: fail here instead
-    session.run("python", "-c", "import aiocache, django, fastapi, flask_caching, httpx, litestar, msgpack")
+    session.run(
+        "python",
+        "-c",
+        "import aiocache, django, dogpile.cache, fastapi, flask_caching, hishel, httpx, litestar, msgpack",
+    )
     session.run(*PYTEST, "-rs", "-m", "not faults", *_dependency_suites(), *session.posargs)
 
 
@@ -327,7 +345,11 @@ def newest(session: nox.Session) -> None:
     uv = ("uvicorn", "uvloop") if sys.platform != "win32" else ("uvicorn",)
     session.install("--upgrade", f".[{ALL_EXTRAS}]", *TEST_DEPS, "httpx", *uv)
     session.run("python", "-m", "pip", "list", "--format=freeze")  # the versions this run tested, in its log
-    session.run("python", "-c", "import aiocache, django, fastapi, flask_caching, httpx, litestar, msgpack")
+    session.run(
+        "python",
+        "-c",
+        "import aiocache, django, dogpile.cache, fastapi, flask_caching, hishel, httpx, litestar, msgpack",
+    )
     session.run(*PYTEST, "-rs", *OUR_DEPRECATIONS_FAIL, "-m", "not faults", *_dependency_suites(), *session.posargs)
 
 
@@ -344,6 +366,8 @@ FLASK_CACHING = {"2.0.2": f"={OLDEST}", "latest": OLDEST}
 LITESTAR = {"2.0.0": f"={OLDEST}", "latest": OLDEST}
 AIOCACHE = {"0.12.0": f"={OLDEST}", "latest": OLDEST}
 CACHELIB = {"0.9.0": f"={OLDEST}", "latest": OLDEST}
+DOGPILE = {"1.3.0": f"={OLDEST}", "latest": OLDEST}
+HISHEL = {"2.0.0": f"={OLDEST}", "latest": OLDEST}
 
 
 @nox.session
@@ -382,6 +406,24 @@ def aiocache(session: nox.Session, aiocache: str) -> None:
 def fastapi(session: nox.Session) -> None:
     """FastAPI/Starlette lifespan helper and example app."""
     _framework(session, "fastapi", "fastapi")
+
+
+@nox.session
+@nox.parametrize(("python", "dogpile"), _pairs(DOGPILE))
+def dogpile(session: nox.Session, dogpile: str) -> None:
+    """dogpile.cache backend: dogpile's own ``_GenericBackendTestSuite``, ``_GenericMutexTestSuite`` and
+    ``_GenericSerializerTestSuite`` from the installed wheel (``dogpile/testing``) and ours, oldest supported
+    (on 3.11) and latest."""
+    _framework(session, "dogpile", "dogpile.cache" if dogpile == "latest" else f"dogpile.cache=={dogpile}")
+
+
+@nox.session
+@nox.parametrize(("python", "hishel"), _pairs(HISHEL))
+def hishel(session: nox.Session, hishel: str) -> None:
+    """hishel storages, and its ASGI middleware in front of the example FastAPI app served by two uvicorn processes
+    (the second serves the first's cached response), oldest supported (on 3.11) and latest."""
+    session.install("fastapi>=0.100", "uvicorn>=0.30")
+    _framework(session, "hishel", "hishel" if hishel == "latest" else f"hishel=={hishel}")
 
 
 @nox.session(python=PYTHONS)
@@ -488,6 +530,20 @@ def peer_flask(session: nox.Session, flask_caching: str) -> None:
     session.run(
         "python", "tests/peer/run_pytest_suite.py", tests_dir, "flask_caching_backend_tests.py", "-p", "no:asyncio"
     )
+
+
+@nox.session(name="peer-litestar", python=_only(OLDEST))
+def peer_litestar(session: nox.Session) -> None:
+    """Litestar's own tests of response caching, server-side sessions and the rate-limit middleware with our store
+    in place of its memory store (``tests/peer/run_litestar_suite.py``: what is deselected and why). Litestar's sdist
+    ships no tests: give a checkout of its repository at the installed release (``git archive vX.Y.Z tests``) as
+    ``SSKV_LITESTAR_SOURCE`` or the first argument; without one the session is skipped, saying so."""
+    source = session.posargs[0] if session.posargs else os.environ.get("SSKV_LITESTAR_SOURCE")
+    if not source or not os.path.isdir(os.path.join(source, "tests")):
+        session.skip("no Litestar tests: set SSKV_LITESTAR_SOURCE to a checkout at the installed release")
+    # what their conftest imports (the Redis and Valkey stores' clients, time-machine before 3, lazy fixtures)
+    _install(session, "litestar", deps=("pytest-lazy-fixtures", "redis", "valkey", "time-machine<3", "httpx>=0.24"))
+    session.run("python", "tests/peer/run_litestar_suite.py", source, *session.posargs[1:])
 
 
 @nox.session(name="peer-aiocache")

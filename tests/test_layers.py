@@ -225,7 +225,18 @@ def test_the_layer_rule_can_fail() -> None:
 
 # -- what a module must not import, beyond its layer -------------------------------------------------------
 
-FRAMEWORKS = {"django", "flask", "flask_caching", "cachelib", "litestar", "aiocache", "fastapi", "starlette"}
+FRAMEWORKS = {
+    "django",
+    "flask",
+    "flask_caching",
+    "cachelib",
+    "litestar",
+    "aiocache",
+    "fastapi",
+    "starlette",
+    "dogpile",
+    "hishel",
+}
 EXTRAS = FRAMEWORKS | {"msgpack"}
 NO_IO = {"asyncio", "socket", "ssl"}
 
@@ -263,6 +274,8 @@ MUST_NOT_IMPORT: dict[str, set[str]] = {
     "integrations": FRAMEWORKS,
     "integrations.aiocache": _frameworks_but("aiocache"),
     "integrations.django": _frameworks_but("django"),
+    "integrations.dogpile": _frameworks_but("dogpile"),
+    "integrations.hishel": _frameworks_but("hishel"),
     "integrations.fastapi": _frameworks_but("fastapi", "starlette"),
     "integrations.flask_caching": _frameworks_but("flask_caching", "flask", "cachelib"),
     "integrations.litestar": _frameworks_but("litestar"),

@@ -26,6 +26,7 @@ from ..codecs import Codec, PickleCodec, get_codec
 from ..errors import ConfigurationError, StateStoreError
 from ..mapping import StateStoreDict
 from ._common import close_shared_objects, import_extra, request_timeout, shared_client, shared_object
+from ._django_redis import REDIS_OPTIONS, CompressedCodec, DjangoRedisExtras, guard_outages, redis_options
 
 import_extra("django", "django", "django")  # without Django: ImportError naming the pip install line
 _base = import_extra("django.core.cache.backends.base", "django", "django")
@@ -77,7 +78,11 @@ _IGNORED_OPTIONS: Final = frozenset({"MAX_ENTRIES", "CULL_FREQUENCY"})  # BaseCa
 #: OPTIONS renamed in this release: old name -> new name, the old one read with a DeprecationWarning.
 _RENAMED_OPTIONS: Final = {"max_in_flight": "max_fanout"}
 _KNOWN_OPTIONS: Final = (
-    frozenset(CONNECTION_OPTIONS) | frozenset(_CORE_OPTIONS) | _DJANGO_OPTIONS | frozenset(_RENAMED_OPTIONS)
+    frozenset(CONNECTION_OPTIONS)
+    | frozenset(_CORE_OPTIONS)
+    | _DJANGO_OPTIONS
+    | frozenset(_RENAMED_OPTIONS)
+    | REDIS_OPTIONS  # django-redis's (_django_redis.py)
 )
 
 DEFAULT_NAMESPACE: Final = "django"
@@ -198,6 +203,9 @@ def _parse(location: str | None, options: Mapping[str, Any], default_timeout: in
         location or DEFAULT_URL, {k: options[k] for k in CONNECTION_OPTIONS if k in options}
     )
     codec, codec_id = _codec_from_options(options)
+    _, compressor, min_length = redis_options(options)  # django-redis's COMPRESSOR (_django_redis.py)
+    if compressor is not None:
+        codec, codec_id = CompressedCodec(codec, compressor, min_length=min_length), (*codec_id, compressor, min_length)
     cache_options = {**_CORE_DEFAULTS, **{k: options[k] for k in _CORE_OPTIONS if k in options}}
     check_namespace(cache_options["namespace"])
     check_cache_options(
@@ -249,7 +257,7 @@ def close_all() -> None:
 # -- the backend ------------------------------------------------------------------------------------------
 
 
-class StateStoreCache(_BaseCache):
+class StateStoreCache(DjangoRedisExtras, _BaseCache):
     """Django cache backend: ``"BACKEND": "sskv_mapping.integrations.django.StateStoreCache"``.
 
     Example::
@@ -275,6 +283,7 @@ class StateStoreCache(_BaseCache):
             raise _ImproperlyConfigured(f"CACHES OPTIONS must be a dict, not {type(options).__name__}")
         with _improperly_configured():
             self._config = _parse(server, options, self.default_timeout)
+            self._init_redis_extras(options)  # django-redis's methods and OPTIONS (_django_redis.py)
         self._resolved: core.StateStoreCache[Any] | None = None
 
     # -- the shared cache behind this backend ---------------------------------------------------------
@@ -498,6 +507,10 @@ class StateStoreCache(_BaseCache):
 
     async def aclose(self, **kwargs: Any) -> None:
         """Like :meth:`close`: the shared connection stays open."""
+
+
+# django-redis's IGNORE_EXCEPTIONS, and the expiries ttl() reports, around the methods above (_django_redis.py)
+guard_outages(StateStoreCache, DEFAULT_TIMEOUT)
 
 
 # -- shared dicts on the cache's connection ----------------------------------------------------------------

@@ -5,16 +5,17 @@ Usage: docs/integrations/litestar.md; its layout and expiry envelope: docs/desig
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 import struct
 import time
 import warnings
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, Self, TypeVar, cast
 
 from .._transport.settings import CONNECTION_OPTIONS, DEFAULT_URL, settings_from_options
 from ._common import import_extra, request_timeout
@@ -35,6 +36,7 @@ _NAME = re.compile(r"[A-Za-z0-9_-]+")
 _HEADER = struct.Struct(">Bq")
 _VERSION = 1
 _CONNECTION_OPTIONS = (*CONNECTION_OPTIONS, "request_timeout")
+T = TypeVar("T")
 
 
 def _check_name(name: object, what: str) -> str:
@@ -67,6 +69,8 @@ class _Connection:
         self.generation = 0
         self.opened: list[AsyncStateStoreCache[Any] | AsyncStateStoreDict[Any]] = []
         self.users = 0
+        #: the event loop the client lives on (the one the store was opened on): calls from another are sent there
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     async def open(self) -> None:
         self.users += 1
@@ -79,6 +83,7 @@ class _Connection:
                 await client.connect()
                 self.client = client
             self.generation += 1
+            self.loop = asyncio.get_running_loop()
         except BaseException:
             self.users -= 1
             raise
@@ -90,6 +95,7 @@ class _Connection:
         if self.users:
             return
         opened, self.opened = self.opened, []
+        self.loop = None
         try:
             for cache in opened:
                 await cache.close()
@@ -105,6 +111,20 @@ class _Connection:
                 "(or use 'async with store:')"
             )
         return self.client
+
+    async def call(self, op: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run ``op()`` on the loop the client lives on: here when that is the caller's loop; else sent to it (a
+        Litestar test client's app runs on a loop of its own thread) and awaited; a typed error at once when that
+        loop no longer runs (never a wait for the request timeout)."""
+        loop = self.loop
+        if loop is None or loop is asyncio.get_running_loop():
+            return await op()
+        if loop.is_closed() or not loop.is_running():
+            raise ClientStateError(
+                "this StateStoreStore was opened on an event loop that is no longer running: open it (store.lifespan, "
+                "'async with store:') on the loop that uses it"
+            )
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(op(), loop))
 
 
 class StateStoreStore(NamespacedStore):
@@ -235,6 +255,9 @@ class StateStoreStore(NamespacedStore):
 
     async def set(self, key: str, value: str | bytes, expires_in: int | timedelta | None = None) -> None:
         """Store ``value``; ``expires_in`` seconds or a timedelta (``None`` or ``0``: never expires)."""
+        return await self._conn.call(lambda: self._set(key, value, expires_in))
+
+    async def _set(self, key: str, value: str | bytes, expires_in: int | timedelta | None = None) -> None:
         data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
         seconds = translate_ttl(expires_in, "litestar")
         cache, _ = self._caches()
@@ -248,6 +271,9 @@ class StateStoreStore(NamespacedStore):
     async def get(self, key: str, renew_for: int | timedelta | None = None) -> bytes | None:
         """The value, or ``None``. With ``renew_for``, an entry that has an expiry gets a new one, ``renew_for``
         from now (an entry without expiry is left alone, as Litestar specifies)."""
+        return await self._conn.call(lambda: self._get(key, renew_for))
+
+    async def _get(self, key: str, renew_for: int | timedelta | None = None) -> bytes | None:
         cache, _ = self._caches()
         raw = await cache.get(key)
         if raw is None:
@@ -259,11 +285,17 @@ class StateStoreStore(NamespacedStore):
 
     async def delete(self, key: str) -> None:
         """Delete the entry (nothing happens if it is absent)."""
+        return await self._conn.call(lambda: self._delete(key))
+
+    async def _delete(self, key: str) -> None:
         cache, _ = self._caches()
         await cache.delete(key)
 
     async def delete_all(self) -> None:
         """Delete every entry of this namespace and of all its descendants (never of its ancestors)."""
+        return await self._conn.call(lambda: self._delete_all())
+
+    async def _delete_all(self) -> None:
         cache, registry = self._caches()
         await registry.open()
         for name in await registry.keys():
@@ -272,12 +304,18 @@ class StateStoreStore(NamespacedStore):
 
     async def exists(self, key: str) -> bool:
         """Whether the entry is present (and not expired)."""
+        return await self._conn.call(lambda: self._exists(key))
+
+    async def _exists(self, key: str) -> bool:
         cache, _ = self._caches()
         return await cache.exists(key)
 
     async def expires_in(self, key: str) -> int | None:
         """Seconds until the entry expires, rounded up (from its envelope; the state store itself cannot say);
         ``-1`` if it never expires; ``None`` if there is no such entry."""
+        return await self._conn.call(lambda: self._expires_in(key))
+
+    async def _expires_in(self, key: str) -> int | None:
         cache, _ = self._caches()
         raw = await cache.get(key)
         if raw is None:

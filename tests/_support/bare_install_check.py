@@ -16,6 +16,8 @@ INTEGRATIONS = {
     "sskv_mapping.integrations.litestar": "litestar",
     "sskv_mapping.integrations.aiocache": "aiocache",
     "sskv_mapping.integrations.fastapi": "fastapi",
+    "sskv_mapping.integrations.dogpile": "dogpile",
+    "sskv_mapping.integrations.hishel": "hishel",
 }
 
 

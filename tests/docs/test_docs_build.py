@@ -111,7 +111,7 @@ def _without_default() -> set[str]:
     import inspect
 
     objects = [getattr(sskv_mapping, name) for name in sskv_mapping.__all__]
-    for adapter in ("django", "flask_caching", "litestar", "aiocache", "fastapi"):
+    for adapter in ("django", "flask_caching", "litestar", "aiocache", "fastapi", "dogpile", "hishel"):
         module = importlib.import_module(f"sskv_mapping.integrations.{adapter}")
         objects += [getattr(module, name) for name in module.__all__]
     callables = []

@@ -348,3 +348,66 @@ async def test_the_deprecated_clock_keyword_is_wall_clock(broker_url: str, names
         now[0] += 30.5
         assert await store.expires_in("k") == 70
         await store.delete_all()
+
+
+# -- one store from two event loops (a Litestar test client's app runs on a loop of its own thread) --------------
+
+
+class _LoopThread:
+    """An event loop running in a thread of its own, as a Litestar ``TestClient`` runs the app."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.start()
+
+    def start(self) -> None:
+        import threading
+
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Awaitable[Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+
+async def test_a_store_opened_on_another_loop_answers_from_this_one(broker_url: str, namespace: str) -> None:
+    other = _LoopThread()
+    store = StateStoreStore(broker_url, namespace=namespace, request_timeout=30)
+    try:
+        other.run(store.__aenter__())
+        other.run(store.set("made-there", b"1", expires_in=60))
+        # a deadline far above a request's time (30 s each here): without the hop this waited the whole timeout
+        async with asyncio.timeout(20):
+            await store.set("made-here", b"2", expires_in=60)
+            assert await store.get("made-there") == b"1"
+            assert await store.exists("made-here")
+            assert await store.expires_in("made-here") == 60
+            await store.delete("made-there")
+            assert await store.get("made-there") is None
+            await store.with_namespace("child").set("c", b"3")
+            await store.delete_all()
+            assert await store.with_namespace("child").get("c") is None
+        assert other.run(store.get("made-here")) is None
+    finally:
+        other.run(store.__aexit__(None, None, None))
+        other.stop()
+        other.loop.close()
+
+
+async def test_a_store_whose_loop_stopped_fails_at_once(broker_url: str, namespace: str) -> None:
+    other = _LoopThread()
+    store = StateStoreStore(broker_url, namespace=namespace)
+    other.run(store.__aenter__())
+    other.stop()
+    try:
+        with pytest.raises(ClientStateError, match="no longer running"):
+            await store.get("k")
+    finally:
+        other.start()  # its loop again, to close the store where it lives
+        other.run(store.__aexit__(None, None, None))
+        other.stop()
+        other.loop.close()
