@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._protocol.topics import REQUEST_TOPIC
-from ..errors import StateStoreError
+from ..errors import ConfigurationError, StateStoreError
 from .scan import DEFAULT_SCAN_PAGE_SIZE
 
 __all__ = ["add_emulator_arguments", "build_parser", "main", "run"]
@@ -158,6 +158,12 @@ def add_emulator_arguments(parser: argparse.ArgumentParser, *, broker_address: b
         help="let the inspector page set and delete keys (read-only without it)",
     )
     parser.add_argument(
+        "--allow-second-emulator",
+        dest="alone",
+        action="store_false",
+        help="start even if a state store already answers on the broker (by default: refused, one per broker)",
+    )
+    parser.add_argument(
         "--log-level",
         default="warning",
         choices=["debug", "info", "warning", "error"],
@@ -194,7 +200,7 @@ async def serve(args: argparse.Namespace, host: str, port: int) -> int:
     from .._transport.settings import ConnectionSettings
     from .core import EmulatorCore
     from .duplicates import DEFAULT_MAX_ENTRIES
-    from .server import EmulatorServer
+    from .server import EmulatorServer, serving_already
 
     # The MQTT session outlives a dropped connection (requests published while it reconnects are queued by the
     # broker and served after), but only under a stable --client-id: a random id's session would outlive a
@@ -239,6 +245,10 @@ async def serve(args: argparse.Namespace, host: str, port: int) -> int:
     for sig in signals:
         loop.add_signal_handler(sig, server.stop)
     try:
+        if args.alone:  # one state store per broker, as the real service: not a second one beside it
+            other = await serving_already(settings)
+            if other is not None:
+                raise ConfigurationError(other)
         await server.run()
     except StateStoreError as exc:
         print(f"sskv emulator: {exc}", file=sys.stderr, flush=True)
