@@ -29,7 +29,7 @@ Without --with-broker it connects to the MQTT 5 broker at --host/--port (mosquit
 
 With --with-broker it first starts a private mosquitto, configured for it, on --host and --broker-port
 (default 1883, or a free port if 1883 is taken), prints the broker URL, and serves on it. Ctrl-C or
-SIGTERM stops both.
+SIGTERM (or SIGHUP) stops both.
 """
 
 

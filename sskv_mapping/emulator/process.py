@@ -241,7 +241,7 @@ async def serve(args: argparse.Namespace, host: str, port: int) -> int:
         mode = "writable" if args.inspect_writable else "read-only"
         _announce(f"sskv emulator: inspector ({mode}) on {url}")
     loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT)
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a closed terminal too: stop, and the broker with it
     for sig in signals:
         loop.add_signal_handler(sig, server.stop)
     try:
