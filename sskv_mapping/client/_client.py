@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import logging
 import math
 import warnings
@@ -85,7 +87,9 @@ async def connect_face(
 ) -> F:
     """What every async face's ``connect()`` does: a client of its own (``settings_for``), connected, then the face
     built on it, opened, and owning it (closed with the face; closed at once if the face fails to open)."""
-    client = AsyncStateStoreClient(settings=settings_for(broker, client_options), **client_options)
+    settings = settings_for(broker, client_options)  # the connection options (keepalive...) popped first
+    _route_options(face, AsyncStateStoreClient, client_options, face_options)
+    client = AsyncStateStoreClient(settings=settings, **client_options)
     await client.connect()
     try:
         opened = face(client, _owns_client=True, **face_options)
@@ -96,11 +100,43 @@ async def connect_face(
     return opened
 
 
+@functools.cache
+def _parameters(target: Callable[..., Any]) -> frozenset[str]:
+    """The keyword parameters of a class's constructor (or a function), private ones left out."""
+    return frozenset(
+        name
+        for name, p in inspect.signature(target).parameters.items()
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and not name.startswith("_")
+    )
+
+
+def _route_options(
+    face: Callable[..., Any], client_class: type, client_options: dict[str, Any], face_options: dict[str, Any]
+) -> None:
+    """A face's ``connect(**options)``: an option of the face's own constructor that ``connect()`` does not list
+    (``cache_ttl``, ``monotonic``...) goes to the face, not to the client; one that neither takes is a
+    :class:`TypeError` naming the face, before anything connects."""
+    mine, clients = _parameters(face), _parameters(client_class)
+    for name in list(client_options):
+        if name in clients:
+            continue
+        if name in mine and name not in ("client", "broker"):
+            face_options[name] = client_options.pop(name)
+            continue
+        face_name = getattr(face, "__name__", repr(face))
+        raise TypeError(
+            f"{face_name}.connect() got an unexpected keyword argument {name!r}: it takes {face_name}'s own options "
+            f"and {client_class.__name__}'s (timeout, client_id, username, tls...)"
+        )
+
+
 def connect_blocking_face(
     face: Callable[..., F], broker: Broker, client_options: dict[str, Any], **face_options: Any
 ) -> F:
     """:func:`connect_face` for a blocking face (its constructor opens it)."""
-    client = StateStoreClient(settings=settings_for(broker, client_options), **client_options)
+    settings = settings_for(broker, client_options)  # the connection options (keepalive...) popped first
+    _route_options(face, StateStoreClient, client_options, face_options)
+    client = StateStoreClient(settings=settings, **client_options)
     client.connect()
     try:
         return face(client, _owns_client=True, **face_options)
