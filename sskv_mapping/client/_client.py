@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import logging
 import math
 import warnings
@@ -108,14 +110,17 @@ class Connecting(Generic[AF]):
     def __init__(
         self, face: Callable[..., AF], broker: Broker, client_options: dict[str, Any], face_options: dict[str, Any]
     ) -> None:
-        self._args = (face, broker, client_options, face_options)
+        client_options, face_options = dict(client_options), dict(face_options)
+        settings = settings_for(broker, client_options)  # the connection options (keepalive...) popped first
+        _route_options(face, AsyncStateStoreClient, client_options, face_options)  # a bad option: TypeError now
+        self._args = (face, settings, client_options, face_options)
         self._face: AF | None = None
 
     async def _connect(self) -> AF:
         """A client of its own (``settings_for``), connected, then the face built on it, opened, and owning it
         (closed with the face; closed at once if the face fails to open)."""
-        face, broker, client_options, face_options = self._args
-        client = AsyncStateStoreClient(settings=settings_for(broker, client_options), **client_options)
+        face, settings, client_options, face_options = self._args
+        client = AsyncStateStoreClient(settings=settings, **client_options)
         await client.connect()
         try:
             opened = face(client, _owns_client=True, **face_options)
@@ -142,11 +147,43 @@ class Connecting(Generic[AF]):
             await face.close()
 
 
+@functools.cache
+def _parameters(target: Callable[..., Any]) -> frozenset[str]:
+    """The keyword parameters of a class's constructor (or a function), private ones left out."""
+    return frozenset(
+        name
+        for name, p in inspect.signature(target).parameters.items()
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and not name.startswith("_")
+    )
+
+
+def _route_options(
+    face: Callable[..., Any], client_class: type, client_options: dict[str, Any], face_options: dict[str, Any]
+) -> None:
+    """A face's ``connect(**options)``: an option of the face's own constructor that ``connect()`` does not list
+    (``cache_ttl``, ``monotonic``...) goes to the face, not to the client; one that neither takes is a
+    :class:`TypeError` naming the face, before anything connects."""
+    mine, clients = _parameters(face), _parameters(client_class)
+    for name in list(client_options):
+        if name in clients:
+            continue
+        if name in mine and name not in ("client", "broker"):
+            face_options[name] = client_options.pop(name)
+            continue
+        face_name = getattr(face, "__name__", repr(face))
+        raise TypeError(
+            f"{face_name}.connect() got an unexpected keyword argument {name!r}: it takes {face_name}'s own options "
+            f"and {client_class.__name__}'s (timeout, client_id, username, tls...)"
+        )
+
+
 def connect_blocking_face(
     face: Callable[..., F], broker: Broker, client_options: dict[str, Any], **face_options: Any
 ) -> F:
     """:class:`Connecting` for a blocking face (its constructor opens it): the face, connected."""
-    client = StateStoreClient(settings=settings_for(broker, client_options), **client_options)
+    settings = settings_for(broker, client_options)  # the connection options (keepalive...) popped first
+    _route_options(face, StateStoreClient, client_options, face_options)
+    client = StateStoreClient(settings=settings, **client_options)
     client.connect()
     try:
         return face(client, _owns_client=True, **face_options)

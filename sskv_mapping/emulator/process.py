@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._protocol.topics import REQUEST_TOPIC
-from ..errors import StateStoreError
+from ..errors import ConfigurationError, StateStoreError
 from .scan import DEFAULT_SCAN_PAGE_SIZE
 
 __all__ = [
@@ -46,7 +46,7 @@ fencing tokens, expiry with DELETE notifications.
 
 With --with-broker it first starts a private mosquitto, configured for it, on --host and
 --broker-port (default {DEFAULT_BROKER_PORT}, or a free port if {DEFAULT_BROKER_PORT} is taken), prints the broker URL,
-and serves on it; Ctrl-C or SIGTERM stops both. Without it, it connects to the MQTT 5 broker
+and serves on it; Ctrl-C, SIGTERM or SIGHUP stops both. Without it, it connects to the MQTT 5 broker
 at --host/--port: a mosquitto started with 'log_dest topic' and 'connection_messages true'
 (how the emulator sees clients disconnect and drops their KEYNOTIFY registrations, as the
 service does).
@@ -56,7 +56,7 @@ service does).
 
 EPILOG = """\
 It prints 'sskv emulator: serving state store on mqtt://HOST:PORT ...' once ready, and stops cleanly on
-SIGTERM or Ctrl-C (exit status 0). Exit status 1: the broker could not be reached or started. Exit status 2:
+SIGTERM, SIGHUP or Ctrl-C (exit status 0). Exit status 1: the broker could not be reached or started. Exit status 2:
 an option that cannot work (a --persist-file whose directory is missing or not writable...).
 
 examples:
@@ -194,6 +194,12 @@ def add_emulator_arguments(parser: argparse.ArgumentParser) -> None:
         help="let the inspector page set and delete keys (read-only without it)",
     )
     parser.add_argument(
+        "--allow-second-emulator",
+        dest="alone",
+        action="store_false",
+        help="start even if a state store already answers on the broker (by default: refused, one per broker)",
+    )
+    parser.add_argument(
         "--log-level",
         default="warning",
         choices=["debug", "info", "warning", "error"],
@@ -230,7 +236,7 @@ async def serve(args: argparse.Namespace, host: str, port: int) -> int:
     from .._transport.settings import ConnectionSettings
     from .core import EmulatorCore
     from .duplicates import DEFAULT_MAX_ENTRIES
-    from .server import EmulatorServer
+    from .server import EmulatorServer, serving_already
 
     # The MQTT session outlives a dropped connection (requests published while it reconnects are queued by the
     # broker and served after), but only under a stable --client-id: a random id's session would outlive a
@@ -271,10 +277,14 @@ async def serve(args: argparse.Namespace, host: str, port: int) -> int:
         mode = "writable" if args.inspect_writable else "read-only"
         _announce(f"sskv emulator: inspector ({mode}) on {url}")
     loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT)
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a closed terminal too: stop, and the broker with it
     for sig in signals:
         loop.add_signal_handler(sig, server.stop)
     try:
+        if args.alone:  # one state store per broker, as the real service: not a second one beside it
+            other = await serving_already(settings)
+            if other is not None:
+                raise ConfigurationError(other)
         await server.run()
     except StateStoreError as exc:
         print(f"sskv emulator: {exc}", file=sys.stderr, flush=True)

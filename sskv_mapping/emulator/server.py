@@ -10,25 +10,30 @@ import contextlib
 import logging
 import os
 import tempfile
+import time
+import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from .._protocol import headers
 from .._protocol.hlc import HybridLogicalClock, system_clock_ms
-from .._protocol.mqtt_publish import PackedUserProperties
-from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic, is_topic_name
+from .._protocol.mqtt_publish import OutgoingMessage, PackedUserProperties
+from .._protocol.resp3 import encode_request
+from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic, is_topic_name, response_topic
 from .._transport.backoff import Backoff
 from .._transport.base import Connection, ConnectionFactory, InboundMessage, taking_messages
 from .._transport.factory import new_connection
 from .._transport.settings import ConnectionSettings
 from .._transport.stream import StreamConnection
-from ..errors import ConfigurationError, StateStoreError, TransportError
+from ..errors import ConfigurationError, ServiceUnavailableError, StateStoreError, TransportError
 from . import _telemetry as otel
 from .broker import LOG_TOPIC_FILTER, parse_connection_log
 from .core import CoreResult, EmulatorCore, Notification
 from .outbox import Outbox
 
-__all__ = ["EmulatorServer", "RequestTap", "client_id_from_response_topic"]
+__all__ = ["EmulatorServer", "RequestTap", "client_id_from_response_topic", "serving_already"]
 
 #: What :attr:`EmulatorServer.tap` is called with after each request served: the requester's client id, the request
 #: payload (``None``: keys expired on the timer), the core's answer and the request's W3C ``traceparent`` (if any).
@@ -44,6 +49,9 @@ _UNSUPPORTED_VERSION_MESSAGE = "unsupported protocol version {!r}; this service 
 _RECONNECT_MIN_S = 0.05
 _RECONNECT_MAX_S = 2.0
 _PERSIST_DELAY_S = 0.05
+#: how long a probe waits for the answer of a subscriber of the request topic (one that does not answer: not a service)
+PROBE_WAIT_S = 1.0
+_PROBE_KEY = b"__sskv-emulator-probe"
 _PERSIST_RETRY_S = 1.0  # a persistence file that could not be written is tried again after this long
 # mosquitto's log line when a session's queue is full: "Outgoing messages are being dropped for client X."
 _DROPPING = "Outgoing messages are being dropped for client "
@@ -133,7 +141,6 @@ class EmulatorServer:
         self._timer_deadline: int | None = None
         self._persist_wake = asyncio.Event()
         self._saved_generation = self.core.persistence_generation
-        self._persist_failing = False
         self._publishes: set[asyncio.Task[None]] = set()
         #: Counters for logs and tests.
         self.stats: dict[str, int] = {
@@ -489,6 +496,7 @@ class EmulatorServer:
     async def _persist_loop(self) -> None:
         if self.persist_file is None:
             return
+        failing = False
         while True:
             await self._persist_wake.wait()
             await asyncio.sleep(_PERSIST_DELAY_S)  # coalesce a burst of writes into one file write
@@ -498,12 +506,15 @@ class EmulatorServer:
             try:
                 await asyncio.to_thread(_write_atomically, self.persist_file, data)
             except OSError as exc:
+                failing = True
                 self._persist_failed(exc, retry=True)
                 self._persist_wake.set()  # tried again (the next change would wait for it anyway)
                 await asyncio.sleep(_PERSIST_RETRY_S)
                 continue
             self._saved_generation = generation
-            self._persist_written()
+            if failing:
+                failing = False
+                log.warning("wrote the persistence file %s again: persistent entries are saved", self.persist_file)
 
     def _save_persistent(self) -> None:
         if self.persist_file is None or self.core.persistence_generation == self._saved_generation:
@@ -514,13 +525,11 @@ class EmulatorServer:
             self._persist_failed(exc, retry=False)
             return
         self._saved_generation = self.core.persistence_generation
-        self._persist_written()
 
     def _persist_failed(self, exc: OSError, *, retry: bool) -> None:
         """A write of the persistence file failed: counted (``stats["persist_failures"]``, on the inspector page)
         and logged at ERROR every time, never silent: what the clients were told is kept is not on disk."""
         self.stats["persist_failures"] += 1
-        self._persist_failing = True
         log.error(
             "cannot write the persistence file %s (%s): entries written with aio-persistence are NOT saved "
             "(failure %d)%s",
@@ -530,10 +539,72 @@ class EmulatorServer:
             f"; trying again in {_PERSIST_RETRY_S:g} s" if retry else "",
         )
 
-    def _persist_written(self) -> None:
-        if self._persist_failing:
-            self._persist_failing = False
-            log.warning("wrote the persistence file %s again: persistent entries are saved", self.persist_file)
+
+async def serving_already(
+    settings: ConnectionSettings, factory: ConnectionFactory = new_connection, wait: float = PROBE_WAIT_S
+) -> str | None:
+    """Whether a state store already serves the broker of ``settings``: what to say if one does, else ``None``.
+
+    One GET of a probe key is sent to the request topic from a connection of its own. A broker that delivers it to
+    nobody says so at once (PUBACK 0x10): nothing is waited for. Delivered, the answer is waited for up to ``wait``
+    seconds; a subscriber that stays silent (a sniffer on ``#``, the kept session of a stopped emulator) is not a
+    service, and is logged at WARNING. The real service is one per broker."""
+    probe_id = f"sskv-emulator-probe-{uuid.uuid4().hex[:12]}"
+    correlation = uuid.uuid4().bytes
+    answered: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+
+    def on_message(message: InboundMessage) -> None:
+        if message.correlation_data == correlation and not answered.done():
+            answered.set_result(time.monotonic())
+
+    conn = taking_messages(factory(replace(settings, client_id=probe_id, session_expiry=0), on_message))
+    try:
+        await conn.connect()
+        topic = response_topic(probe_id)
+        await conn.subscribe([topic], qos=1)
+        props = headers.request_properties(probe_id, HybridLogicalClock(system_clock_ms(), 0, probe_id))
+        refused: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        sent = time.monotonic()
+        conn.publish_nowait(
+            OutgoingMessage(
+                REQUEST_TOPIC,
+                encode_request(b"GET", _PROBE_KEY),
+                1,
+                correlation,
+                topic,
+                props,
+                headers.CONTENT_TYPE,
+                max(1, int(wait) + 1),
+            ),
+            refusal=refused,  # fails with ServiceUnavailableError on PUBACK 0x10; never resolves otherwise
+        )
+        outcomes: set[asyncio.Future[Any]] = {answered, refused}
+        await asyncio.wait(outcomes, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+        if refused.done():
+            if isinstance(refused.exception(), ServiceUnavailableError):
+                return None  # PUBACK 0x10: nobody is subscribed to the request topic
+            refused.result()  # the broker refused the PUBLISH: raised
+        if not answered.done():
+            refused.cancel()
+            log.warning(
+                "a subscriber of %s on %s did not answer a probe within %g s: not a state store, serving anyway",
+                REQUEST_TOPIC,
+                settings.url,
+                wait,
+            )
+            return None
+        refused.cancel()
+        at = answered.result()
+    except (TransportError, OSError) as exc:
+        raise TransportError(f"cannot serve on {settings.url}: {exc}") from exc
+    finally:
+        with contextlib.suppress(Exception):
+            await conn.close()
+    return (
+        f"a state store already serves on {settings.url} (it answered a probe in {(at - sent) * 1000:.0f} ms): "
+        "two would both answer every request, and versions could go backwards. Stop it, or use another broker "
+        "(--allow-second-emulator starts anyway)"
+    )
 
 
 def persist_file_problem(path: Path) -> str | None:
