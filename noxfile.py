@@ -107,6 +107,7 @@ nox.options.sessions = [
     "peer-cachelib",
     "peer-flask",
     "peer-aiocache",
+    "peer-django-redis",
     "peer-litestar",  # skipped without a Litestar checkout (its sdist ships no tests)
     "docs",
 ]
@@ -530,6 +531,24 @@ def peer_flask(session: nox.Session, flask_caching: str) -> None:
     session.run(
         "python", "tests/peer/run_pytest_suite.py", tests_dir, "flask_caching_backend_tests.py", "-p", "no:asyncio"
     )
+
+
+@nox.session(name="peer-django-redis")
+@nox.parametrize(("python", "django"), _pairs(DJANGO_SERIES))
+def peer_django_redis(session: nox.Session, django: str) -> None:
+    """django-redis's own ``tests/test_backend.py`` (from its sdist) against our Django backend, on every Django of
+    the matrix: its ``keys``, ``iter_keys``, ``delete_pattern``, ``ttl``/``pttl``, ``expire``... tests; what the
+    store does not offer is deselected with the reason (``tests/peer/run_django_redis_suite.py``)."""
+    # django-redis and redis: their test module imports both; pytest-mock: their mocker fixture; pytest-xdist: their
+    # conftest imports its scheduler
+    _install(
+        session,
+        "django",
+        "msgpack",
+        deps=(f"django=={django}.*", "django-redis", "redis", "pytest-mock", "pytest-xdist"),
+    )
+    tests_dir = _sdist_tests(session, "django-redis", "tests")
+    session.run("python", "tests/peer/run_django_redis_suite.py", tests_dir, *session.posargs)
 
 
 @nox.session(name="peer-litestar", python=_only(OLDEST))
