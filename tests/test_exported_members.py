@@ -52,6 +52,9 @@ EXPECTED = {
     "AsyncStateStoreDict",
     "StateStoreDict",
     "StoreEntry",
+    "Change",
+    "AsyncChangeStream",
+    "ChangeStream",
     "AsyncStateStoreCache",
     "StateStoreCache",
     "StateStoreCacheStats",
@@ -172,7 +175,7 @@ PUBLIC_MODULES = {
         "TtlConvention",
         "translate_ttl",
     ],
-    "mapping": ["AsyncStateStoreDict", "StateStoreDict"],
+    "mapping": ["AsyncChangeStream", "AsyncStateStoreDict", "Change", "ChangeStream", "StateStoreDict"],
     "lock": ["AsyncLeasedLock", "LeasedLock"],
     "election": ["AsyncLeaderElection", "LeaderElection", "LeadershipChange"],
     "codecs": [
