@@ -438,6 +438,7 @@ class ChangeStream(BlockingTwin, Generic[V]):
 
     @property
     def overflows(self) -> int:
+        """How many times the consumer fell ``maxsize`` changes behind."""
         return self._stream.overflows
 
     def start(self) -> ChangeStream[V]:
