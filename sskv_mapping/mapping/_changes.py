@@ -270,7 +270,7 @@ def feed_of(store: NamespaceStore[V]) -> _Feed[V]:
 
 async def stop_feed(store: NamespaceStore[Any]) -> None:
     """Stop the store's feed, if it has one (the dict closes)."""
-    feed = _feeds.get(store)
+    feed = _feeds.pop(store, None)  # its value holds the store: left in, the weak entry would never go
     if feed is not None:
         for stream in list(feed.streams):
             await stream.aclose()

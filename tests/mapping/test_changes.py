@@ -169,3 +169,20 @@ def test_the_blocking_twin_iterates_and_calls_back_on_its_own_thread(
             assert done.wait(10)
             assert heard == [("a", 2, 2)]
             listener.close()
+
+
+async def test_closing_the_dict_ends_its_streams_and_releases_their_watches(
+    store_backend: StoreBackend, namespace: str, listing: str
+) -> None:
+    mine, theirs = await _dicts(store_backend, namespace, listing)
+    try:
+        await theirs.set("k", 1)
+        stream = await mine.changes(scan_interval=FAST_SCAN).start()
+        assert namespace.encode() + b"/k" in mine.client.watched_keys
+        await mine.close()
+        with pytest.raises(StopAsyncIteration):
+            await stream.next(timeout=5)
+        assert [k for k in mine.client.watched_keys if k.startswith(namespace.encode() + b"/")] == []
+    finally:
+        await mine.close()
+        await theirs.close()
