@@ -109,6 +109,7 @@ nox.options.sessions = [
     "peer-aiocache",
     "peer-django-redis",
     "peer-litestar",  # skipped without a Litestar checkout (its sdist ships no tests)
+    "peer-constance",
     "docs",
 ]
 # ``oldest`` exists only with 3.11 in the matrix, ``newest`` with 3.13 (``SSKV_NOX_PYTHONS`` may leave them out)
@@ -507,6 +508,16 @@ def peer_django(session: nox.Session, django: str) -> None:
     session.run("python", "tests/peer/run_django_suite.py", os.path.dirname(tests_dir), "async")
     # and with a local cache: what a process reads after its own write is what the store holds
     session.run("python", "tests/peer/run_django_suite.py", os.path.dirname(tests_dir), "sync", "local")
+
+
+@nox.session(name="peer-constance")
+@nox.parametrize(("python", "django"), _pairs(DJANGO_SERIES))
+def peer_constance(session: nox.Session, django: str) -> None:
+    """django-constance's own backend tests (from its sdist: ``StorageTestsMixin`` and the Redis backend's test
+    classes, sync and async) against our constance backend, on every Django of the matrix; no exclusions."""
+    _install(session, "constance", deps=(f"django=={django}.*",))
+    root = os.path.dirname(_sdist_tests(session, "django-constance", "tests"))
+    session.run("python", "tests/peer/run_constance_suite.py", root)
 
 
 @nox.session(name="peer-cachelib")

@@ -75,6 +75,7 @@ from .errors import (
 )
 from .local_cache import ABSENT, CachedEntry, CacheStats, LocalCache, ReadTicket
 from .lock import AsyncLeasedLock, LeasedLock
+from .mapping._changes import AsyncChangeStream, Change, ChangeStream
 from .mapping._dict import AsyncStateStoreDict, StateStoreDict
 
 #: The package version.
@@ -83,6 +84,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ABSENT",
     "UNSET",
+    "AsyncChangeStream",
     "AsyncKeyWatch",
     "AsyncLeaderElection",
     "AsyncLeasedLock",
@@ -93,6 +95,8 @@ __all__ = [
     "CacheCounters",
     "CacheStats",
     "CachedEntry",
+    "Change",
+    "ChangeStream",
     "ClientStateError",
     "ClockDriftError",
     "Codec",

@@ -53,6 +53,9 @@ EXPECTED = {
     "AsyncStateStoreDict",
     "StateStoreDict",
     "StoreEntry",
+    "Change",
+    "AsyncChangeStream",
+    "ChangeStream",
     "AsyncStateStoreCache",
     "StateStoreCache",
     "StateStoreCacheStats",
@@ -174,7 +177,7 @@ PUBLIC_MODULES = {
         "TtlConvention",
         "translate_ttl",
     ],
-    "mapping": ["AsyncStateStoreDict", "StateStoreDict"],
+    "mapping": ["AsyncChangeStream", "AsyncStateStoreDict", "Change", "ChangeStream", "StateStoreDict"],
     "lock": ["AsyncLeasedLock", "LeasedLock"],
     "election": ["AsyncLeaderElection", "LeaderElection", "LeadershipChange"],
     "codecs": [

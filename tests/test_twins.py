@@ -45,6 +45,7 @@ _DEPRECATED = "deprecated alias, goes in the next release: the blocking twin {} 
 #: (async class, method) -> why the blocking twin has no such method.
 ONLY_ASYNC: dict[tuple[str, str], str] = {
     ("AsyncKeyWatch", "__anext__"): "the blocking watch's __iter__ is a generator, which is its __next__",
+    ("AsyncChangeStream", "__anext__"): "the blocking stream's __iter__ is a generator, which is its __next__",
     ("AsyncLeaderElection", "add_lost_listener"): (
         "a listener runs on the client's loop; the blocking election takes on_lost= (as both constructors do) "
         "and offers wait_lost() for a thread to block on"
@@ -70,6 +71,10 @@ ONLY_BLOCKING: dict[tuple[str, str], str] = {
 
 #: (async class, method) -> why the twins' parameters differ.
 OTHER_PARAMETERS: dict[tuple[str, str], str] = {
+    ("AsyncChangeStream", "__init__"): (
+        "made by d.changes() / d.on_change(), not by users: the async stream takes the namespace's feed, the "
+        "blocking one the async stream it drives"
+    ),
     ("AsyncKeyWatch", "__init__"): (
         "made by client.watch(key), not by users: the async watch takes the client's subscribe function, "
         "the blocking one the blocking client"

@@ -5,6 +5,7 @@ A network failure raises a ``TransportError``, never ``KeyError`` (docs/guide/di
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 import warnings
 from collections.abc import AsyncIterator, Callable, ItemsView, Iterator, Mapping, MutableMapping, ValuesView
@@ -30,6 +31,15 @@ from ..codecs import Codec, JsonCodec, get_codec
 from ..errors import StateStoreError
 from ..local_cache import ABSENT, DEFAULT_MAX_STALENESS, CachedEntry, LocalCache
 from ..lock import AsyncLeasedLock, LeasedLock, renamed_clock
+from ._changes import (
+    DEFAULT_CHANGES_MAXSIZE,
+    DEFAULT_SCAN_INTERVAL,
+    AsyncChangeStream,
+    Callback,
+    ChangeStream,
+    feed_of,
+    stop_feed,
+)
 from ._listing import ListingMode, NamespaceListing, check_listing
 
 __all__ = ["AsyncStateStoreDict", "StateStoreDict"]
@@ -294,6 +304,7 @@ class AsyncStateStoreDict(SharesCore[_DictCore[V]]):
 
     async def close(self) -> None:
         """Stop the watches; close the client too if this dict created it."""
+        await stop_feed(self._store)
         await self._store.close()
         if self._owns_client:
             await self._store.client.close()
@@ -458,6 +469,33 @@ class AsyncStateStoreDict(SharesCore[_DictCore[V]]):
                 self._store.cache.invalidate(self._store.data_key(k))
         if self._store.index is not None:
             await self._store.index.remove(keys)
+
+    # -- changes ------------------------------------------------------------------------------------------
+
+    def changes(
+        self, *, maxsize: int = DEFAULT_CHANGES_MAXSIZE, scan_interval: float = DEFAULT_SCAN_INTERVAL
+    ) -> AsyncChangeStream[V]:
+        """The namespace's changes, decoded: ``async with d.changes() as changes: async for change in changes:``.
+
+        Every key is watched: those listed when the stream starts and those added later (told by the index's
+        notifications, or found by a SCAN every ``scan_interval`` seconds where SCAN is the listing). Per key in
+        version order, each change at most once, the latest value after every reconnect; past ``maxsize`` waiting
+        changes the stream keeps each key's latest only and counts what it skipped (:class:`AsyncChangeStream`)."""
+        return AsyncChangeStream(feed_of(self._store), maxsize=maxsize, scan_interval=scan_interval)
+
+    async def on_change(
+        self,
+        fn: Callback,
+        *,
+        maxsize: int = DEFAULT_CHANGES_MAXSIZE,
+        scan_interval: float = DEFAULT_SCAN_INTERVAL,
+    ) -> AsyncChangeStream[V]:
+        """Call ``fn(change)`` (a function or a coroutine function, on this loop) for each change, one at a time, as
+        :meth:`changes` yields them; returns the started stream, whose ``aclose()`` stops it."""
+        stream: AsyncChangeStream[V] = AsyncChangeStream(
+            feed_of(self._store), maxsize=maxsize, scan_interval=scan_interval, callback=fn
+        )
+        return await stream.start()
 
     def fenced(self, lock: AsyncLeasedLock) -> AsyncStateStoreDict[V]:
         """A view whose every write carries ``lock``'s current fencing token (``LockError`` if not held)."""
@@ -701,6 +739,34 @@ class StateStoreDict(BlockingTwin, SharesCore[_DictCore[V]], MutableMapping[str,
 
     def clear(self) -> None:
         self._run(self._async.clear())
+
+    # -- changes ------------------------------------------------------------------------------------------
+
+    def changes(
+        self, *, maxsize: int = DEFAULT_CHANGES_MAXSIZE, scan_interval: float = DEFAULT_SCAN_INTERVAL
+    ) -> ChangeStream[V]:
+        """The namespace's changes, decoded: ``with d.changes() as changes: for change in changes:`` (see
+        :meth:`AsyncStateStoreDict.changes`)."""
+        return ChangeStream(self._async.changes(maxsize=maxsize, scan_interval=scan_interval))
+
+    def on_change(
+        self,
+        fn: Callback,
+        *,
+        maxsize: int = DEFAULT_CHANGES_MAXSIZE,
+        scan_interval: float = DEFAULT_SCAN_INTERVAL,
+    ) -> ChangeStream[V]:
+        """Call ``fn(change)`` for each change, one at a time, on a thread of its own (so it may use this dict);
+        returns the started stream, whose ``close()`` stops it."""
+        executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sskv-on-change")
+        stream: AsyncChangeStream[V] = AsyncChangeStream(
+            feed_of(self._async._store),  # noqa: SLF001 - the twins' one store
+            maxsize=maxsize,
+            scan_interval=scan_interval,
+            callback=fn,
+            executor=executor,
+        )
+        return ChangeStream(stream).start()
 
     def fenced(self, lock: LeasedLock) -> StateStoreDict[V]:
         """A view whose every write carries ``lock``'s fencing token."""

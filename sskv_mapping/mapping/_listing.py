@@ -6,16 +6,20 @@ Design: docs/design/namespaces.md, "Listing a dict namespace".
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Literal
 
 from .._keys import escape_glob
 from .._namespace.key_index import IndexEntry
+from .._protocol.notifications import KeyEvent
 from ..client._client import AsyncStateStoreClient
 from ..errors import ConfigurationError, UnsupportedCommandError
 from ._index import StoredKeyIndex
 
 __all__ = ["LISTING_MODES", "ListingMode", "NamespaceListing"]
+
+log = logging.getLogger("sskv_mapping.index")
 
 ListingMode = Literal["scan", "index", "auto"]
 LISTING_MODES: tuple[str, ...] = ("scan", "index", "auto")
@@ -25,6 +29,32 @@ def check_listing(mode: object) -> ListingMode:
     if mode not in LISTING_MODES:
         raise ConfigurationError(f"listing must be one of {', '.join(LISTING_MODES)}, not {mode!r}")
     return mode  # type: ignore[return-value]
+
+
+Listener = Callable[[Iterable[str] | None], None]
+
+
+class _TellingIndex(StoredKeyIndex):
+    """The stored index, telling its listeners of each notification: a shard's keys, or ``None`` when the shards in
+    use change (a listing then loads the new ones)."""
+
+    listeners: list[Listener]
+
+    def _on_event(self, i: int, event: KeyEvent) -> None:
+        super()._on_event(i, event)
+        _tell(self.listeners, self._shards[i].entries)
+
+    def _on_used_event(self, event: KeyEvent) -> None:
+        super()._on_used_event(event)
+        _tell(self.listeners, None)
+
+
+def _tell(listeners: list[Listener], keys: Iterable[str] | None) -> None:
+    for listener in list(listeners):
+        try:
+            listener(keys)
+        except Exception:
+            log.exception("a listing listener failed")
 
 
 class NamespaceListing:
@@ -42,10 +72,13 @@ class NamespaceListing:
         self.client = client
         self.requested = check_listing(mode)
         self.stored = (
-            StoredKeyIndex(client, namespace, data_key)
+            _TellingIndex(client, namespace, data_key)
             if now_ms is None
-            else StoredKeyIndex(client, namespace, data_key, now_ms=now_ms)
+            else _TellingIndex(client, namespace, data_key, now_ms=now_ms)
         )
+        #: told of keys about to be written here, and (index mode) of the index's notifications: see :meth:`listen`
+        self.listeners: list[Listener] = []
+        self.stored.listeners = self.listeners
         self._prefix = namespace + b"/"
         self.pattern = escape_glob(self._prefix) + b"*"
         #: ``"scan"`` or ``"index"`` once started
@@ -120,6 +153,13 @@ class NamespaceListing:
         self.mode = None
         self._keep_index = False
 
+    def listen(self, listener: Listener) -> Callable[[], None]:
+        """Tell ``listener`` of the keys this process is about to write, and in index mode of the index's
+        notifications (a shard's keys; ``None`` when the shards in use change); returns the function that stops it.
+        In SCAN mode nothing tells of a key another process adds."""
+        self.listeners.append(listener)
+        return lambda: self.listeners.remove(listener) if listener in self.listeners else None
+
     # -- the KeyIndex API -----------------------------------------------------------------------------------
 
     async def _keys(self) -> AsyncIterator[str]:
@@ -138,6 +178,9 @@ class NamespaceListing:
         return {key: listed async for key in self._keys()}
 
     async def add(self, keys: Iterable[tuple[str, int | None]]) -> None:
+        if self.listeners:
+            keys = list(keys)
+            _tell(self.listeners, [k for k, _ in keys])
         await self.start()
         if self._indexed:
             await self.stored.add(keys)

@@ -5,7 +5,8 @@
 * ``CACHES["pages"]``: whole cached pages (``@cache_page``). Pages are ``HttpResponse`` objects, which only
   pickle can store, so this alias uses pickle, signed with a key derived from ``SECRET_KEY``: a payload
   without a valid signature is refused before anything is unpickled;
-* ``SSKV_CONFIG_NAMESPACE``: shared settings (feature flags) in a ``StateStoreDict``.
+* ``SSKV_CONFIG_NAMESPACE``: shared settings (feature flags) in a ``StateStoreDict``;
+* ``CONSTANCE_*``: django-constance's live settings (``BANNER``) in the namespace ``<SSKV_NAMESPACE>-constance``.
 
 The broker comes from ``SSKV_URL`` (default ``mqtt://127.0.0.1:1883``: ``sskv emulator --with-broker`` serves
 there), the namespaces from ``SSKV_NAMESPACE``.
@@ -26,7 +27,7 @@ ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 
 ROOT_URLCONF = "demo_site.urls"
 WSGI_APPLICATION = "demo_site.wsgi.application"
-INSTALLED_APPS: list[str] = []
+INSTALLED_APPS: list[str] = ["constance"]
 DATABASES: dict[str, dict[str, str]] = {}  # nothing here needs one: sessions live in the cache
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -58,6 +59,13 @@ CACHES = {
 
 SESSION_ENGINE = "django.contrib.sessions.backends.cache"  # sessions in CACHES["default"]: any instance serves them
 # --8<-- [end:caches]
+
+# django-constance's live settings in the state store: a change made anywhere (the admin of one instance,
+# `sskv set`) is seen by every instance within milliseconds
+CONSTANCE_BACKEND = "sskv_mapping.integrations.constance.StateStoreBackend"
+CONSTANCE_SSKV_LOCATION = SSKV_URL
+CONSTANCE_SSKV_NAMESPACE = f"{SSKV_NAMESPACE}-constance"
+CONSTANCE_CONFIG = {"BANNER": ("Welcome", "the banner /banner/ shows")}
 
 # errors (with their traceback) to the console also when DEBUG is off
 LOGGING = {

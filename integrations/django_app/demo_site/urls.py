@@ -10,4 +10,5 @@ urlpatterns = [
     path("counter/", views.counter),
     path("counter/async/", views.counter_async),
     path("config/", views.config),
+    path("banner/", views.banner),
 ]

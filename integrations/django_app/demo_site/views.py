@@ -60,3 +60,10 @@ def config(request: HttpRequest) -> JsonResponse:
     if request.method == "POST":
         shared.update(json.loads(request.body))
     return JsonResponse({"config": dict(shared), "served_by": INSTANCE})
+
+
+def banner(request: HttpRequest) -> JsonResponse:
+    """A django-constance setting, read from the local cache the store's notifications keep current."""
+    from constance import config as live
+
+    return JsonResponse({"banner": live.BANNER, "served_by": INSTANCE})

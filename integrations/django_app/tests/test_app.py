@@ -18,6 +18,12 @@ import pytest
 pytest.importorskip("django")
 httpx = pytest.importorskip("httpx")
 
+pytest.importorskip("constance")
+
+from constance.codecs import dumps  # noqa: E402
+
+from sskv_mapping import StateStoreDict  # noqa: E402
+
 from ..conftest import APP_DIR, DemoServer  # noqa: E402
 
 Servers = tuple[DemoServer, DemoServer]
@@ -101,3 +107,16 @@ def test_shared_config_changed_through_one_instance_is_seen_by_the_other(servers
     eventually(lambda: get(b, "/config/").json()["config"] == {"greeting": "hello", "beta": False})
     post_json(b, "/config/", {"beta": True})
     eventually(lambda: get(a, "/config/").json()["config"] == {"greeting": "hello", "beta": True})
+
+
+def test_a_constance_setting_changed_in_the_store_is_seen_by_both_instances(
+    servers: Servers, statestore_url: str
+) -> None:
+    a, b = servers
+    assert get(a, "/banner/").json()["banner"] == "Welcome"  # constance's default
+    assert get(b, "/banner/").json()["banner"] == "Welcome"
+    namespace = a._env["SSKV_NAMESPACE"] + "-constance"  # the settings' CONSTANCE_SSKV_NAMESPACE
+    with StateStoreDict.connect(statestore_url, namespace=namespace, codec="str") as store:
+        store["BANNER"] = dumps("Sale today")  # what another instance's admin (constance's backend) writes
+    eventually(lambda: get(a, "/banner/").json()["banner"] == "Sale today")
+    eventually(lambda: get(b, "/banner/").json()["banner"] == "Sale today")
