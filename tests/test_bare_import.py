@@ -14,7 +14,7 @@ from pathlib import Path
 BLOCKER = """
 import sys
 BLOCKED = {"msgpack", "django", "flask", "flask_caching", "litestar", "aiocache", "fastapi", "starlette", "aiohttp",
-           "opentelemetry"}
+           "opentelemetry", "dogpile", "hishel", "pydantic_settings", "constance"}
 class _Block:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCKED:

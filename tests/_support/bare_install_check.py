@@ -18,6 +18,8 @@ INTEGRATIONS = {
     "sskv_mapping.integrations.fastapi": "fastapi",
     "sskv_mapping.integrations.dogpile": "dogpile",
     "sskv_mapping.integrations.hishel": "hishel",
+    "sskv_mapping.integrations.pydantic_settings": "pydantic-settings",
+    "sskv_mapping.integrations.constance": "constance",
 }
 
 
