@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from sskv_mapping import AsyncLeasedLock, StateStoreClient
+from sskv_mapping._transport.factory import chosen_transport
 from sskv_mapping.cache import AsyncStateStoreCache
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 from sskv_mapping.emulator.broker import MosquittoBroker
@@ -85,6 +86,12 @@ for _name in ("flapping", "flapping-short", "slow_close"):  # the cases that res
         KNOWN[(_name, _where)] = (EMULATOR_LOSS, True)
 
 
+#: the paho transport fails a call in flight when its connection drops (it resends nothing of the session: the
+#: session guarantees are the stream transport's, as test_session_blips.py says)
+PAHO_DROPS = "the paho transport fails a call in flight when its connection drops (no session resend)"
+DROPPING = {"flapping", "flapping-short", "slow_close", "stall-past-keepalive", "limit_data"}
+
+
 def _params() -> Iterator[Any]:
     for case in CASES:
         for where in WHERE:
@@ -93,6 +100,8 @@ def _params() -> Iterator[Any]:
                 known = KNOWN.get((case.name, where))
                 if known is not None:
                     marks.append(pytest.mark.xfail(reason=known[0], strict=False, run=known[1]))
+                elif chosen_transport() == "paho" and case.name in DROPPING:
+                    marks.append(pytest.mark.xfail(reason=PAHO_DROPS, strict=False))
                 yield pytest.param(case, where, id=f"{case.name}-{where}", marks=marks)
 
 
