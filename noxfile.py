@@ -436,6 +436,19 @@ def faults(session: nox.Session) -> None:
     session.run(*PYTEST, "tests/fuzz", *session.posargs)  # hostile input: fuzzed parsers, a request flood
 
 
+@nox.session(python=PYTHONS)
+def toxics(session: nox.Session) -> None:
+    """The whole toxic matrix (tests/recovery/test_toxics.py, ``SSKV_TOXICS=full``: every toxic on the client's
+    link, the emulator's and both, with the 30 s flapping) on the stream transport, on paho and on uvloop."""
+    _install(session, "dev")
+    args = ("-rs", "-s", "tests/recovery/test_toxics.py", "tests/testing/test_fault_proxy.py", *session.posargs)
+    runs: list[dict[str, str]] = [{}, {"SSKV_MQTT_TRANSPORT": "paho"}]
+    if sys.platform != "win32":
+        runs.append({"SSKV_LOOP": "uvloop"})
+    for extra in runs:
+        session.run(*PYTEST, *args, env={"SSKV_TOXICS": "full", **extra})
+
+
 @nox.session(name="paho", python=PYTHONS)
 def paho_transport(session: nox.Session) -> None:
     """The client<->emulator suites on the paho transport (aiomqtt/paho; ``SSKV_MQTT_TRANSPORT=paho``, read by

@@ -18,9 +18,16 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from sskv_mapping.testing import InProcessStore, LiveStore, StateStoreServer
+    from sskv_mapping.testing import FaultProxy, InProcessStore, LiveStore, StateStoreServer
 
-__all__ = ["statestore", "statestore_live", "statestore_namespace", "statestore_server", "statestore_url"]
+__all__ = [
+    "statestore",
+    "statestore_faults",
+    "statestore_live",
+    "statestore_namespace",
+    "statestore_server",
+    "statestore_url",
+]
 
 _NOT_NAMESPACE = re.compile(r"[^A-Za-z0-9_.-]+")
 _OURS = frozenset(__all__)
@@ -102,3 +109,14 @@ def statestore_live(statestore_server: StateStoreServer, statestore_namespace: s
         yield live
     finally:
         live.close()
+
+
+@pytest.fixture
+def statestore_faults(statestore_server: StateStoreServer) -> Iterator[FaultProxy]:
+    """A fault proxy between your app and ``statestore_server``: give your app ``statestore_faults.url``, then
+    switch toxics on and off (``add_toxic("latency", latency=50)``, ``cut()``, ``disable()``...) and arm the
+    SDK faultable broker's faults (``reject_next("publish", 0x87)``...). One per test; docs/testing.md "Faults"."""
+    from sskv_mapping.testing import FaultProxy
+
+    with FaultProxy((statestore_server.host, statestore_server.port), mqtt=True) as proxy:
+        yield proxy

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .mqtt_publish import MalformedPacketError, mqtt_bytes, mqtt_str, varint
+from .mqtt_publish import MalformedPacketError, decode_publish, mqtt_bytes, mqtt_str, varint
 
 __all__ = [
     "AUTH_CONTINUE",
@@ -21,15 +21,20 @@ __all__ = [
     "PINGREQ",
     "SESSION_TAKEN_OVER",
     "Auth",
+    "ClientRequest",
     "Connack",
     "PacketSplitter",
+    "ack_packet",
     "auth_packet",
+    "connack_packet",
     "connect_packet",
     "decode_ack",
     "decode_auth",
+    "decode_client_request",
     "decode_connack",
     "decode_disconnect",
     "decode_suback",
+    "disconnect_packet",
     "puback_packet",
     "publish_packet",
     "reason_name",
@@ -421,6 +426,98 @@ class PacketSplitter:
     def pending(self) -> int:
         """Bytes of an incomplete packet kept for the next :meth:`feed`."""
         return len(self._buf)
+
+
+# -- a broker's side: what a fault-injecting proxy reads from a client and answers in the broker's place -----------
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRequest:
+    """The parts of a client's CONNECT, PUBLISH, SUBSCRIBE or UNSUBSCRIBE a broker answers to: the packet type
+    (1, 3, 8, 10), its packet identifier (0 for CONNECT and a QoS 0 PUBLISH), its QoS (PUBLISH), its topic or
+    filters, and its user properties in order."""
+
+    kind: int
+    packet_id: int
+    qos: int
+    topics: tuple[str, ...]
+    user_properties: tuple[tuple[str, str], ...]
+
+    def user_property(self, name: str) -> str | None:
+        """The first value of user property ``name``."""
+        for key, value in self.user_properties:
+            if key == name:
+                return value
+        return None
+
+
+def _pairs(props: dict[int, object]) -> tuple[tuple[str, str], ...]:
+    found = props.get(0x26)
+    return tuple(found) if isinstance(found, list) else ()
+
+
+def decode_client_request(first: int, body: bytes) -> ClientRequest | None:
+    """A client's packet (first byte, body) -> :class:`ClientRequest`; ``None`` for any other packet type. A
+    malformed one is a :class:`MalformedPacketError`."""
+    kind = first >> 4
+    if kind == CONNECT:
+        if len(body) < 10 or body[:6] != b"\x00\x04MQTT" or body[6] != 5:
+            raise MalformedPacketError("not an MQTT 5 CONNECT")
+        props, _ = _properties(body, 10)
+        return ClientRequest(CONNECT, 0, 0, (), _pairs(props))
+    if kind == PUBLISH:
+        message, packet_id = decode_publish(first, body)
+        return ClientRequest(PUBLISH, packet_id, message.qos, (message.topic,), message.user_properties)
+    if kind in (SUBSCRIBE, UNSUBSCRIBE):
+        if len(body) < 3:
+            raise MalformedPacketError("malformed SUBSCRIBE/UNSUBSCRIBE")
+        props, pos = _properties(body, 2)
+        topics: list[str] = []
+        while pos < len(body):
+            if pos + 2 > len(body):
+                raise MalformedPacketError("topic filter runs past the packet")
+            stop = pos + 2 + int.from_bytes(body[pos : pos + 2], "big")
+            if stop > len(body):
+                raise MalformedPacketError("topic filter runs past the packet")
+            try:
+                topics.append(body[pos + 2 : stop].decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise MalformedPacketError("topic filter is not UTF-8") from exc
+            pos = stop + (1 if kind == SUBSCRIBE else 0)  # a SUBSCRIBE's options byte
+        if not topics:
+            raise MalformedPacketError("SUBSCRIBE/UNSUBSCRIBE without a topic filter")
+        return ClientRequest(kind, int.from_bytes(body[:2], "big"), 0, tuple(topics), _pairs(props))
+    return None
+
+
+def _reason(code: int) -> bytes:
+    if not 0 <= code <= 0xFF:
+        raise MalformedPacketError(f"a reason code is one byte, not {code}")
+    return bytes((code,))
+
+
+def connack_packet(reason: int, session_present: bool = False) -> bytes:
+    """CONNACK with ``reason`` and no properties (a refusal has session present 0, MQTT 5 3.2.2.1.1)."""
+    return _packet(0x20, bytes((1 if session_present and reason < 0x80 else 0,)) + _reason(reason) + b"\x00")
+
+
+def ack_packet(kind: int, packet_id: int, reasons: Iterable[int]) -> bytes:
+    """The acknowledgement of a client's request: PUBACK (``kind`` 3: one reason), SUBACK (8) or UNSUBACK (10):
+    one reason per filter."""
+    codes = b"".join(_reason(code) for code in reasons)
+    pid = packet_id.to_bytes(2, "big")
+    if kind == PUBLISH:
+        if len(codes) != 1:
+            raise MalformedPacketError("a PUBACK has one reason code")
+        return _packet(0x40, pid + codes + b"\x00")
+    if kind in (SUBSCRIBE, UNSUBSCRIBE):
+        return _packet(0x90 if kind == SUBSCRIBE else 0xB0, pid + b"\x00" + codes)
+    raise MalformedPacketError(f"no acknowledgement for packet type {kind}")
+
+
+def disconnect_packet(reason: int) -> bytes:
+    """DISCONNECT with ``reason`` and no properties (a broker's, or a client's)."""
+    return _packet(0xE0, _reason(reason) + b"\x00")
 
 
 # -- AUTH (MQTT 5 §3.15): re-authentication on a live connection ------------------------------------------------

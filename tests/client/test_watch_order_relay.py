@@ -15,7 +15,7 @@ import pytest
 
 from sskv_mapping import ConnectionLostError, KeyEvent, KeyOperation, RequestTimeoutError
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
-from tests._support.tcp_relay import TcpRelay
+from sskv_mapping.testing import FaultProxy
 
 pytestmark = pytest.mark.broker
 
@@ -45,7 +45,7 @@ async def test_watch_values_strictly_increase_across_cuts(broker_address: tuple[
                 await arrived.wait()
 
     async with (
-        TcpRelay(*broker_address) as relay,
+        FaultProxy(broker_address) as relay,
         AsyncStateStoreClient(relay.host, relay.port, timeout=3) as watcher,
         AsyncStateStoreClient(*broker_address, timeout=3) as writer,
     ):
@@ -83,7 +83,7 @@ async def test_watch_values_strictly_increase_across_cuts(broker_address: tuple[
                 arrived.clear()
                 await arrived.wait()
         await sub.close()
-    assert relay.cuts == CUTS and watcher._keeper.reconnects >= CUTS
+    assert relay.stats.cuts == CUTS and watcher._keeper.reconnects >= CUTS
     assert deletes == []
     backwards = [(a, b) for a, b in itertools.pairwise(seen) if b <= a]
     assert backwards == [], f"the watch went backwards or repeated: {backwards[:10]}"

@@ -16,8 +16,8 @@ import pytest
 
 from sskv_mapping import AsyncStateStoreDict, Change
 from sskv_mapping.emulator.broker import MosquittoBroker
+from sskv_mapping.testing import FaultProxy
 from tests._support.procs import EmulatorProcess
-from tests._support.relay import CuttingRelay
 
 pytestmark = pytest.mark.parametrize("listing", ["scan", "index"])
 
@@ -125,29 +125,25 @@ async def test_changes_missed_while_this_client_was_away_end_on_the_latest(
     """Only this client's link is cut (the writer goes on writing): what it missed meanwhile comes as each key's
     latest value by a re-read after the reconnect (``synthetic``), never as an older one."""
     count = 900
-    relay = CuttingRelay((fresh_mosquitto.host, fresh_mosquitto.port))
-    port = await relay.start()
-    try:
-        async with await AsyncStateStoreDict.connect(
-            f"mqtt://127.0.0.1:{port}", namespace=namespace, listing=listing
-        ) as d:
-            await d.update(dict.fromkeys(KEYS, 0))
-            async with d.changes(maxsize=10 * count, scan_interval=0.05) as stream:
-                writer = Writer(fresh_mosquitto, namespace, listing, count)
-                try:
-                    while (await writer.line(60)).get("acked", 0) < 200:
-                        pass
-                    relay.cut(refuse_for=0.5)  # the writer writes on while we are away
-                    seen = await _collect(stream, _last_of(count), 90)
-                    while "done" not in await writer.line(60):
-                        pass
-                finally:
-                    writer.close()
-                _in_order_once(seen)
-                assert {k: seen[k][-1].value for k in KEYS} == _last_of(count)
-                got = sum(len(c) for c in seen.values())
-                synthetic = sum(c.synthetic for cs in seen.values() for c in cs)
-                assert got < count, "the cut missed nothing: the test did not test"
-                print(f"\n{listing}: {got} of {count} changes reported across the cut, {synthetic} by a re-read")
-    finally:
-        await relay.close()
+    async with (
+        FaultProxy((fresh_mosquitto.host, fresh_mosquitto.port)) as relay,
+        await AsyncStateStoreDict.connect(relay.url, namespace=namespace, listing=listing) as d,
+    ):
+        await d.update(dict.fromkeys(KEYS, 0))
+        async with d.changes(maxsize=10 * count, scan_interval=0.05) as stream:
+            writer = Writer(fresh_mosquitto, namespace, listing, count)
+            try:
+                while (await writer.line(60)).get("acked", 0) < 200:
+                    pass
+                relay.cut(refuse_for=0.5)  # the writer writes on while we are away
+                seen = await _collect(stream, _last_of(count), 90)
+                while "done" not in await writer.line(60):
+                    pass
+            finally:
+                writer.close()
+            _in_order_once(seen)
+            assert {k: seen[k][-1].value for k in KEYS} == _last_of(count)
+            got = sum(len(c) for c in seen.values())
+            synthetic = sum(c.synthetic for cs in seen.values() for c in cs)
+            assert got < count, "the cut missed nothing: the test did not test"
+            print(f"\n{listing}: {got} of {count} changes reported across the cut, {synthetic} by a re-read")

@@ -1,6 +1,6 @@
 """A local-cache miss on a key not watched yet is one round trip: its KEYNOTIFY and its GET go out back to back.
 
-Over a real mosquitto and the emulator process: a relay holds back every reply (buffers them, loses none) and the
+Over a real mosquitto and the emulator process: the fault proxy stalls every reply (buffers them, loses none) and the
 GET must leave anyway; later changes reach the cache; a failed KEYNOTIFY leaves the GET's value returned, not kept;
 and against a stand-in service that answers the GET first, the value is not kept either.
 """
@@ -8,7 +8,6 @@ and against a stand-in service that answers the GET first, the value is not kept
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 
 from sskv_mapping import AsyncStateStoreClient
@@ -18,62 +17,10 @@ from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.mapping import AsyncStateStoreDict
+from sskv_mapping.testing import FaultProxy
 from tests._support.waiting import eventually
 
 WAIT = 10.0
-
-
-class HoldingRelay:
-    """Forwards TCP to ``target``; while :meth:`hold` is on, what the broker sends waits in the relay (in order)."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.server: asyncio.Server | None = None
-        self.flowing = asyncio.Event()
-        self.flowing.set()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._writers: list[asyncio.StreamWriter] = []
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        port: int = self.server.sockets[0].getsockname()[1]
-        return port
-
-    def hold(self) -> None:
-        self.flowing.clear()
-
-    def release(self) -> None:
-        self.flowing.set()
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self.target)
-        self._writers += [writer, up_writer]
-        for src, dst, held in ((reader, up_writer, False), (up_reader, writer, True)):
-            task = asyncio.create_task(self._pump(src, dst, held))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, held: bool) -> None:
-        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-            while data := await src.read(65536):
-                if held:
-                    await self.flowing.wait()
-                dst.write(data)
-                await dst.drain()
-        with contextlib.suppress(OSError):
-            dst.close()
-
-    async def close(self) -> None:
-        self.flowing.set()
-        if self.server is not None:
-            self.server.close()
-        for writer in self._writers:
-            writer.transport.abort()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 class ReorderingService:
@@ -133,35 +80,31 @@ def _namespace() -> str:
 
 
 async def test_a_miss_sends_its_get_before_the_keynotify_is_answered(broker_address: tuple[str, int]) -> None:
-    relay = HoldingRelay(broker_address)
-    port = await relay.start()
     ns = _namespace()
-    try:
-        async with (
-            AsyncStateStoreClient(*broker_address, timeout=WAIT) as writer,
-            AsyncStateStoreClient("127.0.0.1", port, timeout=WAIT) as client,
-        ):
-            await writer.set(f"{ns}/k".encode(), b'"stored"')
-            d: AsyncStateStoreDict[str] = AsyncStateStoreDict(client, namespace=ns, listing="scan")
-            await d.set("warm", "up")  # connected, listing mode settled: the read below sends only its own requests
-            store = d._store
-            before = client.requests_sent
-            relay.hold()  # no reply reaches the client from now on
-            read = asyncio.create_task(d.get("k"))
-            # both requests leave although the KEYNOTIFY's answer is held back (sequential: only the KEYNOTIFY)
-            await eventually(lambda: client.requests_sent - before == 2, timeout=WAIT)
-            assert not read.done()
-            relay.release()
-            assert await read == "stored"
-            assert client.requests_sent - before == 2
-            assert store.data_key("k") in client.watched_keys
-            assert store.cache is not None and store.cache.holds(store.data_key("k"))
-            before = client.requests_sent
-            assert await d.get("k") == "stored"  # a hit now: kept, since the watch was confirmed
-            assert client.requests_sent == before
-            await d.close()
-    finally:
-        await relay.close()
+    async with (
+        FaultProxy(broker_address) as relay,
+        AsyncStateStoreClient(*broker_address, timeout=WAIT) as writer,
+        AsyncStateStoreClient(relay.host, relay.port, timeout=WAIT) as client,
+    ):
+        await writer.set(f"{ns}/k".encode(), b'"stored"')
+        d: AsyncStateStoreDict[str] = AsyncStateStoreDict(client, namespace=ns, listing="scan")
+        await d.set("warm", "up")  # connected, listing mode settled: the read below sends only its own requests
+        store = d._store
+        before = client.requests_sent
+        relay.add_toxic("timeout", stream="downstream", timeout=0)  # no reply reaches the client from now on
+        read = asyncio.create_task(d.get("k"))
+        # both requests leave although the KEYNOTIFY's answer is held back (sequential: only the KEYNOTIFY)
+        await eventually(lambda: client.requests_sent - before == 2, timeout=WAIT)
+        assert not read.done()
+        relay.remove_toxic("timeout_downstream")  # what was held flows, in order
+        assert await read == "stored"
+        assert client.requests_sent - before == 2
+        assert store.data_key("k") in client.watched_keys
+        assert store.cache is not None and store.cache.holds(store.data_key("k"))
+        before = client.requests_sent
+        assert await d.get("k") == "stored"  # a hit now: kept, since the watch was confirmed
+        assert client.requests_sent == before
+        await d.close()
 
 
 async def test_a_change_right_after_a_pipelined_miss_is_seen(broker_address: tuple[str, int]) -> None:

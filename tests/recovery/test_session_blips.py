@@ -31,7 +31,7 @@ from sskv_mapping._transport.stream import StreamConnection
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.errors import SessionTakenOverError, TransportError
-from tests._support.relay import CuttingRelay
+from sskv_mapping.testing import FaultProxy
 from tests._support.waiting import eventually
 
 pytestmark = pytest.mark.broker
@@ -49,18 +49,13 @@ GENEROUS = 10.0  # a call's timeout here: a blip must cost far less, and the lon
 
 
 @pytest.fixture
-async def relay(mosquitto: MosquittoBroker, emulator: Any) -> AsyncIterator[CuttingRelay]:
-    r = CuttingRelay((mosquitto.host, mosquitto.port))
-    await r.start()
-    try:
-        yield r
-    finally:
-        await r.close()
+async def relay(mosquitto: MosquittoBroker, emulator: Any) -> AsyncIterator[FaultProxy]:
+    async with FaultProxy((mosquitto.host, mosquitto.port)) as proxy:
+        yield proxy
 
 
-def _url(relay: CuttingRelay) -> str:
-    assert relay.server is not None
-    return f"mqtt://127.0.0.1:{relay.server.sockets[0].getsockname()[1]}"
+def _url(relay: FaultProxy) -> str:
+    return relay.url
 
 
 def _resent(client: AsyncStateStoreClient) -> int:
@@ -72,7 +67,7 @@ def _resent(client: AsyncStateStoreClient) -> int:
 @stream_only
 @pytest.mark.parametrize(("how", "every"), [("reset", 0.0), ("close", 0.0), ("reset", CUT_EVERY)])
 async def test_cuts_under_load_fail_no_call(
-    relay: CuttingRelay, mosquitto: MosquittoBroker, how: str, every: float
+    relay: FaultProxy, mosquitto: MosquittoBroker, how: str, every: float
 ) -> None:
     """``reset``: RST both ways. ``close``: a clean close without a word, right after each reconnect -- what a broker
     that takes a session over without 0x8E does too: a suspected take-over, said and ridden out, never fatal.
@@ -155,7 +150,7 @@ async def test_cuts_under_load_fail_no_call(
                 for _ in range(CUTS):
                     if every:  # the schedule of the fault, not a wait for the client
                         await asyncio.sleep(every)
-                        relay.cut(how=how)
+                        relay.cut(reset=how == "reset")
                         continue
                     # each cut lands on a live connection under load: connected, and calls flowing on it
                     mark = calls[0]
@@ -163,7 +158,7 @@ async def test_cuts_under_load_fail_no_call(
                         lambda m=mark: client.state is ConnectionState.CONNECTED and calls[0] > m + CUT_AFTER_CALLS,
                         timeout=20,
                     )
-                    relay.cut(how=how)
+                    relay.cut(reset=how == "reset")
                 await eventually(lambda: client.state is ConnectionState.CONNECTED, timeout=20)
                 mark = calls[0]
                 await eventually(lambda: calls[0] > mark + CUT_AFTER_CALLS, timeout=20)  # and it serves again
@@ -194,13 +189,13 @@ async def test_cuts_under_load_fail_no_call(
         assert ConnectionState.FAILED not in states and client.failure is None
         if how == "close" and CUTS >= 3:  # said and counted, never acted on
             assert client.suspected_takeovers >= 1 and ConnectionState.TAKEOVER_SUSPECTED in states
-        assert relay.cuts == CUTS and client.reconnects >= CUTS  # it reconnected at every cut
+        assert relay.stats.cuts == CUTS and client.reconnects >= CUTS  # it reconnected at every cut
         assert longest[0] < GENEROUS
 
 
 @stream_only
 @pytest.mark.parametrize("lost", ["replies", "requests"])
-async def test_a_cut_between_a_request_and_its_puback(relay: CuttingRelay, lost: str) -> None:
+async def test_a_cut_between_a_request_and_its_puback(relay: FaultProxy, lost: str) -> None:
     """The link fails right after a request left, before its PUBACK: ``replies`` -- the broker got the request,
     its PUBACK and response are lost with the link, and the response waits in the session; ``requests`` -- the
     request itself is lost, and goes again with DUP=1 and its packet id once the broker resumed the session.
@@ -208,12 +203,14 @@ async def test_a_cut_between_a_request_and_its_puback(relay: CuttingRelay, lost:
     key = f"blip-puback-{uuid.uuid4().hex[:8]}"
     async with AsyncStateStoreClient.from_url(_url(relay), timeout=GENEROUS) as client:
         await client.set(key, b"before")
-        relay.hold(lost)
-        sent_before = relay.upstream_bytes
+        # a stall in one direction: what crosses it from now on is held in the relay, and lost with the cut
+        relay.add_toxic("timeout", name="hold", stream="downstream" if lost == "replies" else "upstream", timeout=0)
+        sent_before = relay.stats.upstream_bytes
         call = asyncio.ensure_future(client.set(key, b"after"))
-        await eventually(lambda: relay.upstream_bytes > sent_before, timeout=5)  # the PUBLISH left
+        await eventually(lambda: relay.stats.upstream_bytes > sent_before, timeout=5)  # the PUBLISH left
         assert not call.done()  # no PUBACK, no response: lost with the link
         relay.cut()
+        relay.remove_toxic("hold")
         assert await asyncio.wait_for(call, GENEROUS)  # answered, not failed
         await eventually(lambda: client.state is ConnectionState.CONNECTED, timeout=10)  # (it may answer first)
         if lost == "requests":  # sent again; when only the replies were lost, the kept response may come first

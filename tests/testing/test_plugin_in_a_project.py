@@ -85,7 +85,7 @@ def _urls_per_worker(record: Path) -> dict[str, set[str]]:
 
 def test_every_fixture_works_in_a_project_of_its_own(project: tuple[Path, Path]) -> None:
     output, record = _pytest(project)
-    assert _passed(output) == 9
+    assert _passed(output) == 11
     per_worker = _urls_per_worker(record)
     assert list(per_worker) == ["main"]
     assert len(per_worker["main"]) == 1  # one server for the whole session
@@ -93,7 +93,7 @@ def test_every_fixture_works_in_a_project_of_its_own(project: tuple[Path, Path])
 
 def test_under_xdist_each_worker_has_one_server_of_its_own(project: tuple[Path, Path]) -> None:
     output, record = _pytest(project, "-n", "2")
-    assert _passed(output) == 9
+    assert _passed(output) == 11
     per_worker = _urls_per_worker(record)
     assert set(per_worker) <= {"gw0", "gw1"} and per_worker
     assert all(len(urls) == 1 for urls in per_worker.values()), per_worker  # once per worker session
@@ -112,5 +112,12 @@ def test_the_project_can_turn_the_plugin_off(project: tuple[Path, Path]) -> None
     )
     assert "statestore_url" not in proc.stdout
     listed = _run([str(python), "-m", "pytest", "-p", "no:cacheprovider", "--fixtures", "-q"], cwd=folder)
-    for name in ("statestore", "statestore_url", "statestore_server", "statestore_live", "statestore_namespace"):
+    for name in (
+        "statestore",
+        "statestore_url",
+        "statestore_server",
+        "statestore_live",
+        "statestore_namespace",
+        "statestore_faults",
+    ):
         assert re.search(rf"^{name}\b", listed, re.M), name
