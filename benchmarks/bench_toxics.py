@@ -99,12 +99,14 @@ async def _round(
     }
 
 
-async def main(rounds: int, seconds: float) -> None:
+async def main(rounds: int, seconds: float, only: str | None = None) -> None:
     with StateStoreServer() as server, FaultProxy((server.host, server.port)) as proxy:
         print(f"{rounds} rounds of {seconds:.0f} s per toxic, on the client's link; medians over the rounds")
         print("| toxic | steady GET | GET under the toxic (median / max) | calls | failed | reconnects | recovery |")
         print("|---|---|---|---|---|---|---|")
         for name, toxics in TOXICS:  # a client of its own per toxic: one that stopped spoils no other row
+            if only is not None and not name.startswith(only):
+                continue
             url = f"{proxy.url}?keepalive={KEEPALIVE}"
             async with AsyncStateStoreClient.from_url(url, timeout=60) as client:
                 key = f"bench-toxic-{uuid.uuid4().hex[:8]}"
@@ -132,5 +134,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--only", help="the toxics whose row starts with this (e.g. limit_data)")
     args = parser.parse_args()
-    asyncio.run(main(args.rounds, args.seconds))
+    asyncio.run(main(args.rounds, args.seconds, args.only))
