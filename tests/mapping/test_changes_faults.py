@@ -65,10 +65,12 @@ async def _collect(stream: Any, until: dict[str, int], timeout: float) -> dict[s
 
 def _in_order_once(seen: dict[str, list[Change[Any]]]) -> None:
     for key, changes in seen.items():
+        # a value may come twice, as two changes: a write failed by a lost session may have been applied, and the
+        # writer writes it again (a new version); each change (version) comes once, in order, never back
         values = [c.value for c in changes]
-        assert values == sorted(set(values)), f"{key}: not once each, in order: {values}"
+        assert values == sorted(values), f"{key}: not in order: {values}"
         versions = [c.version for c in changes if c.version is not None]
-        assert versions == sorted(set(versions)), f"{key}: versions go back"
+        assert versions == sorted(set(versions)), f"{key}: a change twice, or versions going back: {versions}"
 
 
 async def test_every_change_of_a_writer_process_once_in_order(

@@ -26,7 +26,7 @@ from sskv_mapping import AsyncLeasedLock
 from sskv_mapping._protocol.notifications import KeyEvent, KeyOperation
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 from sskv_mapping.emulator.broker import MosquittoBroker
-from sskv_mapping.errors import ServiceUnavailableError
+from sskv_mapping.errors import LockError, ServiceUnavailableError
 from tests._support.procs import EmulatorProcess, start_emulator
 from tests._support.waiting import eventually
 
@@ -152,9 +152,15 @@ async def test_a_watch_and_a_lock_survive_a_service_restart(fresh_mosquitto: Mos
                 event = await asyncio.wait_for(events.get(), 10)
             assert (event.op, event.value) == (KeyOperation.SET, b"after")
 
-            # the lock was renewed across it (the lease is 3 s; renewals every 1.5 s were re-sent until answered)
-            await eventually(lambda: lock.fencing_token != first_token, timeout=10)
-            assert (await writer.get(lock.name)) is not None
+            # the restarted service kept no data (no --persist-file): the lock key is gone, so the renewal (re-sent
+            # until answered) finds it gone and the lock is lost -- said, never re-created as if still held, since
+            # another client could have taken it meanwhile
+            await eventually(lambda: not lock.held, timeout=10)
+            with pytest.raises(LockError, match="was lost"):
+                _ = lock.fencing_token
+            assert (await writer.get(lock.name)) is None
+            await lock.acquire(timeout=5)  # taken again, with a newer token
+            assert lock.fencing_token != first_token
             await lock.release()
             await sub.close()
     finally:
