@@ -37,8 +37,10 @@ def _packet(first: int, body: bytes) -> bytes:
 class RawMqtt:
     """One MQTT 5 connection; ``on_publish(topic, payload, props)`` is called for every inbound PUBLISH."""
 
-    def __init__(self, host: str, port: int, client_id: str) -> None:
+    def __init__(self, host: str, port: int, client_id: str, keepalive: int = 60) -> None:
         self.host, self.port, self.client_id = host, port, client_id
+        #: seconds; no PINGREQ is ever sent, so a connection idle for 1.5x this long is closed by the broker (0: never)
+        self.keepalive = keepalive
         self.on_publish: Callable[[bytes, bytes, dict[int, bytes]], None] = lambda t, p, props: None
         self._next_id = 0
         self._acks: dict[int, asyncio.Future[None]] = {}
@@ -48,7 +50,13 @@ class RawMqtt:
         self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         sock = self.writer.get_extra_info("socket")
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        body = _str(b"MQTT") + bytes([5, 0x02]) + struct.pack("!H", 60) + _varint(0) + _str(self.client_id.encode())
+        body = (
+            _str(b"MQTT")
+            + bytes([5, 0x02])
+            + struct.pack("!H", self.keepalive)
+            + _varint(0)
+            + _str(self.client_id.encode())
+        )
         self.writer.write(_packet(0x10, body))
         first, payload = await self._read_packet()
         if first >> 4 != 2 or payload[1] != 0:

@@ -15,6 +15,12 @@ The counts are exact for a given interpreter and build and repeat to within a fr
 are fixed); wall-clock time on a shared machine moves by tens of percent. They are the measure to quote for "did
 this change make the path cheaper"; latency over a real broker still needs ``bench_rpc.py``'s same-run ratios.
 
+The ``socket-*`` measures count one process only, the requester's, over real loopback sockets: a private mosquitto
+and the zero-cost responder (benchmarks/_zero_responder.py), both started here and run natively, serve the
+requests; the child under callgrind is the client, the raw requester (benchmarks/_rawmqtt.py, the floor
+``bench_rpc`` uses) or redis.asyncio (with hiredis where installed) against a private redis-server, one request in
+flight (``-1``) or 64 (``-64``). They run ``--socket-small`` and ``--socket-large`` requests (200 and 1,200).
+
 Without valgrind (and without ``--tool perf``) the script says so and exits 0 having measured nothing.
 """
 
@@ -22,14 +28,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import platform
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -38,6 +47,7 @@ ROOT = Path(os.environ.get("SSKV_BENCH_TREE") or Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 Op = Callable[[], Awaitable[object]]
+_HERE = str(Path(__file__).resolve().parent)
 
 #: name -> what it measures (the order of the table)
 MEASURES: dict[str, str] = {
@@ -59,6 +69,19 @@ MEASURES: dict[str, str] = {
     "(split, decoded), served, the reply encoded and written, the reply's PUBACK read",
     "emulator-set": "the emulator's whole CPU for a SET as served over MQTT (as emulator-get)",
 }
+#: the client-process-only measures over real sockets: socket-<requester>-<verb>-<in flight> -> what it measures
+SOCKET_MEASURES: dict[str, str] = {
+    f"socket-{who}-{verb}-{n}": f"{what} {verb.upper()}, {n} in flight, the requester's process only, over real sockets"
+    for who, what in (
+        ("client", "`AsyncStateStoreClient`"),
+        ("raw", "the raw requester (benchmarks/_rawmqtt.py)"),
+        ("redis", "redis.asyncio against redis-server"),
+    )
+    for verb in ("get", "set")
+    for n in (1, 64)
+}
+MEASURES.update(SOCKET_MEASURES)
+SOCKET_IN_FLIGHT = 64
 
 WARM_UP = 50
 #: the client id of every measure's client (see _setup)
@@ -229,7 +252,84 @@ def _emulator_op(payload: bytes) -> Op:
     return op
 
 
+async def _socket_setup(name: str, stack: AsyncExitStack) -> Op:
+    """The requester ``name`` names, connected to the servers the parent started (``SSKV_BENCH_MQTT``,
+    ``SSKV_BENCH_REDIS``), and one request of its verb."""
+    _, who, verb, _ = name.split("-")
+    if who == "redis":
+        import redis.asyncio as aredis
+
+        r = aredis.Redis(host="127.0.0.1", port=int(os.environ["SSKV_BENCH_REDIS"]), max_connections=SOCKET_IN_FLIGHT)
+        stack.push_async_callback(r.aclose)
+        await r.set("bench", b"x" * 16)
+        if verb == "get":
+            return lambda: r.get("bench")
+        return lambda: r.set("bench", b"y" * 16)
+    host, port = os.environ["SSKV_BENCH_MQTT"].rsplit(":", 1)
+    if who == "client":
+        from sskv_mapping.client import AsyncStateStoreClient
+
+        client = await stack.enter_async_context(AsyncStateStoreClient(host, int(port), client_id=BENCH_CLIENT_ID))
+        if verb == "get":
+            return lambda: client.get("bench")
+        return lambda: client.set("bench", b"y" * 16)
+    sys.path.insert(0, _HERE)
+    from _rawmqtt import RawMqtt, user_properties
+
+    client_id = "bench-raw-requester"
+    response_topic = f"clients/{client_id}/services/statestore/_any_/command/invoke/response".encode()
+    req = RawMqtt(host, int(port), client_id)
+    await req.connect()
+    stack.push_async_callback(req.close)
+    await req.subscribe(response_topic.decode())
+    waiting: dict[bytes, asyncio.Future[bytes]] = {}
+    req.on_publish = lambda t, p, props: waiting.pop(props[0x09]).set_result(p)
+    user = user_properties(
+        [("__ts", f"{1_700_000_000_000:015d}:00000:{client_id}"), ("__srcId", client_id), ("__protVer", "1.0")]
+    )
+    payload = b"*2\r\n$3\r\nGET\r\n$5\r\nbench\r\n"
+    if verb == "set":
+        payload = b"*3\r\n$3\r\nSET\r\n$5\r\nbench\r\n$16\r\n" + b"y" * 16 + b"\r\n"
+    loop = asyncio.get_running_loop()
+    counter = iter(range(1, 10**9))
+    topic = b"statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke"
+
+    async def one() -> bytes:
+        corr = next(counter).to_bytes(16, "big")
+        fut = loop.create_future()
+        waiting[corr] = fut
+        req.publish(topic, payload, response_topic, corr, user)
+        return await fut
+
+    return one
+
+
+async def _socket_child(name: str, ops: int) -> None:
+    in_flight = int(name.rsplit("-", 1)[1])
+    async with AsyncExitStack() as stack:
+        op = await _socket_setup(name, stack)
+
+        async def run(n: int) -> None:
+            left = [n]
+
+            async def worker() -> None:
+                while left[0] > 0:
+                    left[0] -= 1
+                    await op()
+
+            await asyncio.gather(*(worker() for _ in range(min(in_flight, n))))
+
+        await run(WARM_UP * in_flight)
+        gc.collect()
+        gc.freeze()
+        await run(ops)
+        await asyncio.sleep(0)
+
+
 async def _child(name: str, ops: int) -> None:
+    if name in SOCKET_MEASURES:
+        await _socket_child(name, ops)
+        return
     _RUN_OPS[0] = ops
     async with AsyncExitStack() as stack:
         op = await _setup(name, stack)
@@ -245,8 +345,61 @@ async def _child(name: str, ops: int) -> None:
         await asyncio.sleep(0)  # let the last replies' bookkeeping run in both runs alike
 
 
+#: the servers the socket measures' children talk to (set by _socket_servers)
+_SERVERS: dict[str, str] = {}
+
+
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(ROOT)}
+    return {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(ROOT), **_SERVERS}
+
+
+def _redis_ready() -> str | None:
+    """Why the redis rows cannot be measured here (with the install command), or ``None`` when they can."""
+    if shutil.which("redis-server") is None:
+        return "redis-server is not installed (`apt-get install redis-server`): the redis rows are skipped"
+    try:
+        import redis.asyncio  # noqa: F401
+    except ImportError:
+        return "the redis package is not installed (`pip install 'redis[hiredis]'`): the redis rows are skipped"
+    return None
+
+
+def _socket_servers(stack: contextlib.ExitStack, redis: bool) -> None:
+    """A private mosquitto with the zero-cost responder on it, and (``redis``) a private redis-server, for the
+    socket measures; their addresses go to the children through the environment."""
+    from sskv_mapping.emulator.broker import MosquittoBroker, free_port
+
+    broker = stack.enter_context(MosquittoBroker())
+    script = Path(__file__).resolve().parent / "_zero_responder.py"
+    zero = subprocess.Popen(
+        [sys.executable, str(script), broker.host, str(broker.port)], stdout=subprocess.PIPE, text=True, env=_env()
+    )
+    stack.callback(zero.wait, 10)
+    stack.callback(zero.kill)
+    assert zero.stdout is not None
+    if zero.stdout.readline().strip() != "ready":
+        raise RuntimeError("the zero-cost responder did not start")
+    _SERVERS["SSKV_BENCH_MQTT"] = f"{broker.host}:{broker.port}"
+    if not redis:
+        return
+    port = free_port()
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    stack.callback(server.wait, 10)
+    stack.callback(server.terminate)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start") from None
+            time.sleep(0.05)
+    _SERVERS["SSKV_BENCH_REDIS"] = str(port)
 
 
 def _count_callgrind(name: str, ops: int, workdir: Path) -> int:
@@ -293,8 +446,11 @@ def _perf_works() -> bool:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="measures: " + ", ".join(MEASURES))
     ap.add_argument("--only", nargs="+", choices=list(MEASURES), metavar="NAME", help="measure only these")
+    ap.add_argument("--socket", action="store_true", help="only the socket-* measures (the requester's process)")
     ap.add_argument("--small", type=int, default=100, help="operations in the shorter run (default 100)")
     ap.add_argument("--large", type=int, default=600, help="operations in the longer run (default 600)")
+    ap.add_argument("--socket-small", type=int, default=200, help="socket-* requests in the shorter run (200)")
+    ap.add_argument("--socket-large", type=int, default=1200, help="socket-* requests in the longer run (1,200)")
     ap.add_argument("--tool", choices=["callgrind", "perf"], default="callgrind", help="how to count instructions")
     ap.add_argument("--list", action="store_true", help="list the measures and exit")
     ap.add_argument("--child", choices=list(MEASURES), help=argparse.SUPPRESS)
@@ -307,7 +463,7 @@ def main() -> int:
         for name, what in MEASURES.items():
             print(f"{name:20} {what}")
         return 0
-    if args.large <= args.small:
+    if args.large <= args.small or args.socket_large <= args.socket_small:
         ap.error("--large must be more than --small")
     if args.tool == "callgrind" and shutil.which("valgrind") is None:
         print("valgrind is not installed (e.g. `apt-get install valgrind`): nothing measured.")
@@ -318,30 +474,64 @@ def main() -> int:
         )
         return 0
     count = _count_callgrind if args.tool == "callgrind" else _count_perf
-    names = args.only or list(MEASURES)
+    names = args.only or (list(SOCKET_MEASURES) if args.socket else list(MEASURES))
+    sockets = [name for name in names if name in SOCKET_MEASURES]
+    no_redis = _redis_ready() if any("-redis-" in name for name in sockets) else None
+    if no_redis is not None:
+        print(no_redis)
+        names = [name for name in names if "-redis-" not in name]
     print(
         f"python {platform.python_version()} on {platform.machine()}; {args.tool}; per op = (I({args.large}) - ", end=""
     )
-    print(f"I({args.small})) / {args.large - args.small}", flush=True)
+    print(f"I({args.small})) / {args.large - args.small}", end="")
+    if sockets:
+        print(
+            f"; socket-*: (I({args.socket_large}) - I({args.socket_small})) / {args.socket_large - args.socket_small}"
+        )
+    print(flush=True)
     results: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="sskv-instr-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="sskv-instr-") as tmp, contextlib.ExitStack() as servers:
+        if sockets:
+            _socket_servers(servers, redis=no_redis is None and any("-redis-" in name for name in names))
         for name in names:
-            small = count(name, args.small, Path(tmp))
-            large = count(name, args.large, Path(tmp))
-            results[name] = (large - small) / (args.large - args.small)
+            small, large = (
+                (args.socket_small, args.socket_large) if name in SOCKET_MEASURES else (args.small, args.large)
+            )
+            results[name] = (count(name, large, Path(tmp)) - count(name, small, Path(tmp))) / (large - small)
             print(f"  {name}: {results[name]:,.0f} instructions per op", flush=True)
     print()
-    print("| measure | instructions per op | ratio |")
-    print("|---|---:|---|")
-    base = results.get("client-get")
-    for name, per_op in results.items():
-        ratio = ""
-        if base and name.startswith(("dict-", "cache-")) and not name.endswith("hit"):
-            ratio = f"{per_op / base:.2f}x client `get`"
-        if name.endswith("-hit") and base:
-            ratio = f"{base / per_op:.0f}x cheaper than client `get`"
-        print(f"| {name}: {MEASURES[name]} | {per_op:,.0f} | {ratio} |")
+    plain = {name: v for name, v in results.items() if name not in SOCKET_MEASURES}
+    if plain:
+        print("| measure | instructions per op | ratio |")
+        print("|---|---:|---|")
+        base = plain.get("client-get")
+        for name, per_op in plain.items():
+            ratio = ""
+            if base and name.startswith(("dict-", "cache-")) and not name.endswith("hit"):
+                ratio = f"{per_op / base:.2f}x client `get`"
+            if name.endswith("-hit") and base:
+                ratio = f"{base / per_op:.0f}x cheaper than client `get`"
+            print(f"| {name}: {MEASURES[name]} | {per_op:,.0f} | {ratio} |")
+    if any(name in SOCKET_MEASURES for name in results):
+        print_socket_table(results)
     return 0
+
+
+def print_socket_table(results: dict[str, float]) -> None:
+    """The requester's instructions per request, each against the raw requester's in the same run."""
+    print()
+    print("| the requester's process, per request | one in flight | vs raw | 64 in flight | vs raw |")
+    print("|---|---:|---:|---:|---:|")
+    for verb in ("get", "set"):
+        for who, label in (("client", "`AsyncStateStoreClient`"), ("raw", "raw requester"), ("redis", "redis.asyncio")):
+            cells = []
+            for n in (1, 64):
+                value = results.get(f"socket-{who}-{verb}-{n}")
+                raw = results.get(f"socket-raw-{verb}-{n}")
+                cells.append("" if value is None else f"{value:,.0f}")
+                cells.append("" if value is None or not raw else f"{value / raw:.2f}x")
+            if any(cells):
+                print(f"| {label} {verb.upper()} | {' | '.join(cells)} |")
 
 
 if __name__ == "__main__":

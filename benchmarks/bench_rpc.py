@@ -3,6 +3,7 @@
 Run:  python benchmarks/bench_rpc.py [--rounds 5] [--requests 2000] [--ops 20000]
       python benchmarks/bench_rpc.py --loops            # only (h): asyncio's loop vs uvloop
       python benchmarks/bench_rpc.py --inspector [--baseline DIR] [--set]   # only (f), inspector off / idle / page open
+      python benchmarks/bench_rpc.py --throughput       # only (i): the client, the raw requester, redis.asyncio
 
 Everything runs on this machine, on loopback, against one private mosquitto started here:
 
@@ -19,7 +20,11 @@ Everything runs on this machine, on loopback, against one private mosquitto star
     cache (every read a round trip), against the client's ``get`` (g0) taken in turn with them, call by call;
 (h) the event loop: (a), (b) and (c) again on asyncio's own loop and on uvloop (what ``uvicorn[standard]`` runs
     ASGI apps on), each on a loop of its own in a thread, a fresh client each, in alternating order within each
-    round; the ratio is uvloop's against asyncio's in the same rounds (uvloop row absent when it is not installed).
+    round; the ratio is uvloop's against asyncio's in the same rounds (uvloop row absent when it is not installed);
+(i) same-run throughput with 64 requests in flight, in turn within each round: the client against the zero-cost
+    responder, the raw requester (benchmarks/_rawmqtt.py) against it, and redis.asyncio (hiredis's parser where
+    installed) against a private redis-server; with the CPU each process spent per GET (this process's own clock for
+    the requester, /proc for mosquitto, the responder and redis-server).
 
 With ``--inspector`` only (f) runs, against emulator processes started three ways, each on its own mosquitto, in
 turn within each round: without ``--inspect`` (off), with ``--inspect`` and no page (idle), and with a page open
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import shutil
@@ -416,6 +422,154 @@ async def inspector_main(args: argparse.Namespace) -> None:
     )
 
 
+class _Cpu:
+    """CPU seconds per request of this process and of some others, over one measured stretch."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.mine = time.process_time()
+        self.theirs = [cpu_seconds(pid) for pid in pids]
+
+    def per_request(self, n: int) -> tuple[float, float]:
+        mine = (time.process_time() - self.mine) / n
+        theirs = sum(cpu_seconds(pid) - before for pid, before in zip(self.pids, self.theirs, strict=True)) / n
+        return mine, theirs
+
+
+async def raw_throughput(host: str, port: int, ops: int, others: list[int]) -> tuple[float, float, float]:
+    """(i): the raw requester's GETs to the zero-cost responder, 64 in flight: (ops/s, own CPU, servers' CPU)."""
+    client_id = "bench-raw-requester"
+    response_topic = f"clients/{client_id}/services/statestore/_any_/command/invoke/response".encode()
+    req = RawMqtt(host, port, client_id)
+    await req.connect()
+    await req.subscribe(response_topic.decode())
+    waiting: dict[bytes, asyncio.Future[bytes]] = {}
+    req.on_publish = lambda t, p, props: waiting.pop(props[0x09]).set_result(p)
+    wall = time.time_ns() // 1_000_000
+    user = user_properties([("__ts", f"{wall:015d}:00000:{client_id}"), ("__srcId", client_id), ("__protVer", "1.0")])
+    payload = b"*2\r\n$3\r\nGET\r\n$5\r\nbench\r\n"
+    loop = asyncio.get_running_loop()
+    counter = iter(range(1, 10**9))
+
+    async def worker(n: int) -> None:
+        for _ in range(n):
+            corr = next(counter).to_bytes(16, "big")
+            fut = loop.create_future()
+            waiting[corr] = fut
+            req.publish(REQUEST_TOPIC, payload, response_topic, corr, user)
+            await fut
+
+    await asyncio.gather(*(worker(10) for _ in range(IN_FLIGHT)))
+    per_worker = ops // IN_FLIGHT
+    cpu = _Cpu(others)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(per_worker) for _ in range(IN_FLIGHT)))
+    elapsed = time.perf_counter() - t0
+    await req.close()
+    n = per_worker * IN_FLIGHT
+    return (n / elapsed, *cpu.per_request(n))
+
+
+async def get_throughput(get: Callable[[], Any], ops: int, others: list[int]) -> tuple[float, float, float]:
+    """(i): ``await get()`` 64 at a time: (ops/s, this process's CPU per GET, the servers' CPU per GET)."""
+    per_worker = ops // IN_FLIGHT
+
+    async def worker(n: int) -> None:
+        for _ in range(n):
+            await get()
+
+    await asyncio.gather(*(worker(10) for _ in range(IN_FLIGHT)))
+    cpu = _Cpu(others)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(per_worker) for _ in range(IN_FLIGHT)))
+    elapsed = time.perf_counter() - t0
+    n = per_worker * IN_FLIGHT
+    return (n / elapsed, *cpu.per_request(n))
+
+
+async def throughput_table(args: argparse.Namespace) -> None:
+    """(i): the client, the raw requester and redis.asyncio, 64 in flight, in turn within each round."""
+    exe = shutil.which("redis-server")
+    try:
+        import redis.asyncio as aredis
+    except ImportError:
+        aredis = None
+    with contextlib.ExitStack() as stack:
+        broker = stack.enter_context(MosquittoBroker())
+        zero = start_zero_responder(broker.host, broker.port)
+        stack.callback(zero.wait, 10)
+        stack.callback(zero.kill)
+        mqtt_pids = [broker.pid, zero.pid]
+        assert None not in mqtt_pids
+        rows: dict[str, list[tuple[float, float, float]]] = {"client": [], "raw": []}
+        redis_pid: int | None = None
+        r = None
+        if exe is None or aredis is None:
+            why = "redis-server (`apt-get install redis-server`)" if exe is None else "`pip install 'redis[hiredis]'`"
+            print(f"(i) redis.asyncio not measured: needs {why}")
+        else:
+            port = free_port()
+            proc = subprocess.Popen(
+                [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            stack.callback(proc.wait, 10)
+            stack.callback(proc.terminate)
+            redis_pid = proc.pid
+            rows["redis"] = []
+            r = aredis.Redis(host="127.0.0.1", port=port, max_connections=IN_FLIGHT)
+            for _ in range(200):
+                try:
+                    await r.ping()
+                    break
+                except Exception:
+                    await asyncio.sleep(0.05)
+            await r.set("bench", b"x" * 16)
+        async with AsyncStateStoreClient(broker.host, broker.port) as client:
+            for n in range(args.rounds):
+                order = list(rows)
+                order = order[n % len(order) :] + order[: n % len(order)]
+                for name in order:
+                    if name == "client":
+                        rows[name].append(await get_throughput(lambda: client.get("bench"), args.ops, mqtt_pids))  # type: ignore[arg-type]
+                    elif name == "raw":
+                        rows[name].append(await raw_throughput(broker.host, broker.port, args.ops, mqtt_pids))  # type: ignore[arg-type]
+                    else:
+                        assert r is not None and redis_pid is not None
+                        rows[name].append(await get_throughput(lambda: r.get("bench"), args.ops, [redis_pid]))
+                print(
+                    f"  (i) round {n + 1}/{args.rounds}: "
+                    + "; ".join(f"{k} {v[-1][0]:,.0f} GET/s, {v[-1][1] * 1e6:.0f} us CPU" for k, v in rows.items()),
+                    flush=True,
+                )
+        if r is not None:
+            await r.aclose()
+    med = {k: tuple(statistics.median(x[i] for x in v) for i in range(3)) for k, v in rows.items()}
+    labels = {
+        "client": "`AsyncStateStoreClient.get`, zero-cost responder",
+        "raw": "raw requester (benchmarks/_rawmqtt.py), zero-cost responder",
+        "redis": "redis.asyncio + hiredis `get`, redis-server",
+    }
+    print()
+    print(
+        f"| (i) {IN_FLIGHT} in flight, median of {args.rounds} rounds | GET/s | vs redis.asyncio | requester CPU per GET "
+        "| vs raw | server side CPU per GET (mosquitto + responder, or redis-server) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, (tput, mine, theirs) in med.items():
+        vs_redis = f"{tput / med['redis'][0]:.2f}x" if "redis" in med else ""
+        print(
+            f"| {labels[name]} | {tput:,.0f} | {vs_redis} | {mine * 1e6:.1f} us | {mine / med['raw'][1]:.2f}x "
+            f"| {theirs * 1e6:.1f} us |"
+        )
+    if "redis" in med:
+        ratio = med["client"][0] / med["redis"][0]
+        print(
+            f"\ntarget: client throughput >= 1.5x redis.asyncio's: {ratio:.2f}x, {'met' if ratio >= 1.5 else 'NOT met'}"
+        )
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -431,12 +585,16 @@ async def main() -> None:
         help="only (f): this tree's emulator against DIR's (e.g. a worktree of main), in turn within each round",
     )
     ap.add_argument("--loops", action="store_true", help="only (h): asyncio's loop vs uvloop")
+    ap.add_argument("--throughput", action="store_true", help="only (i): the client, raw requester and redis.asyncio")
     args = ap.parse_args()
     print(f"machine: {machine()}", flush=True)
     if args.versus:
         args.baseline = args.versus
     if args.inspector or args.versus:
         await inspector_main(args)
+        return
+    if args.throughput:
+        await throughput_table(args)
         return
     if args.loops:
         with MosquittoBroker() as broker:
@@ -539,6 +697,9 @@ async def main() -> None:
     print(f"| the event loop (median of {args.rounds} rounds) | asyncio's loop | uvloop |")
     print("|---|---|---|")
     print_loop_rows(loops)
+    print()
+    print()
+    await throughput_table(args)
     print()
     print(
         f"targets: (b) <= 1.3x (a): {'met' if b <= 1.3 * a else 'NOT met'}; (e) <= 1.2x (a): "

@@ -88,7 +88,8 @@ class Get(_Base["bytes | None"]):
     VERB: ClassVar[bytes] = b"GET"
 
     def encode(self) -> bytes:
-        return resp3.encode_request(b"GET", self.key)
+        key = self.key  # resp3.encode_request(b"GET", key), in one step (one per read)
+        return b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(key), key)
 
     def decode(self, payload: bytes) -> bytes | None:
         reply = _reply(payload)
@@ -108,7 +109,10 @@ class Set(_Base[bool]):
     VERB: ClassVar[bytes] = b"SET"
 
     def encode(self) -> bytes:
-        args = [b"SET", self.key, self.value]
+        key, value = self.key, self.value
+        if self.condition is None and self.expiry_ms is None:  # encode_request(b"SET", key, value), in one step
+            return b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(key), key, len(value), value)
+        args = [b"SET", key, value]
         if self.condition is not None:
             args.append(self.condition.value.encode())
         if self.expiry_ms is not None:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 
 from ..errors import ProtocolError, RpcStatusError, UnsupportedVersionError
 from .hlc import HybridLogicalClock
+from .mqtt_publish import mqtt_bytes, mqtt_str, varint
 
 __all__ = [
     "CONTENT_TYPE",
@@ -21,6 +22,7 @@ __all__ = [
     "STATUS_MESSAGE",
     "SUPPORTED_MAJOR",
     "TIMESTAMP",
+    "RequestProperties",
     "UserProperties",
     "check_response",
     "expiry_seconds",
@@ -69,6 +71,59 @@ def request_properties(
     return props
 
 
+class RequestProperties:
+    """One client's request PUBLISH properties, encoded once but for what changes per request.
+
+    :meth:`encode` gives the bytes ``publish_properties(correlation_data, response_topic,
+    request_properties(client_id, ...), CONTENT_TYPE, expiry)`` gives, Property Length first: the content type,
+    response topic and the constant user properties are kept encoded; a request adds its expiry, correlation data,
+    ``__ts`` and (when given) fencing token and persistence flag.
+    """
+
+    __slots__ = ("_expiry", "_head", "_tail")
+
+    def __init__(self, client_id: str, response_topic: str) -> None:
+        # what follows the Message Expiry Interval up to the correlation data's value
+        self._head = b"\x03" + mqtt_str(CONTENT_TYPE) + b"\x08" + mqtt_str(response_topic) + b"\x09"
+        # what follows __ts's value: the constant user properties, in request_properties' order
+        self._tail = b"".join(
+            b"\x26" + mqtt_str(name) + mqtt_str(value)
+            for name, value in ((SOURCE_ID, client_id), (PROT_VER, PROTOCOL_VERSION), (PARTITION, client_id))
+        ) + (b"\x26" + mqtt_str(HIGH_PRIORITY) + mqtt_str(""))
+        self._expiry: tuple[int, bytes] = (-1, b"")  # the last expiry and its property (the timeout rarely changes)
+
+    def encode(
+        self,
+        correlation_data: bytes,
+        timestamp: str,
+        expiry: int,
+        fencing_token: HybridLogicalClock | None = None,
+        persist: bool = False,
+    ) -> bytes:
+        """The request's properties, Property Length first (``timestamp``: its ``__ts``, ``str(hlc)``)."""
+        last, field = self._expiry
+        if expiry != last:
+            field = b"\x02" + expiry.to_bytes(4, "big")
+            self._expiry = (expiry, field)
+        # the client's correlation data is 16 bytes and its timestamp short: their length prefixes without a call
+        corr = b"\x00\x10" + correlation_data if len(correlation_data) == 16 else mqtt_bytes(correlation_data)
+        ts = timestamp.encode()
+        size = len(ts)
+        ts_field = bytes((0, size)) + ts if size < 0x100 else mqtt_bytes(ts)
+        body = b"".join((field, self._head, corr, _TS_NAME, ts_field, self._tail))
+        if fencing_token is not None:
+            body += _FT_NAME + mqtt_str(str(fencing_token))
+        if persist:
+            body += _PERSIST
+        size = len(body)
+        return (bytes((size,)) if size < 0x80 else varint(size)) + body
+
+
+_TS_NAME = b"\x26" + mqtt_str(TIMESTAMP)
+_FT_NAME = b"\x26" + mqtt_str(FENCING_TOKEN)
+_PERSIST = b"\x26" + mqtt_str(PERSISTENCE) + mqtt_str("true")
+
+
 def response_properties(
     version: HybridLogicalClock | None, status: int = 200, message: str | None = None
 ) -> UserProperties:
@@ -114,7 +169,15 @@ def check_response(
     # One pass over the pairs, keeping only the names read here; another name may repeat (harmless), one of
     # these may not (first-wins and last-wins readers would disagree about it).
     stat = message = version = supported = ts = None
-    for name, value in properties.items() if isinstance(properties, Mapping) else properties:
+    # a received message's are a tuple of pairs: no ABC isinstance for it (one per response)
+    pairs = (
+        properties
+        if type(properties) is tuple
+        else properties.items()
+        if isinstance(properties, Mapping)
+        else properties
+    )
+    for name, value in pairs:
         if name not in _RESPONSE_HEADER_SET:
             continue
         if name == STATUS:

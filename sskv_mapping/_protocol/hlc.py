@@ -158,10 +158,15 @@ class HybridLogicalClock:
     def ticked(self, now_ms: int, max_drift_ms: int = MAX_DRIFT_MS) -> HybridLogicalClock:
         """The value to send next: ``(now, 0)`` if the wall clock moved on, else counter + 1."""
         if now_ms > self.wall_ms:
-            nxt = HybridLogicalClock(now_ms, 0, self.node_id)
+            # an int wall clock (checked once here, not by __post_init__): what every request's tick makes
+            if type(now_ms) is int and now_ms <= _MAX_U64:
+                nxt = trusted(HybridLogicalClock, now_ms, 0, self.node_id)
+            else:
+                nxt = HybridLogicalClock(now_ms, 0, self.node_id)
         else:
-            nxt = HybridLogicalClock(self.wall_ms, _next(self.counter), self.node_id)
-        _check_drift(nxt, now_ms, max_drift_ms)
+            nxt = trusted(HybridLogicalClock, self.wall_ms, _next(self.counter), self.node_id)
+        if nxt.wall_ms - now_ms > max_drift_ms:
+            _check_drift(nxt, now_ms, max_drift_ms)
         return nxt
 
     def merged(self, other: HybridLogicalClock, now_ms: int, max_drift_ms: int = MAX_DRIFT_MS) -> HybridLogicalClock:
@@ -169,7 +174,10 @@ class HybridLogicalClock:
         if other.node_id == self.node_id:
             return self
         if now_ms > self.wall_ms and now_ms > other.wall_ms:
-            nxt = HybridLogicalClock(now_ms, 0, self.node_id)
+            if type(now_ms) is int and now_ms <= _MAX_U64:
+                nxt = trusted(HybridLogicalClock, now_ms, 0, self.node_id)
+            else:
+                nxt = HybridLogicalClock(now_ms, 0, self.node_id)
         elif self.wall_ms == other.wall_ms:
             nxt = trusted(HybridLogicalClock, self.wall_ms, _next(max(self.counter, other.counter)), self.node_id)
         elif self.wall_ms > other.wall_ms:

@@ -47,6 +47,8 @@ class ErrorReply:
 
 Reply = SimpleString | int | bytes | None | ErrorReply | list["Reply"]
 
+_OK = SimpleString("OK")  # (immutable: every OK reply parsed may be this one)
+
 
 # ---------------------------------------------------------------------------------------------------------
 # encoding
@@ -176,6 +178,19 @@ def _parse(data: bytes, pos: int, depth: int) -> tuple[Reply, int]:
 
 def parse_reply(data: bytes) -> Reply:
     """Parse exactly one reply; anything after it is an error."""
+    if type(data) is not bytes:
+        pass
+    elif data[:1] == b"$":
+        # a bulk string (a GET's value), the usual reply: taken here when well-formed, with _parse's result;
+        # anything else goes the general way below, which says what is wrong
+        end = data.find(b"\r\n", 1)
+        raw = data[1:end]
+        if end > 0 and raw.isdigit() and len(raw) <= _MAX_DIGITS:
+            stop = end + 2 + int(raw)
+            if stop + 2 == len(data) and data.endswith(b"\r\n"):
+                return data[end + 2 : stop]
+    elif data == b"+OK\r\n":  # a SET's or KEYNOTIFY's OK
+        return _OK
     value, pos = _parse(bytes(data), 0, 0)
     if pos != len(data):
         raise ProtocolError(f"{len(data) - pos} unexpected bytes after the reply")

@@ -744,11 +744,14 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
             message = legacy_message(message, args, fields)
         self._publish(message, refusal if message.qos else None, False)
 
-    def publish_encoded_nowait(self, topic: str, payload: bytes, properties: bytes) -> None:
-        """``publish_nowait(OutgoingMessage(topic, payload, 1, ...))`` for a message whose properties are encoded
-        already (Property Length first, as :func:`~sskv_mapping._protocol.mqtt_publish.publish_properties` gives):
-        the emulator's replies, one per request, without building a message to take apart again. The same checks
-        and errors as :meth:`publish_nowait`; nobody is told of its PUBACK."""
+    def publish_encoded_nowait(
+        self, topic: str, payload: bytes, properties: bytes, refusal: asyncio.Future[Any] | None = None
+    ) -> None:
+        """``publish_nowait(OutgoingMessage(topic, payload, 1, ...), refusal=refusal)`` for a message whose
+        properties are encoded already (Property Length first, as
+        :func:`~sskv_mapping._protocol.mqtt_publish.publish_properties` gives): the emulator's replies and the
+        client's requests, one each, without building a message to take apart again. The same checks and errors as
+        :meth:`publish_nowait`; without ``refusal`` nobody is told of its PUBACK."""
         transport, closed = self._transport, self._closed
         if transport is None or closed is None or closed.done() or transport.is_closing():
             raise ConnectionLostError(f"not connected to {self.settings.url}")
@@ -761,7 +764,11 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
         ):
             output.check_room(len(payload), topic)
         packet = session.publish(
-            _TOPIC_FIELDS.get(topic) or _topic_field(topic), payload, 1, properties, _NOTHING_AWAITED
+            _TOPIC_FIELDS.get(topic) or _topic_field(topic),
+            payload,
+            1,
+            properties,
+            _NOTHING_AWAITED if refusal is None else (refusal, False),
         )
         if packet is not None:
             if output.dispatching:  # output.send's read-callback case, inline: the reply leaves at the read's end

@@ -12,7 +12,7 @@ import inspect
 import logging
 import math
 import warnings
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar
@@ -50,7 +50,7 @@ from ..errors import (
     StateStoreError,
     ValueTooLargeError,
 )
-from ._home_loop import close_from_elsewhere, not_home
+from ._home_loop import close_from_elsewhere
 from ._in_flight import DEFAULT_MAX_IN_FLIGHT, InFlightGate
 from ._keeper import ConnectionKeeper, ConnectionState, StateListener
 from ._requests import RequestSender
@@ -75,6 +75,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("sskv_mapping.client")
+_CONNECTING = ConnectionState.CONNECTING  # (a module constant: read on every message received)
 
 R = TypeVar("R")
 
@@ -414,7 +415,7 @@ class AsyncStateStoreClient:
             backoff=self._watch_backoff,
         )
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._sender = RequestSender(settings, self.hlc, self._keeper)
+        self._sender = RequestSender(settings, self.hlc, self._keeper, self.in_flight, self._clock_behind)
         #: responses whose version was too far ahead of this machine's clock to merge (its clock is behind)
         self.clock_drift_warnings = 0
         self.bad_notifications = 0
@@ -545,6 +546,7 @@ class AsyncStateStoreClient:
             self._sender.pending.fail_all(ClientStateError("the client was closed"))
 
         await self._keeper.close(fail_in_flight)
+        self._sender.pending.stop()
         for task in list(self._tasks):
             task.cancel()
         self._watches.close()
@@ -581,65 +583,41 @@ class AsyncStateStoreClient:
             return self.timeout
         return _check_timeout(timeout)
 
-    async def _request(
+    def _request(
         self, cmd: _Base[Any], *, timeout: float | None, fencing_token: Hlc | None = None, persist: bool = False
-    ) -> tuple[bytes, HybridLogicalClock | None]:
-        """:meth:`_send_request`, in a client span when OpenTelemetry is on (sskv_mapping/_telemetry.py)."""
+    ) -> Coroutine[Any, Any, tuple[bytes, HybridLogicalClock | None]]:
+        """:meth:`_send_request`, in a client span when OpenTelemetry is on (sskv_mapping/_telemetry.py). A plain
+        function returning the coroutine to await: no frame of its own between a call and its request."""
         telemetry = self._sender.telemetry
         if telemetry is None:
-            return await self._send_request(cmd, timeout=timeout, fencing_token=fencing_token, persist=persist)
-        return await telemetry.request(self._send_request, cmd, timeout, fencing_token, persist)
+            return self._send_request(cmd, timeout, fencing_token, persist)
+        return telemetry.request(self._send_request, cmd, timeout, fencing_token, persist)
 
-    async def _send_request(
+    def _send_request(
         self,
         cmd: _Base[Any],
-        *,
         timeout: float | None,
         fencing_token: HybridLogicalClock | None = None,
         persist: bool = False,
-    ) -> tuple[bytes, HybridLogicalClock | None]:
-        """Send one command and return ``(reply payload, response __ts)``; header errors raise here.
+    ) -> Coroutine[Any, Any, tuple[bytes, HybridLogicalClock | None]]:
+        """Send one command: the coroutine giving ``(reply payload, response __ts)``; header errors raise there.
 
-        One concern per step, as httpx's ``send`` chain: the arguments are checked (nothing sent when the request
-        cannot be right), a slot is taken (the in-flight bound), :class:`RequestSender` waits out a reconnect and
-        resends what reached nobody, and :meth:`_merge_version` checks the response and merges its clock."""
+        One concern per step, as httpx's ``send`` chain: the arguments are checked here (nothing sent when the
+        request cannot be right: a :class:`ConfigurationError` or :class:`ValueTooLargeError` raises at once), then
+        :meth:`RequestSender.request` takes a slot (the in-flight bound), waits out a reconnect, resends what
+        reached nobody, and checks the response and merges its clock -- one coroutine for all of that."""
         # Argument errors first: nothing may be sent (nor waited for) when the request cannot be right.
         if fencing_token is not None and not isinstance(fencing_token, HybridLogicalClock):
             raise ConfigurationError(f"fencing_token must be a HybridLogicalClock, not {type(fencing_token).__name__}")
         payload = cmd.encode()
-        _check_max_payload(cmd.VERB, payload, self.max_payload)
+        if self.max_payload is not None:
+            _check_max_payload(cmd.VERB, payload, self.max_payload)
         if type(cmd) is Set:  # the key and value limits: a SET that could never be read back or notified
             conn = self._keeper.conn
             _check_limits(cmd.key, cmd.value, conn.max_packet_size if conn is not None else None)
         elif type(cmd) is KeyNotify and not cmd.stop and (reason := limits.watch_too_long(self.client_id, cmd.key)):
             raise ValueTooLargeError(reason, size=len(cmd.key), limit=limits.MAX_KEY_BYTES)  # never notified: refused
-        loop = asyncio.get_running_loop()
-        if loop is not self._sender.home and (wrong := not_home(self.client_id, self._sender.home)):
-            raise wrong  # not this client's loop (client/_home_loop.py)
-        deadline = None if timeout is None else loop.time() + timeout
-        gate = self.in_flight
-        if not gate.try_enter():
-            await gate.wait(deadline, lambda: f"{cmd.VERB.decode()} not sent: no slot within {timeout} s")
-        try:
-            message = await self._sender.send(
-                cmd, payload, timeout=timeout, deadline=deadline, fencing_token=fencing_token, persist=persist
-            )
-            return message.payload, self._merge_version(message)
-        finally:
-            gate.leave()
-
-    def _merge_version(self, message: InboundMessage) -> HybridLogicalClock | None:
-        """Check the response's headers and merge its version (``__ts``) into this client's clock."""
-        version = headers.check_response(message.user_properties, message.content_type)
-        if version is not None:
-            try:
-                self.hlc.update(version)
-            except ClockDriftError as exc:
-                # The request was carried out: failing the call now would report an applied write as failed.
-                # The service's clock (the version it returned) is far ahead of ours; our clock stays as it
-                # was (our next requests carry older timestamps, which the service accepts).
-                self._clock_behind(exc)
-        return version
+        return self._sender.request(cmd, payload, timeout, fencing_token, persist)
 
     def _clock_behind(self, exc: ClockDriftError) -> None:
         self.clock_drift_warnings += 1
@@ -804,7 +782,7 @@ class AsyncStateStoreClient:
     # -- inbound ------------------------------------------------------------------------------------------
 
     def _on_message(self, message: InboundMessage) -> None:
-        if self._keeper.state is ConnectionState.CONNECTING:
+        if self._keeper.state is _CONNECTING:
             # before our first connect completes, nothing is ours: kept by the broker for a previous process
             self.previous_session_messages += 1
             return

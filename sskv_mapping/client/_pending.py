@@ -1,4 +1,4 @@
-"""The correlation-data -> Future table of in-flight requests.
+"""The correlation-data -> Future table of in-flight requests, and their deadlines.
 
 What it does and why: docs/design/architecture.md, "The client's parts", `client/_pending.py`.
 """
@@ -7,21 +7,35 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from heapq import heapify, heappop, heappush
+from typing import Any
 
 from .._transport.base import InboundMessage
 
 __all__ = ["PendingCalls"]
 
+#: the deadline heap is rebuilt without its answered calls once it holds this many more entries than calls in flight
+_SLACK = 64
+
 
 class PendingCalls:
-    """Futures of in-flight requests keyed by their 16-byte correlation data."""
+    """Futures of in-flight requests keyed by their 16-byte correlation data; each may have a deadline.
+
+    Deadlines share one loop timer, armed for the earliest: a request adds a tuple to a heap instead of making a
+    timer of its own and cancelling it when answered (asyncio's timers are Python objects ordered by a Python
+    ``__lt__``). An answered call's entry stays in the heap until its deadline or the next rebuild.
+    """
 
     def __init__(self) -> None:
         self._pending: dict[bytes, asyncio.Future[InboundMessage]] = {}
         #: responses that matched no pending call (late after a timeout, duplicates, foreign)
         self.unmatched = 0
+        self._deadlines: list[tuple[float, bytes, asyncio.Future[Any], Callable[[asyncio.Future[Any]], None]]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = float("inf")
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -34,6 +48,46 @@ class PendingCalls:
         fut: asyncio.Future[InboundMessage] = loop.create_future()
         self._pending[corr] = fut
         return corr, fut
+
+    def expire_at(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        when: float,
+        corr: bytes,
+        fut: asyncio.Future[Any],
+        expire: Callable[[asyncio.Future[Any]], None],
+    ) -> None:
+        """Call ``expire(fut)`` at loop time ``when`` unless ``fut`` is done by then."""
+        deadlines = self._deadlines
+        heappush(deadlines, (when, corr, fut, expire))
+        if when < self._timer_at or self._timer_loop is not loop:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(when, self._fire, loop)
+            self._timer_at = when
+            self._timer_loop = loop
+        elif len(deadlines) > len(self._pending) + _SLACK:
+            self._compact()
+
+    def _compact(self) -> None:
+        deadlines = [entry for entry in self._deadlines if not entry[2].done()]
+        heapify(deadlines)
+        self._deadlines = deadlines
+
+    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        self._timer_at = float("inf")
+        deadlines = self._deadlines
+        now = loop.time()
+        while deadlines and deadlines[0][0] <= now:
+            _, _, fut, expire = heappop(deadlines)
+            if not fut.done() and fut.get_loop() is loop:  # (a call left on a loop since closed: never woken)
+                expire(fut)
+        while deadlines and deadlines[0][2].done():  # answered: nothing to arm the timer for
+            heappop(deadlines)
+        if deadlines:
+            self._timer_at = when = deadlines[0][0]
+            self._timer = loop.call_at(when, self._fire, loop)
 
     def close(self, corr: bytes, fut: asyncio.Future[InboundMessage]) -> None:
         """Unregister a call (answered, failed, timed out or cancelled)."""
@@ -70,3 +124,11 @@ class PendingCalls:
                 fut.set_exception(exc)
                 n += 1
         return n
+
+    def stop(self) -> None:
+        """Cancel the deadline timer (the client closed: every call has ended)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = float("inf")
+        self._deadlines = []

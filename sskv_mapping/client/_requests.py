@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -18,13 +18,18 @@ from .._telemetry import ClientTelemetry
 from .._transport.backoff import Backoff
 from .._transport.base import Connection, InboundMessage, OutgoingMessage
 from .._transport.settings import ConnectionSettings
+from .._transport.stream import StreamConnection
 from ..errors import (
+    ClockDriftError,
+    ConfigurationError,
     ConnectionLostError,
     RequestTimeoutError,
     ServiceUnavailableError,
     ValueTooLargeError,
     WriteBufferFullError,
 )
+from ._home_loop import not_home
+from ._in_flight import InFlightGate
 from ._keeper import ConnectionKeeper
 from ._pending import PendingCalls
 
@@ -80,10 +85,19 @@ def _expire(fut: asyncio.Future[Any]) -> None:
 class RequestSender:
     """Sends a client's requests on its keeper's connection and matches the responses (one per client)."""
 
-    def __init__(self, settings: ConnectionSettings, hlc: HlcClock, keeper: ConnectionKeeper) -> None:
+    def __init__(
+        self,
+        settings: ConnectionSettings,
+        hlc: HlcClock,
+        keeper: ConnectionKeeper,
+        gate: InFlightGate,
+        clock_behind: Callable[[ClockDriftError], None],
+    ) -> None:
         self.settings = settings
         self._hlc = hlc
         self._keeper = keeper
+        self._gate = gate
+        self._clock_behind = clock_behind
         self.response_topic = topics.response_topic(settings.client_id)
         #: the requests awaiting their response, by correlation data
         self.pending = PendingCalls()
@@ -97,125 +111,185 @@ class RequestSender:
         self.telemetry: ClientTelemetry | None = None
         #: the event loop the client connected on: its replies arrive there only (client/_home_loop.py)
         self.home: asyncio.AbstractEventLoop | None = None
+        # the connection whose publish_encoded_nowait takes this client's requests (see _learn), and the encoder
+        self._encoded_conn: Connection | None = None
+        self._encoded: Callable[[str, bytes, bytes, asyncio.Future[Any]], None] | None = None
+        self._encode: Callable[[bytes, str, int, HybridLogicalClock | None, bool], bytes] | None = None
 
-    async def send(
+    async def request(
         self,
         cmd: _Base[Any],
         payload: bytes,
-        *,
         timeout: float | None,
-        deadline: float | None,
         fencing_token: HybridLogicalClock | None,
         persist: bool,
-    ) -> InboundMessage:
-        """The response to ``cmd`` (encoded as ``payload``), by ``deadline`` (loop time; ``None``: no limit)."""
-        loop = asyncio.get_running_loop()
-        resend: Backoff | None = None  # made on the first undelivered request only: not a cost of every call
-        fail_fast: float | None = None
-        keeper = self._keeper
-        while True:
-            conn = keeper.conn
-            if conn is None or not keeper.connected:  # reconnecting: wait for it, within the call's deadline
-                conn = await keeper.connection(None if deadline is None else max(deadline - loop.time(), 0.001))
-            try:
-                message = await self._send_once(cmd, payload, conn, timeout, deadline, fencing_token, persist)
-            except _NotSent:
-                if deadline is not None and loop.time() >= deadline:
-                    raise RequestTimeoutError(
-                        f"{cmd.VERB.decode()} not sent within {timeout} s: not connected to {self.settings.url}"
-                    ) from None
-                # a yield, not a wait: the keeper sees the drop within an iteration or two, then we wait for it
-                await asyncio.sleep(0)
-                continue
-            except ServiceUnavailableError:
-                # PUBACK 0x10: the broker delivered the request to nobody -- a definite "not sent", not an
-                # unknown outcome -- so it is safe to send it again once the service (re)subscribes.
-                now = loop.time()
-                if fail_fast is None:
-                    fail_fast = now + _FAIL_FAST
-                give_up = deadline
-                if not self.service_answered:  # it never answered here: a bare broker, say so quickly
-                    give_up = fail_fast if deadline is None else min(deadline, fail_fast)
-                if resend is None:
-                    resend = Backoff(_RESEND_BACKOFF_INITIAL, _RESEND_BACKOFF_MAX, jitter=False)
-                if give_up is not None and now + resend.current >= give_up:
-                    raise ServiceUnavailableError(_no_service(cmd, self.settings, self.service_answered)) from None
-                await asyncio.sleep(resend.next())
-                self.undelivered_resends += 1
-                continue
-            self.service_answered = True
-            return message
+    ) -> tuple[bytes, HybridLogicalClock | None]:
+        """``(reply payload, response __ts)`` for ``cmd`` (encoded as ``payload``) within ``timeout`` seconds
+        (``None``: no limit); header errors raise here.
 
-    async def _send_once(
+        One coroutine per call, its steps in turn: a slot is taken (the in-flight bound), a reconnect waited out,
+        the request published and sent again while it reached nobody, and the response's headers checked and its
+        version merged into this client's clock."""
+        loop = asyncio.get_running_loop()
+        if loop is not self.home and (wrong := not_home(self.settings.client_id, self.home)):
+            raise wrong  # not this client's loop (client/_home_loop.py)
+        deadline = None if timeout is None else loop.time() + timeout
+        gate = self._gate
+        if not gate.try_enter():
+            await gate.wait(deadline, lambda: f"{cmd.VERB.decode()} not sent: no slot within {timeout} s")
+        try:
+            resend: Backoff | None = None  # made on the first undelivered request only: not a cost of every call
+            fail_fast: float | None = None
+            keeper = self._keeper
+            pending = self.pending
+            while True:
+                conn = keeper.conn
+                if conn is None or not keeper.connected:  # reconnecting: wait for it, within the call's deadline
+                    conn = await keeper.connection(None if deadline is None else max(deadline - loop.time(), 0.001))
+                # one attempt: published, then its response awaited
+                self.requests_sent += 1
+                corr, fut = pending.open(loop)
+                try:
+                    if deadline is None:
+                        expiry = 3600
+                    else:
+                        # the deadline goes in the pending table's heap (one loop timer for all calls), not a timer
+                        # or an asyncio.timeout() per call: the request path's own cost is what bench_rpc measures
+                        now = loop.time()
+                        remaining = deadline - now
+                        if remaining < 0.001:
+                            remaining = 0.001
+                        expiry = headers.expiry_seconds(remaining)
+                        pending.expire_at(loop, now + remaining, corr, fut, _expire)
+                    # No PUBACK wait: the response is what we wait for, and a connection that drops fails this call
+                    # through the keeper. A refusing PUBACK (an ACL denial) or one that delivered to nobody (0x10)
+                    # fails the response future at once: no wait for the timeout.
+                    backlog = self._publish(cmd, payload, conn, corr, fut, expiry, fencing_token, persist)
+                    if backlog is not None:  # no room in the write backlog now: wait for it (within the deadline)
+                        await conn.publish(
+                            backlog, timeout=3600.0 if deadline is None else max(deadline - loop.time(), 0.001)
+                        )
+                    published = _ON_PUBLISH.get()
+                    if published is not None and not published.done():
+                        published.set_result(None)
+                    message = await fut
+                except _NotSent:
+                    if deadline is not None and loop.time() >= deadline:
+                        raise RequestTimeoutError(
+                            f"{cmd.VERB.decode()} not sent within {timeout} s: not connected to {self.settings.url}"
+                        ) from None
+                    # a yield, not a wait: the keeper sees the drop within an iteration or two, then we wait for it
+                    await asyncio.sleep(0)
+                    continue
+                except ServiceUnavailableError:
+                    # PUBACK 0x10: the broker delivered the request to nobody -- a definite "not sent", not an
+                    # unknown outcome -- so it is safe to send it again once the service (re)subscribes.
+                    now = loop.time()
+                    if fail_fast is None:
+                        fail_fast = now + _FAIL_FAST
+                    give_up = deadline
+                    if not self.service_answered:  # it never answered here: a bare broker, say so quickly
+                        give_up = fail_fast if deadline is None else min(deadline, fail_fast)
+                    if resend is None:
+                        resend = Backoff(_RESEND_BACKOFF_INITIAL, _RESEND_BACKOFF_MAX, jitter=False)
+                    if give_up is not None and now + resend.current >= give_up:
+                        raise ServiceUnavailableError(_no_service(cmd, self.settings, self.service_answered)) from None
+                    await asyncio.sleep(resend.next())
+                    self.undelivered_resends += 1
+                    continue
+                except _Expired:
+                    raise RequestTimeoutError(
+                        f"no response to {cmd.VERB.decode()} within {timeout} s from {self.settings.url}"
+                    ) from None
+                finally:
+                    pending.close(corr, fut)
+                break
+            self.service_answered = True
+            # the response's headers checked (errors raise here) and its version merged into this client's clock
+            version = headers.check_response(message.user_properties, message.content_type)
+            if version is not None:
+                try:
+                    self._hlc.update(version)
+                except ClockDriftError as exc:
+                    # The request was carried out: failing the call now would report an applied write as failed.
+                    # The service's clock (the version it returned) is far ahead of ours; our clock stays as it
+                    # was (our next requests carry older timestamps, which the service accepts).
+                    self._clock_behind(exc)
+            return message.payload, version
+        finally:
+            gate.leave()
+
+    def _publish(
         self,
         cmd: _Base[Any],
         payload: bytes,
         conn: Connection,
-        timeout: float | None,
-        deadline: float | None,
+        corr: bytes,
+        fut: asyncio.Future[InboundMessage],
+        expiry: int,
         fencing_token: HybridLogicalClock | None,
         persist: bool,
-    ) -> InboundMessage:
-        """Publish the request once and wait for its response until ``deadline`` (loop time)."""
-        loop = asyncio.get_running_loop()
-        self.requests_sent += 1
-        corr, fut = self.pending.open(loop)
-        timer: asyncio.TimerHandle | None = None
+    ) -> OutgoingMessage | None:
+        """Publish the request; the message to publish with a wait when the write backlog has no room now (else
+        ``None``). Raises :class:`_NotSent` when the connection is gone, :class:`ValueTooLargeError` when it is
+        too large (nothing sent either way)."""
+        stamp = self._hlc.tick()
+        telemetry = self.telemetry
+        message: OutgoingMessage | None = None
         try:
-            props = headers.request_properties(self.settings.client_id, self._hlc.tick(), fencing_token, persist)
-            if self.telemetry is not None:  # W3C trace context, and the request's resends counted
-                self.telemetry.published(props)
-            if deadline is None:
-                expiry = 3600
+            if telemetry is None and conn is self._encoded_conn:
+                # the stream transport: the properties encoded from this client's constant ones (RequestProperties),
+                # no OutgoingMessage to build and take apart again
+                assert self._encoded is not None and self._encode is not None
+                self._encoded(
+                    topics.REQUEST_TOPIC, payload, self._encode(corr, str(stamp), expiry, fencing_token, persist), fut
+                )
+                return None
+            props = headers.request_properties(self.settings.client_id, stamp, fencing_token, persist)
+            if telemetry is not None:  # W3C trace context, and the request's resends counted
+                telemetry.published(props)
             else:
-                # one timer that fails the future, not an asyncio.timeout() (a Timeout object and a task
-                # cancellation per call): the request path's own cost is what bench_rpc measures
-                remaining = max(deadline - loop.time(), 0.001)
-                expiry = headers.expiry_seconds(remaining)
-                timer = loop.call_at(loop.time() + remaining, _expire, fut)
-            # No PUBACK wait: the response is what we wait for, and a connection that drops fails this call
-            # through the keeper. A refusing PUBACK (an ACL denial) or one that delivered to nobody (0x10) fails
-            # the response future at once: no wait for the timeout.
+                self._learn(conn)
             message = OutgoingMessage(
-                topics.REQUEST_TOPIC,
-                payload,
-                1,
-                corr,
-                self.response_topic,
-                props,
-                headers.CONTENT_TYPE,
-                expiry,
+                topics.REQUEST_TOPIC, payload, 1, corr, self.response_topic, props, headers.CONTENT_TYPE, expiry
             )
+            conn.publish_nowait(message, refusal=fut)
+            return None
+        except ValueTooLargeError:  # over the broker's Maximum Packet Size: refused here, nothing was sent
+            self.requests_sent -= 1
+            raise
+        except WriteBufferFullError:
+            # The backlog has no room now (large requests at once: an update() of several 6 MiB values).
+            # Within the write bound a request waits for room, within its deadline, rather than fail; a
+            # larger one could never be queued: it is too big, not the broker slow.
+            if len(payload) > limits.WRITE_BOUND:
+                self.requests_sent -= 1
+                raise ValueTooLargeError(
+                    f"the {cmd.VERB.decode()} request is {len(payload):,} bytes, over the connection's write "
+                    f"bound of {limits.WRITE_BOUND:,} bytes",
+                    size=len(payload),
+                    limit=limits.WRITE_BOUND,
+                ) from None
+            if message is None:  # from the encoded way (no telemetry there)
+                props = headers.request_properties(self.settings.client_id, stamp, fencing_token, persist)
+                message = OutgoingMessage(
+                    topics.REQUEST_TOPIC, payload, 1, corr, self.response_topic, props, headers.CONTENT_TYPE, expiry
+                )
+            return message
+        except ConnectionLostError:  # the connection is gone (the keeper is about to see it): nothing sent
+            self.requests_sent -= 1
+            raise _NotSent from None
+
+    def _learn(self, conn: Connection) -> None:
+        """Send this client's requests on ``conn`` the encoded-properties way from the next one: when it is the
+        stream transport (``publish_nowait`` not overridden: a subclass that watches it sees every request) and
+        this client's properties encode."""
+        if getattr(type(conn), "publish_nowait", None) is not StreamConnection.publish_nowait:
+            return
+        if self._encode is None:
             try:
-                conn.publish_nowait(message, refusal=fut)
-            except ValueTooLargeError:  # over the broker's Maximum Packet Size: refused here, nothing was sent
-                self.requests_sent -= 1
-                raise
-            except WriteBufferFullError:
-                # The backlog has no room now (large requests at once: an update() of several 6 MiB values).
-                # Within the write bound a request waits for room, within its deadline, rather than fail; a
-                # larger one could never be queued: it is too big, not the broker slow.
-                if len(payload) > limits.WRITE_BOUND:
-                    self.requests_sent -= 1
-                    raise ValueTooLargeError(
-                        f"the {cmd.VERB.decode()} request is {len(payload):,} bytes, over the connection's write "
-                        f"bound of {limits.WRITE_BOUND:,} bytes",
-                        size=len(payload),
-                        limit=limits.WRITE_BOUND,
-                    ) from None
-                await conn.publish(message, timeout=3600.0 if deadline is None else max(deadline - loop.time(), 0.001))
-            except ConnectionLostError:  # the connection is gone (the keeper is about to see it): nothing sent
-                self.requests_sent -= 1
-                raise _NotSent from None
-            published = _ON_PUBLISH.get()
-            if published is not None and not published.done():
-                published.set_result(None)
-            return await fut
-        except _Expired:
-            raise RequestTimeoutError(
-                f"no response to {cmd.VERB.decode()} within {timeout} s from {self.settings.url}"
-            ) from None
-        finally:
-            if timer is not None:
-                timer.cancel()
-            self.pending.close(corr, fut)
+                self._encode = headers.RequestProperties(self.settings.client_id, self.response_topic).encode
+            except (ConfigurationError, UnicodeEncodeError):
+                return  # never on this client: publish_nowait says what is wrong, request by request
+        self._encoded_conn = conn
+        self._encoded = conn.publish_encoded_nowait  # type: ignore[attr-defined]

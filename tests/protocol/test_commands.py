@@ -472,3 +472,9 @@ def test_decode_of_arbitrary_bytes_raises_only_protocol_or_service_errors(comman
     except ProtocolError:
         return
     assert result == _expected(command, resp3.parse_reply(payload))
+
+
+@given(st.binary(min_size=1, max_size=300), st.binary(max_size=300))
+def test_get_and_plain_set_encode_as_encode_request_does(key: bytes, value: bytes) -> None:
+    assert Get(key).encode() == resp3.encode_request(b"GET", key)
+    assert Set(key, value).encode() == resp3.encode_request(b"SET", key, value)

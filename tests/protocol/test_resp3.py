@@ -484,3 +484,25 @@ def test_the_request_fast_path_accepts_only_what_the_general_parser_accepts_with
 @given(st.lists(values_or_nasty, max_size=8))
 def test_every_encoded_request_takes_the_fast_path(args: list[bytes]) -> None:
     assert resp3._parse_request_fast(encode_request(*args)) == args
+
+
+@given(
+    st.one_of(
+        st.binary(max_size=40).map(lambda v: b"$%d\r\n%s\r\n" % (len(v), v)),
+        st.tuples(st.binary(max_size=6), st.binary(max_size=20), st.binary(max_size=4)).map(
+            lambda t: b"$" + t[0] + b"\r\n" + t[1] + t[2]
+        ),
+        st.sampled_from([b"+OK\r\n", b"+OK\r\nx", b"$-1\r\n", b"$01\r\nx\r\n", b"$+1\r\nx\r\n", b"$1\r\nxy\r\n"]),
+    )
+)
+def test_the_fast_ways_of_parse_reply_agree_with_the_general_parser(data: bytes) -> None:
+    try:
+        value, pos = resp3._parse(data, 0, 0)
+        expected: object = value if pos == len(data) else ProtocolError
+    except ProtocolError:
+        expected = ProtocolError
+    try:
+        got: object = resp3.parse_reply(data)
+    except ProtocolError:
+        got = ProtocolError
+    assert got == expected
