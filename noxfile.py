@@ -211,7 +211,7 @@ def broker(session: nox.Session) -> None:
 #: what the framework-free suites need: the codecs, the inspector, OpenTelemetry (tests/telemetry reads spans back
 #: through the SDK's in-memory exporters), the security tests' certificates and the inspector's HTTP client
 CORE_EXTRAS = ("msgpack", "inspect", "otel")
-CORE_DEPS = ("cryptography>=41", "httpx>=0.24", "opentelemetry-sdk>=1.27")
+CORE_DEPS = ("cryptography>=41", "httpx>=0.24", "opentelemetry-sdk>=1.27", "time-machine>=2.10", "freezegun>=1.2")
 CORE_IGNORE = ["--ignore=tests/integrations", "--ignore=tests/docs", "--ignore=tests/peer", "--ignore=tests/fuzz"]
 #: warnings our own modules cause (the module a DeprecationWarning is attributed to is ours: the caller of the
 #: deprecated asyncio/datetime/typing API) fail the run; a regular expression, hence -o, not -W (which matches

@@ -10,6 +10,7 @@ import contextlib
 import copy
 import enum
 import logging
+import random
 from collections.abc import Callable, Sequence
 
 from .._transport.backoff import Backoff
@@ -38,6 +39,10 @@ CREDENTIAL_TRIES = 3
 #: broker's word (0x8E) stops the client.
 TAKEOVER_CLOSES = 3
 TAKEOVER_LIFETIME = 10.0
+#: The longest wait a suspected take-over adds before a reconnect. A network that closes connections cleanly looks
+#: the same as a take-over, and must be back within 2 s of healing (issue 36's bar), so the lengthened wait stays
+#: short: two processes that really share an id alternate about this often, the WARNING saying why.
+TAKEOVER_WAIT_MAX = 1.5
 
 
 class ConnectionState(enum.Enum):
@@ -106,10 +111,11 @@ class TakeoverSuspicion:
 
     def wait(self, backoff: Backoff) -> float:
         """The wait before the first reconnect after a suspected take-over: doubling with each close of the streak
-        past the bar, up to the backoff's cap, with full jitter (two processes sharing an id drift apart)."""
+        past the bar, up to the backoff's cap and :data:`TAKEOVER_WAIT_MAX`, with full jitter (two processes
+        sharing an id drift apart)."""
         for _ in range(self._streak - TAKEOVER_CLOSES + 2):
             backoff.next()
-        return backoff.next()
+        return random.random() * min(backoff.current, TAKEOVER_WAIT_MAX)
 
 
 class ConnectionKeeper:

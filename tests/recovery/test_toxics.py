@@ -74,7 +74,12 @@ FAST = {("flapping-short", "client"), ("latency", "both"), ("stall", "client"), 
 #: a reset of the emulator's link loses what the emulator was sending: calls wait out their whole deadline
 #: (RequestTimeoutError after 30 s) and the watch can miss the last value written
 EMULATOR_LOSS = "replies and notifications the emulator sends as its link is cut are lost (not fixed here)"
-KNOWN: dict[tuple[str, str], tuple[str, bool]] = {}
+#: the emulator drops a client's KEYNOTIFY registrations when the broker's log says its connection ended; a
+#: reconnect's new registrations can be served before that line of the previous connection is read, and are then
+#: dropped too: the watch misses the last value until the next reconnect (seen 1 run in 6 of limit_data on the
+#: client's link, whose clean closes come every 0.3 s)
+LATE_LOG = "the emulator may drop a reconnect's KEYNOTIFY registrations on a late 'disconnected' log (not fixed here)"
+KNOWN: dict[tuple[str, str], tuple[str, bool]] = {("limit_data", "client"): (LATE_LOG, True)}
 for _name in ("flapping", "flapping-short", "slow_close", "limit_data"):  # the cases that cut the emulator's link
     for _where in ("emulator", "both"):
         KNOWN[(_name, _where)] = (EMULATOR_LOSS, True)
