@@ -76,7 +76,7 @@ FAST = {("flapping-short", "client"), ("latency", "both"), ("stall", "client"), 
 EMULATOR_LOSS = "replies and notifications the emulator sends as its link is cut are lost (not fixed here)"
 #: the emulator drops a client's KEYNOTIFY registrations when the broker's log says its connection ended; a
 #: reconnect's new registrations can be served before that line of the previous connection is read, and are then
-#: dropped too: the watch misses the last value until the next reconnect (seen 1 run in 6 of limit_data on the
+#: dropped too: the watch misses the last value until the next reconnect (seen in limit_data runs on the
 #: client's link, whose clean closes come every 0.3 s)
 LATE_LOG = "the emulator may drop a reconnect's KEYNOTIFY registrations on a late 'disconnected' log (not fixed here)"
 KNOWN: dict[tuple[str, str], tuple[str, bool]] = {("limit_data", "client"): (LATE_LOG, True)}
