@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Generic, TypeVar
 
+from .._blocking import in_caller_thread
 from .._keys import check_namespace, text_key, utf8
 from .._protocol.commands import SetCondition, VDeleteResult
 from .._protocol.hlc import HybridLogicalClock, system_clock_ms
@@ -423,8 +424,11 @@ class NamespaceStore(Generic[V]):
         if got is None:
             return CachedEntry(ABSENT, None, None, None, None)
         key = self.user_key(data_key)
-        value = decode_value(self.codec, key, got.value, binding=self.binding(key))
-        return CachedEntry(value, got.value, got.version, None, None)
+        raw = got.value
+        # decoded in the thread of a blocking facade's caller, which waits for this read anyway: a slow codec
+        # stalls that caller only, not every other user of the process-wide loop thread (_blocking.py)
+        value = await in_caller_thread(lambda: decode_value(self.codec, key, raw, binding=self.binding(key)))
+        return CachedEntry(value, raw, got.version, None, None)
 
     async def read_many(self, keys: Iterable[str]) -> list[CachedEntry[V]]:
         # At most 64 reads in flight (see _fanout): gathering a few thousand reads at once (len() of a fresh
