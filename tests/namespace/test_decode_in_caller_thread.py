@@ -129,3 +129,21 @@ def test_a_call_from_another_event_loop_decodes_on_that_loop(make_dict: DictFact
         reader.join(DEADLINE)
     assert got == {"value": [1, 2]}
     assert codec.loads_threads == [reader]
+
+
+def test_only_the_librarys_own_small_decodes_stay_on_the_loop() -> None:
+    """Handing a decode to the caller's thread costs two thread switches; the raw, str and hook-free JSON codecs
+    decode a small value for less, calling no user code, so theirs stay on the loop. Any other codec does not."""
+    from sskv_mapping._namespace.store import _runs_no_user_code
+    from sskv_mapping.codecs import JsonCodec, PickleCodec, RawCodec, StrCodec
+
+    class MyJson(JsonCodec):
+        pass
+
+    assert _runs_no_user_code(JsonCodec())
+    assert _runs_no_user_code(RawCodec())
+    assert _runs_no_user_code(StrCodec())
+    assert not _runs_no_user_code(JsonCodec(object_hook=dict))
+    assert not _runs_no_user_code(MyJson())
+    assert not _runs_no_user_code(PickleCodec(allow_unsafe=True))
+    assert not _runs_no_user_code(GatedCodec())
