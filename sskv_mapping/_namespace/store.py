@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Generic, TypeVar
 
+from .._blocking import in_caller_thread
 from .._keys import check_namespace, text_key, utf8
 from .._protocol.commands import SetCondition, VDeleteResult
 from .._protocol.hlc import HybridLogicalClock, system_clock_ms
@@ -23,7 +24,7 @@ from .._ttl import ttl_to_ms
 from ..client._client import AsyncStateStoreClient, ConnectionState, KeySubscription, SetResult
 from ..client._in_flight import background
 from ..client._requests import on_publish
-from ..codecs import Codec, decode_value, encode_value
+from ..codecs import Codec, JsonCodec, RawCodec, StrCodec, decode_value, encode_value
 from ..errors import ConfigurationError, DecodeError, StateStoreError
 from ..local_cache import ABSENT, Absent, CachedEntry, LocalCache
 from .fanout import BoundedWork, gather_bounded
@@ -39,6 +40,18 @@ V = TypeVar("V")
 _RELEASE_FAN_OUT = 16
 #: re-reads of cached entries about to outlive their max_staleness, in flight at once (in the background)
 _REVALIDATE_FAN_OUT = 32
+#: values up to this size, of a codec whose decoding runs no user code (_runs_no_user_code), are decoded on the
+#: loop: handing them to the caller's thread costs more than decoding them (two thread switches per read)
+_QUICK_DECODE_MAX = 4096
+
+
+def _runs_no_user_code(codec: object) -> bool:
+    """Whether ``codec``'s decoding is the library's own, linear in the value's size, calling no user code: the
+    raw and str codecs, and JSON without an ``object_hook`` (exact classes: a subclass may decode as it likes)."""
+    kind = type(codec)
+    if kind is RawCodec or kind is StrCodec:
+        return True
+    return kind is JsonCodec and getattr(codec, "object_hook", None) is None
 
 
 def _resolve(fut: asyncio.Future[None], _: object) -> None:
@@ -423,8 +436,14 @@ class NamespaceStore(Generic[V]):
         if got is None:
             return CachedEntry(ABSENT, None, None, None, None)
         key = self.user_key(data_key)
-        value = decode_value(self.codec, key, got.value, binding=self.binding(key))
-        return CachedEntry(value, got.value, got.version, None, None)
+        raw = got.value
+        if len(raw) <= _QUICK_DECODE_MAX and _runs_no_user_code(self.codec):
+            value = decode_value(self.codec, key, raw)  # bounded and cheaper than handing it over
+        else:
+            # decoded in the thread of a blocking facade's caller, which waits for this read anyway: a slow codec
+            # stalls that caller only, not every other user of the process-wide loop thread (_blocking.py)
+            value = await in_caller_thread(lambda: decode_value(self.codec, key, raw, binding=self.binding(key)))
+        return CachedEntry(value, raw, got.version, None, None)
 
     async def read_many(self, keys: Iterable[str]) -> list[CachedEntry[V]]:
         # At most 64 reads in flight (see _fanout): gathering a few thousand reads at once (len() of a fresh
