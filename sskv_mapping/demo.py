@@ -123,21 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         _writer(args.host, args.port, args.namespace)
         return 0
     from .emulator.broker import MosquittoBroker
+    from .emulator.launcher import start_emulator
 
     with MosquittoBroker() as broker:
         print(f"started a private mosquitto on {broker.url}", flush=True)
-        emulator = subprocess.Popen(
-            [sys.executable, "-m", "sskv_mapping.emulator", "--host", broker.host, "--port", str(broker.port)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        try:
-            _wait_for(emulator, "serving state store on")
+        with start_emulator(broker.host, broker.port):
             _writer(broker.host, broker.port, args.namespace)
-        finally:
-            emulator.terminate()
-            emulator.wait(10)
     print("done: broker and emulator stopped", flush=True)
     return 0
 

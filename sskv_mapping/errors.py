@@ -42,6 +42,7 @@ __all__ = [
     "SessionLostError",
     "SessionTakenOverError",
     "StateStoreError",
+    "StateStoreStartError",
     "TimestampSkewError",
     "TransportError",
     "UnknownCommandError",
@@ -55,6 +56,11 @@ __all__ = [
 
 class StateStoreError(Exception):
     """Base class of every error sskv_mapping raises on purpose."""
+
+
+class StateStoreStartError(StateStoreError, RuntimeError):
+    """A private broker or the emulator process did not start: the message says why (its output, or the command that
+    installs mosquitto)."""
 
 
 class ConfigurationError(StateStoreError, ValueError):

@@ -47,11 +47,10 @@ from sskv_mapping._blocking import get_loop_thread
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker, MosquittoStartError, live_brokers
 from sskv_mapping.emulator.inprocess import InProcessStateStore
-from sskv_mapping.errors import ConfigurationError
+from sskv_mapping.errors import ConfigurationError, StateStoreStartError
 from sskv_mapping.testing._server import live_servers
 from tests._support.procs import (
     EmulatorProcess,
-    EmulatorStartError,
     child_processes,
     kill_child,
     live_emulators,
@@ -143,7 +142,7 @@ def _start_emulator(broker: MosquittoBroker) -> EmulatorProcess:
         )
     try:
         return start_emulator(broker.host, broker.port)
-    except EmulatorStartError as exc:
+    except StateStoreStartError as exc:
         message = str(exc)
     _fail(message)
 

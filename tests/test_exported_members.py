@@ -77,6 +77,7 @@ EXPECTED = {
     "__version__",
     # the exception tree (sskv_mapping.errors), whole
     "StateStoreError",
+    "StateStoreStartError",
     "ConfigurationError",
     "ClientStateError",
     "ReentrantCallError",

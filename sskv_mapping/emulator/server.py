@@ -33,7 +33,10 @@ from .broker import LOG_TOPIC_FILTER, parse_connection_log
 from .core import CoreResult, EmulatorCore, Notification
 from .outbox import Outbox
 
-__all__ = ["EmulatorServer", "RequestTap", "client_id_from_response_topic", "serving_already"]
+__all__ = ["READY_TEXT", "EmulatorServer", "RequestTap", "client_id_from_response_topic", "serving_already"]
+
+#: In the line the emulator prints once its request subscription is acknowledged: what every launcher waits for.
+READY_TEXT = "serving state store on"
 
 #: What :attr:`EmulatorServer.tap` is called with after each request served: the requester's client id, the request
 #: payload (``None``: keys expired on the timer), the core's answer and the request's W3C ``traceparent`` (if any).
@@ -168,9 +171,9 @@ class EmulatorServer:
     # -- lifecycle ------------------------------------------------------------------------------------
 
     def ready_message(self) -> str:
-        """The readiness line (test fixtures wait for its ``serving state store on``)."""
+        """The readiness line: every launcher waits for its :data:`READY_TEXT`."""
         return (
-            f"sskv emulator: serving state store on {self.settings.url} "
+            f"sskv emulator: {READY_TEXT} {self.settings.url} "
             f"(topic {REQUEST_TOPIC}, client id {self.settings.client_id})"
         )
 

@@ -3,12 +3,15 @@
 The fixtures: docs/testing.md.
 """
 
+from ..emulator.launcher import EmulatorProcess, live_emulators, start_emulator
+from ..errors import StateStoreStartError
 from ._clock import FakeClock
 from ._faults import FaultProxy, ProxyStats, Toxic
 from ._inprocess import InProcessStore
-from ._server import LiveStore, StateStoreServer, StateStoreStartError
+from ._server import LiveStore, StateStoreServer
 
 __all__ = [
+    "EmulatorProcess",
     "FakeClock",
     "FaultProxy",
     "InProcessStore",
@@ -17,4 +20,6 @@ __all__ = [
     "StateStoreServer",
     "StateStoreStartError",
     "Toxic",
+    "live_emulators",
+    "start_emulator",
 ]

@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import subprocess
-import sys
-import threading
 from typing import Any, Self
 
 from ..emulator.broker import EMULATOR_QUEUE_SETTINGS, MosquittoBroker, MosquittoStartError
-from ..errors import ConfigurationError
+from ..emulator.launcher import EmulatorProcess, start_emulator
+from ..errors import ConfigurationError, StateStoreStartError
 from ._faces import StoreFaces
 
-__all__ = ["LiveStore", "StateStoreServer", "StateStoreStartError", "live_servers"]
-
-#: what the emulator process prints once its request subscription is acknowledged
-_READY = "serving state store on"
+__all__ = ["LiveStore", "StateStoreServer", "live_servers"]
 
 _LIVE: set[StateStoreServer] = set()
 
@@ -31,10 +26,6 @@ def _stop_all() -> None:  # a crashed test run must not leave a broker or an emu
 def live_servers() -> list[StateStoreServer]:
     """The :class:`StateStoreServer` objects started in this process and not stopped yet."""
     return list(_LIVE)
-
-
-class StateStoreStartError(RuntimeError):
-    """The broker or the emulator process did not start; the message says why (and how to install mosquitto)."""
 
 
 class StateStoreServer:
@@ -58,9 +49,9 @@ class StateStoreServer:
         self.emulator_args = tuple(emulator_args)
         self.timeout = timeout
         self.broker: MosquittoBroker | None = None
-        self._process: subprocess.Popen[str] | None = None
-        self._output: list[str] = []
-        self._ready = threading.Event()
+        #: the emulator process, once started
+        self.emulator: EmulatorProcess | None = None
+        self._output = ""
 
     @property
     def port(self) -> int:
@@ -77,7 +68,7 @@ class StateStoreServer:
     @property
     def output(self) -> str:
         """What the emulator process printed so far."""
-        return "".join(self._output)
+        return self.emulator.output if self.emulator is not None else self._output
 
     def __repr__(self) -> str:
         where = self.url if self.broker is not None else "not started"
@@ -97,51 +88,19 @@ class StateStoreServer:
         except MosquittoStartError as exc:
             raise StateStoreStartError(f"could not start a private mosquitto: {exc}") from None
         _LIVE.add(self)
-        argv = [sys.executable, "-m", "sskv_mapping.emulator", "--host", self.host, "--port", str(self.port)]
-        argv += self.emulator_args
-        self._process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=None,
-        )
-        threading.Thread(target=self._read, name="sskv-emulator-output", daemon=True).start()
-        self._ready.wait(self.timeout)  # set by the ready line, or by the end of the output
-        if self._process.poll() is not None or _READY not in self.output:
-            self.stop()
-            raise StateStoreStartError(
-                f"the emulator process did not start within {self.timeout} s.\n"
-                f"command: {' '.join(argv)}\noutput:\n{self.output}"
-            )
-        return self
-
-    def _read(self) -> None:
-        process = self._process
-        assert process is not None and process.stdout is not None
         try:
-            for line in process.stdout:  # drained all along: a full pipe would block the emulator
-                self._output.append(line)
-                if _READY in line:
-                    self._ready.set()
-        finally:
-            self._ready.set()
+            self.emulator = start_emulator(self.host, self.port, *self.emulator_args, timeout=self.timeout)
+        except StateStoreStartError:
+            self.stop()
+            raise
+        return self
 
     def stop(self) -> None:
         """Stop the emulator (SIGTERM, then SIGKILL after 5 s) and the broker. Idempotent."""
-        process, self._process = self._process, None
-        if process is not None:
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(5)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(5)
-            if process.stdout is not None:
-                with contextlib.suppress(OSError):
-                    process.stdout.close()
+        emulator, self.emulator = self.emulator, None
+        if emulator is not None:
+            emulator.stop()
+            self._output = emulator.output
         if self.broker is not None:
             self.broker.stop()
         _LIVE.discard(self)

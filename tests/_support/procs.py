@@ -1,56 +1,28 @@
-"""Child processes for tests: the emulator process, and a census of our own children.
-
-``start_emulator(host, port, *extra_args)`` runs ``python -m sskv_mapping.emulator --host H --port P ...``
-and returns once the emulator printed ``serving state store on`` (its contract: printed only after its
-request subscription is acknowledged, so a client may send requests as soon as this returns).
-
-Every process started here is registered and killed at interpreter exit, whatever the tests did.
+"""Child processes for tests: the emulator process (``sskv_mapping.testing``'s launcher, run on this checkout), and a
+census of our own children.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import signal
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
-from types import TracebackType
-from typing import Self
+
+from sskv_mapping.testing import EmulatorProcess, live_emulators
+from sskv_mapping.testing import start_emulator as _start
 
 __all__ = [
-    "READY_MARKER",
+    "REPO_ROOT",
     "EmulatorProcess",
-    "EmulatorStartError",
     "child_processes",
     "kill_child",
     "live_emulators",
+    "repo_env",
     "start_emulator",
 ]
 
-#: The emulator prints a line containing this once its request subscription is acknowledged.
-READY_MARKER = "serving state store on"
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-_LIVE: set[EmulatorProcess] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-@atexit.register
-def _kill_all_emulators() -> None:
-    for proc in live_emulators():
-        with contextlib.suppress(Exception):
-            proc.kill()
-
-
-def live_emulators() -> list[EmulatorProcess]:
-    """Emulator processes started by this interpreter that have not been stopped (or reaped) yet."""
-    with _LIVE_LOCK:
-        return [p for p in _LIVE if p.running]
 
 
 def child_processes(name: str | None = None) -> list[tuple[int, str]]:
@@ -83,192 +55,6 @@ def kill_child(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
-class EmulatorStartError(RuntimeError):
-    """The emulator process exited, or did not report ready in time; the message carries its output."""
-
-
-class EmulatorProcess:
-    """A ``python -m sskv_mapping.emulator`` child process; stdout and stderr merged into ``output``.
-
-    Example::
-
-        with start_emulator("127.0.0.1", broker.port) as emulator:
-            ...
-        print(emulator.output)
-    """
-
-    def __init__(self, argv: list[str], *, env: dict[str, str] | None = None) -> None:
-        self.argv = argv
-        self._env = env
-        self._lines: list[str] = []
-        self._stamps: list[float] = []  # time.monotonic() when each line was read
-        self._lock = threading.Lock()
-        self._ready = threading.Event()
-        self._eof = threading.Event()
-        self._changed = threading.Event()
-        self._process: subprocess.Popen[bytes] | None = None
-        self._reader: threading.Thread | None = None
-
-    @property
-    def output(self) -> str:
-        """Everything the process printed so far (stdout and stderr, interleaved as written)."""
-        with self._lock:
-            return "".join(self._lines)
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
-    @property
-    def returncode(self) -> int | None:
-        return self._process.poll() if self._process is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    def __repr__(self) -> str:
-        state = f"running pid={self.pid}" if self.running else f"exited rc={self.returncode}"
-        return f"<EmulatorProcess {' '.join(self.argv[1:])} {state}>"
-
-    def start(self, timeout: float = 15.0) -> Self:
-        """Start the process and wait until it prints ``READY_MARKER``.
-
-        Raises:
-            EmulatorStartError: it exited first, or ``timeout`` passed (it is killed then).
-        """
-        if self._process is not None:
-            raise RuntimeError("an EmulatorProcess starts once; make a new one")
-        env = dict(os.environ if self._env is None else self._env)
-        env["PYTHONUNBUFFERED"] = "1"  # the ready line must not sit in a pipe buffer
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-        self._process = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=REPO_ROOT,
-            close_fds=True,
-        )
-        with _LIVE_LOCK:
-            _LIVE.add(self)
-        self._reader = threading.Thread(
-            target=self._read_output, name=f"emulator-output-{self._process.pid}", daemon=True
-        )
-        self._reader.start()
-        try:
-            self._wait_ready(timeout)
-        except BaseException:
-            self.kill()
-            raise
-        return self
-
-    def _read_output(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
-        try:
-            for raw in iter(self._process.stdout.readline, b""):
-                line = raw.decode("utf-8", errors="replace")
-                with self._lock:
-                    self._lines.append(line)
-                    self._stamps.append(time.monotonic())
-                if READY_MARKER in line:
-                    self._ready.set()
-                    self._changed.set()
-        finally:
-            self._eof.set()
-            self._changed.set()
-
-    def _wait_ready(self, timeout: float) -> None:
-        # _changed fires on the ready line and on EOF (the process exited or closed its output).
-        self._changed.wait(timeout)
-        if self._ready.is_set():
-            return
-        assert self._process is not None
-        if self._eof.is_set():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._process.wait(timeout=5)
-            raise EmulatorStartError(
-                f"the emulator exited (status {self._process.returncode}) before printing "
-                f"{READY_MARKER!r}.\ncommand: {' '.join(self.argv)}\noutput:\n{self.output}"
-            )
-        raise EmulatorStartError(
-            f"the emulator did not print {READY_MARKER!r} within {timeout} s (killed).\n"
-            f"command: {' '.join(self.argv)}\noutput so far:\n{self.output}"
-        )
-
-    def line_time(self, text: str, after: float, timeout: float = 10.0) -> float | None:
-        """When (``time.monotonic()``) the first line containing ``text`` read after ``after`` arrived; waits for
-        it up to ``timeout`` s; ``None`` if none came."""
-        deadline = time.monotonic() + timeout
-        while True:
-            with self._lock:
-                for stamp, line in zip(self._stamps, self._lines, strict=True):
-                    if stamp > after and text in line:
-                        return stamp
-            if self._eof.is_set() or time.monotonic() >= deadline:
-                return None
-            self._eof.wait(0.01)
-
-    def wait_for_output(self, text: str, timeout: float = 10.0) -> bool:
-        """Wait until ``text`` appears in ``output``; False on timeout or when the process exited first."""
-        deadline = time.monotonic() + timeout
-        while text not in self.output:
-            if self._eof.is_set():
-                return text in self.output
-            if time.monotonic() >= deadline:
-                return False
-            self._eof.wait(0.02)
-        return True
-
-    def stop(self, timeout: float = 5.0) -> int | None:
-        """SIGTERM, wait ``timeout`` s, then SIGKILL; returns the exit status. Idempotent."""
-        process = self._process
-        if process is None:
-            return None
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            process.send_signal(signal.SIGCONT)  # a paused (SIGSTOP) process must still get the SIGTERM
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        return self._finish()
-
-    def kill(self) -> int | None:
-        """SIGKILL (a crash). Returns the exit status. Idempotent."""
-        process = self._process
-        if process is None:
-            return None
-        if process.poll() is None:
-            process.kill()
-        return self._finish()
-
-    def _finish(self) -> int | None:
-        assert self._process is not None
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._process.wait(timeout=5)
-        if self._reader is not None:
-            self._reader.join(timeout=5)
-        if self._process.stdout is not None and self._eof.is_set():
-            self._process.stdout.close()
-        if self._process.poll() is not None:
-            with _LIVE_LOCK:
-                _LIVE.discard(self)
-        return self._process.returncode
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
 def start_emulator(
     host: str,
     port: int,
@@ -276,11 +62,13 @@ def start_emulator(
     timeout: float = 15.0,
     env: dict[str, str] | None = None,
 ) -> EmulatorProcess:
-    """Run ``sys.executable -m sskv_mapping.emulator --host HOST --port PORT *extra_args`` and wait
-    (``timeout`` s) until it prints ``READY_MARKER``.
+    """:func:`sskv_mapping.testing.start_emulator` with this checkout first on the child's ``sys.path`` (a worktree's
+    tests run the worktree's emulator, whatever the venv installed)."""
+    return _start(host, port, *extra_args, timeout=timeout, env=repo_env(env), cwd=str(REPO_ROOT))
 
-    Raises:
-        EmulatorStartError: it exited first or never got ready (its output is in the message).
-    """
-    argv = [sys.executable, "-m", "sskv_mapping.emulator", "--host", host, "--port", str(port), *extra_args]
-    return EmulatorProcess(argv, env=env).start(timeout=timeout)
+
+def repo_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) with this checkout first on ``PYTHONPATH``."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return env

@@ -29,8 +29,8 @@ from sskv_mapping.emulator.broker import (
     free_port,
     parse_connection_log,
 )
-from sskv_mapping.errors import ConfigurationError
-from tests._support.procs import EmulatorProcess, EmulatorStartError, child_processes
+from sskv_mapping.errors import ConfigurationError, StateStoreStartError
+from tests._support.procs import EmulatorProcess, child_processes
 
 V5 = aiomqtt.ProtocolVersion.V5
 WAIT = 10.0  # generous upper bound for any one broker event; tests finish as soon as it happens
@@ -413,13 +413,13 @@ def test_emulator_process_stop_terminates_a_paused_process() -> None:
 
 def test_emulator_process_that_exits_fails_fast_with_its_output() -> None:
     proc = EmulatorProcess(_python("import sys; print('no broker'); sys.exit(3)"))
-    with pytest.raises(EmulatorStartError, match=r"status 3[\s\S]*no broker"):
+    with pytest.raises(StateStoreStartError, match=r"status 3[\s\S]*no broker"):
         proc.start(timeout=60)  # must not wait for the timeout
     assert not proc.running
 
 
 def test_emulator_process_that_never_gets_ready_times_out() -> None:
     proc = EmulatorProcess(_python("import time; print('stuck', flush=True); time.sleep(60)"))
-    with pytest.raises(EmulatorStartError, match=r"within 0.5 s[\s\S]*stuck"):
+    with pytest.raises(StateStoreStartError, match=r"within 0.5 s[\s\S]*stuck"):
         proc.start(timeout=0.5)
     assert not proc.running

@@ -35,7 +35,7 @@ from sskv_mapping.emulator.core import CoreResult, EmulatorCore
 from sskv_mapping.emulator.server import EmulatorServer, client_id_from_response_topic
 from sskv_mapping.errors import TransportError
 from tests._support.miniclient import MiniClient, Response
-from tests._support.procs import EmulatorProcess, start_emulator
+from tests._support.procs import EmulatorProcess, repo_env, start_emulator
 
 SET_NOTE = b"*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n$5\r\nVALUE\r\n"
 DELETE_NOTE = b"*2\r\n$6\r\nNOTIFY\r\n$6\r\nDELETE\r\n"
@@ -615,7 +615,7 @@ EMULATOR_COMMANDS = {
 async def test_sskv_emulator_with_broker_serves_and_stops_both(command: str) -> None:
     port = free_port()
     argv = [sys.executable, *EMULATOR_COMMANDS[command], "--with-broker", "--broker-port", str(port)]
-    proc = EmulatorProcess(argv)
+    proc = EmulatorProcess(argv, env=repo_env(), cwd=str(REPO_ROOT))
     await asyncio.to_thread(proc.start)
     try:
         assert f"mosquitto broker listening on mqtt://127.0.0.1:{port}" in proc.output

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from sskv_mapping.emulator.broker import free_port
-from tests._support.procs import EmulatorProcess
+from tests._support.procs import REPO_ROOT, EmulatorProcess, repo_env
 
 
 def _accepts(port: int) -> bool:
@@ -25,7 +25,9 @@ def _accepts(port: int) -> bool:
 def test_a_signal_stops_the_emulator_and_its_broker(sig: signal.Signals) -> None:
     port = free_port()
     proc = EmulatorProcess(
-        [sys.executable, "-m", "sskv_mapping.cli", "emulator", "--with-broker", "--broker-port", str(port)]
+        [sys.executable, "-m", "sskv_mapping.cli", "emulator", "--with-broker", "--broker-port", str(port)],
+        env=repo_env(),
+        cwd=str(REPO_ROOT),
     )
     proc.start()
     try:
