@@ -4,7 +4,7 @@ For each size N, a fresh namespace is filled with N entries (TTL 600 s), then, i
 
 (a) a new key alone: ``AsyncStateStoreCache.set`` of a key never written vs ``client.set`` of the same bytes under
     another new key (the floor), interleaved one for one, median of ``--samples`` each;
-(b) new keys with 64 in flight: ``set_many`` of ``--batch`` new keys (``max_in_flight=64``) vs the same
+(b) new keys with 64 in flight: ``set_many`` of ``--batch`` new keys (``max_fanout=64``) vs the same
     number of ``client.set`` calls gathered 64 at a time; keys per second, median of ``--rounds``;
 (c) ``clear()``: its latency, and how long after it returned another process (a reader holding the key in its
     local cache, reading it in a loop that yields the GIL between reads) stops serving the cleared value: ``time.perf_counter`` is
@@ -72,7 +72,7 @@ def reader_main(host: str, port: int, namespace: str) -> int:
 async def measure(host: str, port: int, n: int, samples: int, batch: int, rounds: int, clears: int) -> dict[str, Any]:
     namespace = f"scale-cache-{n}-{uuid.uuid4().hex[:6]}"
     async with AsyncStateStoreClient(host, port, timeout=30) as client:
-        cache: AsyncStateStoreCache[Any] = AsyncStateStoreCache(client, namespace=namespace, max_in_flight=64)
+        cache: AsyncStateStoreCache[Any] = AsyncStateStoreCache(client, namespace=namespace, max_fanout=64)
         async with cache:
             started = time.perf_counter()
             await _fill(cache, n)

@@ -23,7 +23,7 @@ from ._protocol.notifications import KeyEvent, KeyOperation
 from .client._client import AsyncStateStoreClient, KeyLike, StateStoreClient
 from .client._closing import unless_closed
 from .errors import LockError, StateStoreError
-from .lock import AsyncLeasedLock, renamed_clock
+from .lock import AsyncLeasedLock
 
 __all__ = ["AsyncLeaderElection", "LeaderElection", "LeadershipChange"]
 
@@ -61,7 +61,6 @@ class AsyncLeaderElection:
         renew_fraction: see ``auto_renew``.
         on_lost: called (on the client's loop) with the reason when a leadership ends other than by ``resign``.
         monotonic: the monotonic clock (seconds) that tells when a term surely ended; inject a fake one in tests.
-        clock: deprecated name of ``monotonic`` (goes in the next release).
     """
 
     def __init__(
@@ -75,9 +74,7 @@ class AsyncLeaderElection:
         renew_fraction: float = 0.5,
         on_lost: Callable[[str], None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
-        clock: Callable[[], float] | None = None,
     ) -> None:
-        monotonic = renamed_clock("AsyncLeaderElection", monotonic, clock)
         self.client = client
         self.name = store_key(name)
         self.candidate = candidate if candidate is not None else client.client_id
@@ -275,9 +272,7 @@ class LeaderElection(BlockingTwin):
         renew_fraction: float = 0.5,
         on_lost: Callable[[str], None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
-        clock: Callable[[], float] | None = None,
     ) -> None:
-        monotonic = renamed_clock("LeaderElection", monotonic, clock)
         self._client = client
         super().__init__()
         self._lost = threading.Event()

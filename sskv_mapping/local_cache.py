@@ -10,7 +10,6 @@ import logging
 import math
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import TracebackType
@@ -441,7 +440,6 @@ class LocalCache(Generic[V]):
         max_staleness: serve an entry only within this many seconds of its last confirmation (a read, a write, a
             notification, or :meth:`confirm`), so that a value whose notification was lost is stale for at most
             this long; ``None`` trusts notifications forever. Default :data:`DEFAULT_MAX_STALENESS` (30 s).
-        clock: deprecated name of ``monotonic`` (goes in the next release).
 
     Keys are the normalized ``bytes`` keys of the store.
 
@@ -469,15 +467,7 @@ class LocalCache(Generic[V]):
         monotonic: MonotonicClock = time.monotonic,
         stale_while_disconnected: bool = False,
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
-        clock: MonotonicClock | None = None,
     ) -> None:
-        if clock is not None:
-            warnings.warn(
-                "LocalCache(clock=) is deprecated and goes in the next release: pass monotonic= (monotonic seconds)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            monotonic = clock
         clock = monotonic
         _check_options(maxsize, ttl, clock, max_staleness)
         self._clock = clock

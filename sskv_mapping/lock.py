@@ -10,7 +10,6 @@ import contextlib
 import logging
 import time
 import uuid
-import warnings
 import weakref
 from collections.abc import Callable
 from datetime import timedelta
@@ -48,20 +47,6 @@ log = logging.getLogger("sskv_mapping.lock")
 _holding: weakref.WeakValueDictionary[tuple[str, bytes, bytes], AsyncLeasedLock] = weakref.WeakValueDictionary()
 
 
-def renamed_clock(owner: str, monotonic: Callable[[], float], clock: Callable[[], float] | None) -> Callable[[], float]:
-    """The monotonic clock a face was given: ``monotonic=``, or the deprecated ``clock=`` (which wins, with a
-    :class:`DeprecationWarning` for the caller of ``owner``'s constructor, which calls this itself)."""
-    if clock is None:
-        return monotonic
-    warnings.warn(
-        f"{owner}(clock=) is deprecated and goes in the next release: pass monotonic= (monotonic seconds; a client's "
-        "clock is wall_clock_ms=)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return clock
-
-
 class AsyncLeasedLock:
     """A leased lock in the state store.
 
@@ -84,7 +69,6 @@ class AsyncLeasedLock:
         auto_renew: renew in the background every ``lease * renew_fraction`` while held.
         monotonic: the monotonic clock (seconds) that tells when our own lease has surely run out; inject a fake one
             in tests.
-        clock: deprecated name of ``monotonic`` (goes in the next release).
     """
 
     def __init__(
@@ -97,9 +81,7 @@ class AsyncLeasedLock:
         auto_renew: bool = False,
         renew_fraction: float = 0.5,
         monotonic: Callable[[], float] = time.monotonic,
-        clock: Callable[[], float] | None = None,
     ) -> None:
-        monotonic = renamed_clock("AsyncLeasedLock", monotonic, clock)
         self.client = client
         self.name = store_key(name)
         if holder is None:
@@ -376,9 +358,7 @@ class LeasedLock(BlockingTwin):
         auto_renew: bool = False,
         renew_fraction: float = 0.5,
         monotonic: Callable[[], float] = time.monotonic,
-        clock: Callable[[], float] | None = None,
     ) -> None:
-        monotonic = renamed_clock("LeasedLock", monotonic, clock)
         self._client = client
         super().__init__()
         self._async = AsyncLeasedLock(

@@ -214,10 +214,9 @@ def test_the_whole_exception_tree_is_exported() -> None:
 
 
 #: Members whose signature may name an internal type, each with the reason. Users receive a KeySubscription and
-#: never build one; ``single_flight`` is what the blocking twin's ``get_or_set`` drives between its steps.
+#: never build one.
 INTERNAL_PLUMBING = {
     "KeySubscription.__init__": "made by the client's subscribe_key, not by users",
-    "AsyncStateStoreCache.single_flight": "the blocking twin's get_or_set drives the same flights",
 }
 
 

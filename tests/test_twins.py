@@ -37,11 +37,6 @@ RENAMED: dict[str, dict[str, str]] = {
     },
 }
 
-#: Members that served only the blocking twin: it now shares the async twin's private core (``SharesCore``), and
-#: these stay one release as deprecated aliases (tests/cache/test_cache_deprecations.py,
-#: tests/mapping/test_dict_deprecations.py); delete them and their entries together.
-_DEPRECATED = "deprecated alias, goes in the next release: the blocking twin {} through the core both twins share"
-
 #: (async class, method) -> why the blocking twin has no such method.
 ONLY_ASYNC: dict[tuple[str, str], str] = {
     ("AsyncKeyWatch", "__anext__"): "the blocking watch's __iter__ is a generator, which is its __next__",
@@ -54,13 +49,6 @@ ONLY_ASYNC: dict[tuple[str, str], str] = {
         "not async (it sends nothing): the namespace layer checks a value's size before it writes the value's "
         "index entry; blocking code reaches it as client.async_client.check_set"
     ),
-    ("AsyncStateStoreDict", "encoded"): _DEPRECATED.format("encodes a value"),
-    ("AsyncStateStoreDict", "hit_reader"): _DEPRECATED.format("serves d[key] from the local cache"),
-    ("AsyncStateStoreDict", "pairs"): _DEPRECATED.format("reads update()'s arguments"),
-    ("AsyncStateStoreDict", "peek"): _DEPRECATED.format("serves a local-cache hit"),
-    ("AsyncStateStoreCache", "encoded"): _DEPRECATED.format("encodes a value"),
-    ("AsyncStateStoreCache", "peek"): _DEPRECATED.format("serves a local-cache hit"),
-    ("AsyncStateStoreCache", "resolve_ttl"): _DEPRECATED.format("resolves a ttl"),
 }
 
 #: (blocking class, method) -> why the async class has no such method.

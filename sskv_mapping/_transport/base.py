@@ -6,10 +6,8 @@ Its implementations: ``stream.py`` (the default), ``paho.py`` (the paho transpor
 from __future__ import annotations
 
 import asyncio
-import inspect
-import warnings
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from .._protocol.mqtt_publish import InboundMessage, OutgoingMessage
 from .settings import ConnectionSettings
@@ -20,8 +18,6 @@ __all__ = [
     "InboundMessage",
     "MessageHandler",
     "OutgoingMessage",
-    "legacy_message",
-    "taking_messages",
 ]
 
 MessageHandler = Callable[[InboundMessage], None]
@@ -112,66 +108,3 @@ class Connection(Protocol):
 
 #: How a client makes its connection: ``factory(settings, on_message) -> Connection`` (the transport plug point).
 ConnectionFactory = Callable[[ConnectionSettings, MessageHandler], Connection]
-
-
-_OLD_FORM = ("qos", "correlation_data", "response_topic", "user_properties", "content_type", "message_expiry")
-
-
-def legacy_message(message: OutgoingMessage | str, args: tuple[Any, ...], fields: dict[str, Any]) -> OutgoingMessage:
-    """The :class:`OutgoingMessage` of a ``publish``/``publish_nowait`` called in the old form
-    ``(topic, payload, *, qos=..., correlation_data=..., ...)`` -- deprecated, with a ``DeprecationWarning`` --
-    or ``message`` itself."""
-    if isinstance(message, OutgoingMessage) and not args and not fields:
-        return message
-    warnings.warn(
-        "publish(topic, payload, qos=..., ...) is deprecated: pass an OutgoingMessage, "
-        "publish(OutgoingMessage(topic, payload, ...))",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    unknown = set(fields) - set(_OLD_FORM)
-    if len(args) != 1 or not isinstance(message, str) or unknown:
-        raise TypeError("publish() takes an OutgoingMessage, or (deprecated) a topic, a payload and its fields")
-    return OutgoingMessage(message, args[0], **fields)
-
-
-class _OldFormConnection:
-    """A :class:`Connection` written against the old ``publish(topic, payload, **fields)`` form, seen through
-    the new one (see :func:`taking_messages`)."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def carry_over(self, previous: Connection) -> None:
-        inner = previous._inner if isinstance(previous, _OldFormConnection) else previous  # noqa: SLF001
-        self._inner.carry_over(inner)
-
-    def _fields(self, message: OutgoingMessage) -> dict[str, Any]:
-        return {name: getattr(message, name) for name in _OLD_FORM}
-
-    async def publish(self, message: OutgoingMessage, *, timeout: float = 10.0) -> None:
-        await self._inner.publish(message.topic, message.payload, timeout=timeout, **self._fields(message))
-
-    def publish_nowait(self, message: OutgoingMessage, *, refusal: asyncio.Future[Any] | None = None) -> None:
-        self._inner.publish_nowait(message.topic, message.payload, refusal=refusal, **self._fields(message))
-
-
-def taking_messages(conn: Connection) -> Connection:
-    """``conn``, or -- for a connection (a user's transport) whose ``publish_nowait`` still takes
-    ``(topic, payload, ...)`` -- a wrapper that calls it in that form, with a ``DeprecationWarning``."""
-    try:
-        first = next(iter(inspect.signature(conn.publish_nowait).parameters), None)
-    except (TypeError, ValueError):  # no signature to read: take it as the current form
-        return conn
-    if first != "topic":
-        return conn
-    warnings.warn(
-        f"{type(conn).__name__}.publish/publish_nowait take (topic, payload, ...): deprecated, a Connection's "
-        "publish and publish_nowait take an OutgoingMessage",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return cast(Connection, _OldFormConnection(conn))

@@ -7,7 +7,6 @@ docs/design/transport.md and docs/environment.md.
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable
 from typing import Literal
 
@@ -16,7 +15,7 @@ from .base import Connection, InboundMessage
 from .settings import ConnectionSettings
 from .stream import StreamConnection
 
-__all__ = ["DEPRECATED_TRANSPORT_ENV", "TRANSPORTS", "TRANSPORT_ENV", "chosen_transport", "new_connection"]
+__all__ = ["TRANSPORTS", "TRANSPORT_ENV", "chosen_transport", "new_connection"]
 
 Transport = Literal["stream", "paho"]
 
@@ -24,9 +23,6 @@ Transport = Literal["stream", "paho"]
 #: ``stream`` (``_transport/stream.py``, the default) or ``paho`` (``_transport/paho.py``, aiomqtt/paho).
 TRANSPORT_ENV = "SSKV_MQTT_TRANSPORT"
 TRANSPORTS: tuple[Transport, ...] = ("stream", "paho")
-#: The variable's old name (``SSKV_MQTT_FASTPATH=0`` for paho): still read for one release, with a
-#: DeprecationWarning, when ``SSKV_MQTT_TRANSPORT`` is not set.
-DEPRECATED_TRANSPORT_ENV = "SSKV_MQTT_FASTPATH"
 
 
 def chosen_transport() -> Transport:
@@ -40,16 +36,7 @@ def chosen_transport() -> Transport:
         if value in TRANSPORTS:
             return value
         raise ConfigurationError(f"{TRANSPORT_ENV} must be one of {', '.join(TRANSPORTS)}, not {value[:20]!r}")
-    old = os.environ.get(DEPRECATED_TRANSPORT_ENV)
-    if old is None:
-        return "stream"
-    replacement: Transport = "paho" if old == "0" else "stream"
-    warnings.warn(
-        f"{DEPRECATED_TRANSPORT_ENV} is deprecated and will be removed: set {TRANSPORT_ENV}={replacement}",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return replacement
+    return "stream"
 
 
 def new_connection(settings: ConnectionSettings, on_message: Callable[[InboundMessage], None]) -> Connection:

@@ -12,7 +12,7 @@ from typing import Any
 
 from .._protocol.mqtt_publish import OutgoingMessage, message_size
 from ..errors import BrokerConnectError, ClientStateError, ConnectionLostError, ValueTooLargeError
-from .base import Connection, InboundMessage, MessageHandler, legacy_message
+from .base import Connection, InboundMessage, MessageHandler
 from .settings import ConnectionSettings
 
 __all__ = ["LoopbackBroker", "LoopbackConnection", "topic_matches"]
@@ -174,25 +174,15 @@ class LoopbackConnection:
         self._require()
         self._filters.difference_update(filters)
 
-    async def publish(self, message: OutgoingMessage | str, *args: Any, timeout: float = 10.0, **fields: Any) -> None:
-        """Route ``message`` at once (the old form ``publish(topic, payload, ...)`` still works, deprecated)."""
-        if args or fields or type(message) is not OutgoingMessage:
-            message = legacy_message(message, args, fields)
+    async def publish(self, message: OutgoingMessage, *, timeout: float = 10.0) -> None:
+        """Route ``message`` at once."""
         self._require()
         if self.broker.max_packet_size is not None:
             self._check_size(message)
         self.broker.route(message)
 
-    def publish_nowait(
-        self,
-        message: OutgoingMessage | str,
-        *args: Any,
-        refusal: asyncio.Future[Any] | None = None,
-        **fields: Any,
-    ) -> None:
+    def publish_nowait(self, message: OutgoingMessage, *, refusal: asyncio.Future[Any] | None = None) -> None:
         """Route at once, as :meth:`publish` does; ``refusal`` is never failed (nothing here refuses)."""
-        if args or fields or type(message) is not OutgoingMessage:
-            message = legacy_message(message, args, fields)
         self._require()
         if self.broker.max_packet_size is not None:
             self._check_size(message)

@@ -37,7 +37,7 @@ from ..errors import (
     TransportError,
     ValueTooLargeError,
 )
-from .base import Connection, legacy_message
+from .base import Connection
 from .settings import ConnectionSettings
 from .tls import read_sat_token, ssl_context
 
@@ -513,11 +513,8 @@ class PahoConnection:
             raise ConnectionLostError(f"publish failed on {self.settings.url}: {paho_client.error_string(info.rc)}")
         return info.mid
 
-    async def publish(self, message: OutgoingMessage | str, *args: Any, timeout: float = 10.0, **fields: Any) -> None:
-        """Publish and, at QoS 1, wait for PUBACK (:class:`ConnectionLostError` if the connection ends first).
-        The old form ``publish(topic, payload, qos=..., ...)`` still works, deprecated."""
-        if args or fields or type(message) is not OutgoingMessage:
-            message = legacy_message(message, args, fields)
+    async def publish(self, message: OutgoingMessage, *, timeout: float = 10.0) -> None:
+        """Publish and, at QoS 1, wait for PUBACK (:class:`ConnectionLostError` if the connection ends first)."""
         mid = self._send(message)
         hooks = self._hooks
         if message.qos == 0 or hooks is None:
@@ -533,13 +530,7 @@ class PahoConnection:
             if hooks.acks.get(mid) is fut:
                 del hooks.acks[mid]
 
-    def publish_nowait(
-        self,
-        message: OutgoingMessage | str,
-        *args: Any,
-        refusal: asyncio.Future[Any] | None = None,
-        **fields: Any,
-    ) -> None:
+    def publish_nowait(self, message: OutgoingMessage, *, refusal: asyncio.Future[Any] | None = None) -> None:
         """Queue a publish and return at once, without waiting for its PUBACK.
 
         QoS 1 stays QoS 1: paho keeps the message until the broker acknowledges it; only nobody waits. For a
@@ -548,11 +539,8 @@ class PahoConnection:
         :class:`ConnectionLostError` when not connected or when paho refuses the message; a PUBACK that never
         comes is not reported (a connection that drops is, through :meth:`wait_closed`). A PUBACK that refuses
         the message (reason code >= 0x80, e.g. an ACL denial) fails ``refusal`` with
-        :class:`PublishRefusedError`, when given (a requester passes the future of its response). The old form
-        ``publish_nowait(topic, payload, ...)`` still works, deprecated.
+        :class:`PublishRefusedError`, when given (a requester passes the future of its response).
         """
-        if args or fields or type(message) is not OutgoingMessage:
-            message = legacy_message(message, args, fields)
         mid = self._send(message)
         if refusal is not None and message.qos and self._hooks is not None:
             self._hooks.refusals[mid] = refusal

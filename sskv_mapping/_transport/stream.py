@@ -37,7 +37,7 @@ from ..errors import (
     TransportError,
     WriteBufferFullError,
 )
-from .base import Connection, legacy_message
+from .base import Connection
 from .sat import SatSession
 from .settings import ConnectionSettings
 from .tls import read_sat_token, server_name, ssl_context
@@ -707,14 +707,11 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
         if packet is not None:
             self._output.send(packet)
 
-    async def publish(self, message: OutgoingMessage | str, *args: Any, timeout: float = 10.0, **fields: Any) -> None:
+    async def publish(self, message: OutgoingMessage, *, timeout: float = 10.0) -> None:
         """Publish ``message`` and, at QoS 1, wait for PUBACK (:class:`ConnectionLostError` if the connection ends
         first, :class:`PublishRefusedError` if the broker refuses it). While the transport's buffer is over its
         high-water mark it first waits for room (:class:`RequestTimeoutError` after ``timeout``, nothing sent);
-        over the broker's Maximum Packet Size, :class:`ValueTooLargeError` (nothing sent). The old form
-        ``publish(topic, payload, qos=..., ...)`` still works, deprecated."""
-        if args or fields or type(message) is not OutgoingMessage:
-            message = legacy_message(message, args, fields)
+        over the broker's Maximum Packet Size, :class:`ValueTooLargeError` (nothing sent)."""
         if self._output.paused:
             await self._output.wait_writable(timeout)
         fut: asyncio.Future[None] | None = asyncio.get_running_loop().create_future() if message.qos else None
@@ -727,21 +724,12 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
         except TimeoutError:
             raise RequestTimeoutError(f"publish timed out on {self.settings.url}") from None
 
-    def publish_nowait(
-        self,
-        message: OutgoingMessage | str,
-        *args: Any,
-        refusal: asyncio.Future[Any] | None = None,
-        **fields: Any,
-    ) -> None:
+    def publish_nowait(self, message: OutgoingMessage, *, refusal: asyncio.Future[Any] | None = None) -> None:
         """Queue ``message`` and return at once (see
         :meth:`~sskv_mapping._transport.base.Connection.publish_nowait`): a refusing PUBACK fails ``refusal`` with
         :class:`PublishRefusedError`, one that reached no subscriber (0x10) with :class:`ServiceUnavailableError`.
         Never waits: when the write backlog would pass :attr:`write_bound` (the broker stopped reading),
-        :class:`WriteBufferFullError` and nothing is kept. The old form ``publish_nowait(topic, payload, ...)``
-        still works, deprecated."""
-        if args or fields or type(message) is not OutgoingMessage:
-            message = legacy_message(message, args, fields)
+        :class:`WriteBufferFullError` and nothing is kept."""
         self._publish(message, refusal if message.qos else None, False)
 
     def publish_encoded_nowait(

@@ -10,7 +10,6 @@ import inspect
 import logging
 import threading
 import time
-import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Final, Generic, TypeVar, overload
@@ -35,7 +34,6 @@ from ..client._client import (
 from ..codecs import Codec, JsonCodec, get_codec
 from ..errors import ClientStateError, ConfigurationError, StateStoreError
 from ..local_cache import ABSENT, DEFAULT_MAX_STALENESS, CachedEntry, LocalCache
-from ..lock import renamed_clock
 from ._counter import increment
 from ._generation import NamespaceGeneration, PersistentLedger
 from ._single_flight import Found, SingleFlight
@@ -71,13 +69,11 @@ def _local_cache(size: int, monotonic: Callable[[], float], max_staleness: float
 
 
 def _check_options(local_cache_size: object, max_fanout: object, lock_lease: object, lock_timeout: object) -> float:
-    """The cache's numeric options checked before anything is built; returns the lock lease in seconds.
-
-    ``max_fanout=None`` is the deprecated ``max_in_flight=``'s default, "not given" (Django's adapter checks its
-    OPTIONS here with the constructor's defaults)."""
+    """The cache's numeric options checked before anything is built; returns the lock lease in seconds (Django's
+    adapter checks its OPTIONS here with the constructor's defaults)."""
     if isinstance(local_cache_size, bool) or not isinstance(local_cache_size, int) or local_cache_size < 0:
         raise ConfigurationError(f"local_cache_size must be an int >= 0, not {local_cache_size!r}")
-    if max_fanout is not None and (isinstance(max_fanout, bool) or not isinstance(max_fanout, int) or max_fanout < 1):
+    if isinstance(max_fanout, bool) or not isinstance(max_fanout, int) or max_fanout < 1:
         raise ConfigurationError(f"max_fanout must be a positive int, not {max_fanout!r}")
     lease = check_ttl(lock_lease, "lock_lease")
     if lease is None or lease <= 0:
@@ -87,25 +83,6 @@ def _check_options(local_cache_size: object, max_fanout: object, lock_lease: obj
         if timeout is None or timeout <= 0:
             raise ConfigurationError(f"lock_timeout must be positive seconds or None, not {lock_timeout!r}")
     return lease
-
-
-def _deprecated(old: str, new: str) -> None:
-    """Warn the caller of the caller (a constructor or a member) that ``old`` goes in the next release."""
-    warnings.warn(f"{old} is deprecated and goes in the next release: {new}", DeprecationWarning, stacklevel=3)
-
-
-def _renamed_fanout(owner: str, max_fanout: int, max_in_flight: int | None) -> int:
-    """``max_fanout=``, or the deprecated ``max_in_flight=`` (which wins, with a warning for the constructor's
-    caller)."""
-    if max_in_flight is None:
-        return max_fanout
-    warnings.warn(
-        f"{owner}(max_in_flight=) is deprecated and goes in the next release: pass max_fanout= (it bounds the "
-        "*_many fan-out; a client's max_in_flight= bounds all its requests, and keeps its name)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return max_in_flight
 
 
 class _CacheCore(Generic[V]):
@@ -247,8 +224,6 @@ class AsyncStateStoreCache(SharesCore[_CacheCore[V]]):
         max_fanout: the most requests ``get_many``/``set_many``/``delete_many`` keep in flight (a client's own
             ``max_in_flight=`` bounds all its requests).
         monotonic: the monotonic clock (seconds) of the latencies and the local cache; inject a fake one in tests.
-        max_in_flight: deprecated name of ``max_fanout`` (goes in the next release).
-        clock: deprecated name of ``monotonic`` (goes in the next release).
 
     An entry without a TTL is one SET where the service answers SCAN (a ``clear`` finds it by a SCAN of the old
     generation); on a service without SCAN it is listed in the generation's ledger first (about six round trips).
@@ -267,12 +242,8 @@ class AsyncStateStoreCache(SharesCore[_CacheCore[V]]):
         lock_timeout: float | None = 30.0,
         max_fanout: int = 256,
         monotonic: Callable[[], float] = time.monotonic,
-        max_in_flight: int | None = None,
-        clock: Callable[[], float] | None = None,
         _owns_client: bool = False,
     ) -> None:
-        max_fanout = _renamed_fanout("AsyncStateStoreCache", max_fanout, max_in_flight)
-        monotonic = renamed_clock("AsyncStateStoreCache", monotonic, clock)
         resolved: Codec[Any] = JsonCodec() if codec is None else get_codec(codec)
         default_seconds = check_ttl(default_ttl, "default_ttl")
         lease = _check_options(local_cache_size, max_fanout, lock_lease, lock_timeout)
@@ -388,37 +359,6 @@ class AsyncStateStoreCache(SharesCore[_CacheCore[V]]):
         key = text_key(key, "cache key")
         await self._ready()
         return self._store.data_key(key)
-
-    # -- deprecated: the blocking twin's steps, on the private core both twins share now -------------------------
-
-    @property
-    def counters(self) -> CacheCounters:
-        """Deprecated, goes in the next release: the live counters behind :meth:`stats` (read :meth:`stats`)."""
-        _deprecated("AsyncStateStoreCache.counters", "read stats()")
-        return self._stats
-
-    @property
-    def single_flight(self) -> SingleFlight:
-        """Deprecated, goes in the next release: ``get_or_set``'s flights (call :meth:`get_or_set`)."""
-        _deprecated("AsyncStateStoreCache.single_flight", "call get_or_set()")
-        return self._core.flight
-
-    def peek(self, key: str) -> CachedEntry[V] | None:
-        """Deprecated, goes in the next release: ``get(key)`` from the local cache alone (``value`` is ``ABSENT``
-        for a key known absent), or ``None`` when it cannot answer."""
-        _deprecated("AsyncStateStoreCache.peek()", "await get()")
-        return self._core.peek(key)
-
-    def resolve_ttl(self, ttl: TtlArg) -> float | None:
-        """Deprecated, goes in the next release: ``ttl`` as seconds (``UNSET``: ``default_ttl``)."""
-        _deprecated("AsyncStateStoreCache.resolve_ttl()", "translate_ttl() or default_ttl")
-        return self._core.resolve_ttl(ttl)
-
-    def encoded(self, key: str, value: V) -> Any:
-        """Deprecated, goes in the next release: ``value`` encoded now, in the calling thread, to pass where the
-        value goes (the blocking :class:`StateStoreCache` encodes in its caller's thread itself)."""
-        _deprecated("AsyncStateStoreCache.encoded()", "pass the value itself")
-        return self._core.encoded(key, value)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -672,13 +612,9 @@ class StateStoreCache(BlockingTwin, SharesCore[_CacheCore[V]]):
         lock_timeout: float | None = 30.0,
         max_fanout: int = 256,
         monotonic: Callable[[], float] = time.monotonic,
-        max_in_flight: int | None = None,
-        clock: Callable[[], float] | None = None,
         _owns_client: bool = False,
     ) -> None:
         super().__init__()
-        max_fanout = _renamed_fanout("StateStoreCache", max_fanout, max_in_flight)
-        monotonic = renamed_clock("StateStoreCache", monotonic, clock)
         self._client = client
         self._async: AsyncStateStoreCache[V] = AsyncStateStoreCache(
             client.async_client,

@@ -11,7 +11,6 @@ import functools
 import inspect
 import logging
 import math
-import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -28,7 +27,7 @@ from .._protocol.mqtt_publish import OutgoingMessage, message_size
 from .._protocol.notifications import KeyEvent, parse_notification
 from .._telemetry import attach as attach_telemetry
 from .._transport.backoff import Backoff
-from .._transport.base import Connection, ConnectionFactory, InboundMessage, taking_messages
+from .._transport.base import Connection, ConnectionFactory, InboundMessage
 from .._transport.factory import new_connection
 from .._transport.settings import (
     DEFAULT_URL,
@@ -294,19 +293,6 @@ class SetResult:
         return self.applied
 
 
-def _renamed_clock(owner: str, wall_clock_ms: Clock, clock: Clock | None) -> Clock:
-    """``wall_clock_ms=``, or the deprecated ``clock=`` (which wins, with a warning for the constructor's caller)."""
-    if clock is None:
-        return wall_clock_ms
-    warnings.warn(
-        f"{owner}(clock=) is deprecated and goes in the next release: pass wall_clock_ms= (int milliseconds since "
-        "the epoch)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return clock
-
-
 class AsyncStateStoreClient:
     """Async client of the Azure IoT Operations state store.
 
@@ -331,7 +317,7 @@ class AsyncStateStoreClient:
             jitter from ``[0, wait]``. Only the broker's word stops it: 0x8E (session taken over), or credentials
             refused three times in a row (docs/reliability.md).
         wall_clock_ms: the wall clock (int milliseconds since the epoch) of the hybrid logical clock; inject a fake
-            one in tests. ``clock=`` is its deprecated name (goes in the next release).
+            one in tests.
         settings: a complete :class:`ConnectionSettings` instead of the individual arguments.
         connection_factory: how to build a connection (default: our MQTT 5 ``StreamConnection``).
         max_payload: a limit of the client's own on the request payload (the encoded command: key + value +
@@ -365,9 +351,7 @@ class AsyncStateStoreClient:
         max_payload: int | None = None,
         sat_token_provider: Callable[[], str | bytes] | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        clock: Clock | None = None,
     ) -> None:
-        wall_clock_ms = _renamed_clock("AsyncStateStoreClient", wall_clock_ms, clock)
         if settings is None:
             extra: dict[str, Any] = {}
             if client_id is not None:
@@ -517,7 +501,7 @@ class AsyncStateStoreClient:
 
     def _new_connection(self) -> Connection:
         factory = self._factory if self._factory is not None else new_connection
-        return taking_messages(factory(self.settings, self._on_message))
+        return factory(self.settings, self._on_message)
 
     def _new_backoff(self) -> Backoff:
         return Backoff(*self._backoff)
@@ -877,10 +861,8 @@ class StateStoreClient(BlockingTwin):
         max_payload: int | None = None,
         sat_token_provider: Callable[[], str | bytes] | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        clock: Clock | None = None,
     ) -> None:
         super().__init__()
-        wall_clock_ms = _renamed_clock("StateStoreClient", wall_clock_ms, clock)
         self._async = AsyncStateStoreClient(
             host,
             port,

@@ -15,7 +15,6 @@ import socket
 import subprocess
 import tempfile
 import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -263,16 +262,7 @@ class MosquittoBroker:
         executable: str | None = None,
         startup_timeout: float = 10.0,
         default_settings: bool = False,
-        stock: bool | None = None,
     ) -> None:
-        if stock is not None:
-            warnings.warn(
-                "MosquittoBroker(stock=...) is now MosquittoBroker(default_settings=...); stock= goes in the next "
-                "release",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            default_settings = stock
         if isinstance(extra_config, str):
             raise ConfigurationError("extra_config is a sequence of config lines, not one string")
         for config_line in extra_config:
@@ -290,16 +280,6 @@ class MosquittoBroker:
         self._output: IO[bytes] | None = None
 
     # -- attributes -------------------------------------------------------------------------------
-
-    @property
-    def stock(self) -> bool:
-        """Deprecated: :attr:`default_settings`, under its old name for one release."""
-        warnings.warn(
-            "MosquittoBroker.stock is now MosquittoBroker.default_settings; stock goes in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.default_settings
 
     @property
     def url(self) -> str:

@@ -9,7 +9,6 @@ import base64
 import heapq
 import json
 import re
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -207,18 +206,6 @@ class KeyRecord:
     #: written by ``SET NEX PX`` without a fencing token: how a lease is taken or renewed (docs/design/protocol.md §6),
     #: so tooling (the inspector) can show it as a lock whatever its name
     lease: bool = False
-
-
-def __getattr__(name: str) -> Any:
-    # StoredEntry, one letter from sskv_mapping.StoreEntry (a dict's entry), is KeyRecord: the old name for a release
-    if name == "StoredEntry":
-        warnings.warn(
-            "sskv_mapping.emulator.core.StoredEntry is now KeyRecord; the old name goes in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return KeyRecord
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class EmulatorCore:

@@ -23,7 +23,7 @@ from .._protocol.mqtt_publish import OutgoingMessage, PackedUserProperties
 from .._protocol.resp3 import encode_request
 from .._protocol.topics import REQUEST_TOPIC, is_forbidden_response_topic, is_topic_name, response_topic
 from .._transport.backoff import Backoff
-from .._transport.base import Connection, ConnectionFactory, InboundMessage, taking_messages
+from .._transport.base import Connection, ConnectionFactory, InboundMessage
 from .._transport.factory import new_connection
 from .._transport.settings import ConnectionSettings
 from .._transport.stream import StreamConnection
@@ -217,7 +217,7 @@ class EmulatorServer:
         backoff = Backoff(_RECONNECT_MIN_S, _RECONNECT_MAX_S, jitter=False)
         previous: Connection | None = None
         while not self._stop.is_set():
-            conn = taking_messages(self._factory(self.settings, self._on_message))
+            conn = self._factory(self.settings, self._on_message)
             if previous is not None:  # the session's replies not yet acknowledged go again (a kept session)
                 conn.carry_over(previous)
             previous = conn
@@ -560,7 +560,7 @@ async def serving_already(
         if message.correlation_data == correlation and not answered.done():
             answered.set_result(time.monotonic())
 
-    conn = taking_messages(factory(replace(settings, client_id=probe_id, session_expiry=0), on_message))
+    conn = factory(replace(settings, client_id=probe_id, session_expiry=0), on_message)
     try:
         await conn.connect()
         topic = response_topic(probe_id)

@@ -9,7 +9,6 @@ import asyncio
 import hashlib
 import hmac
 import inspect
-import warnings
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -75,13 +74,10 @@ _CORE_OPTIONS: Final = ("namespace", "local_cache_size", "max_staleness", "lock_
 #: per-request timeout of the shared connection.
 _DJANGO_OPTIONS: Final = frozenset({"codec", "allow_pickle", "pickle_key", "timeout"})
 _IGNORED_OPTIONS: Final = frozenset({"MAX_ENTRIES", "CULL_FREQUENCY"})  # BaseCache reads them; no culling here
-#: OPTIONS renamed in this release: old name -> new name, the old one read with a DeprecationWarning.
-_RENAMED_OPTIONS: Final = {"max_in_flight": "max_fanout"}
 _KNOWN_OPTIONS: Final = (
     frozenset(CONNECTION_OPTIONS)
     | frozenset(_CORE_OPTIONS)
     | _DJANGO_OPTIONS
-    | frozenset(_RENAMED_OPTIONS)
     | REDIS_OPTIONS  # django-redis's (_django_redis.py)
 )
 
@@ -167,26 +163,6 @@ class _Config:
         return core.StateStoreCache(client, codec=self.codec, default_ttl=self.default_ttl, **options)
 
 
-def _renamed(options: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``options`` with each renamed OPTIONS key under its new name (a DeprecationWarning names both)."""
-    old = [name for name in _RENAMED_OPTIONS if name in options]
-    if not old:
-        return options
-    moved = dict(options)
-    for name in old:
-        new = _RENAMED_OPTIONS[name]
-        if new in options:
-            raise ConfigurationError(f"OPTIONS gives both {name!r} and {new!r}: {name!r} is the old name of {new!r}")
-        warnings.warn(
-            f'OPTIONS "{name}" is now "{new}" (the bound on the notification fan-out); "{name}" goes in the next '
-            "release",
-            DeprecationWarning,
-            stacklevel=4,
-        )
-        moved[new] = moved.pop(name)
-    return moved
-
-
 def _parse(location: str | None, options: Mapping[str, Any], default_timeout: int | None) -> _Config:
     """Django's settings as the core takes them. Only Django's own names are read and checked here; the
     connection's and the cache's are checked by the core now (not at the first request)."""
@@ -198,7 +174,6 @@ def _parse(location: str | None, options: Mapping[str, Any], default_timeout: in
             "LOCATION must be a broker URL such as mqtt://127.0.0.1:1883, a connection string or 'env:', "
             f"not {location!r}"
         )
-    options = _renamed(options)
     connection = settings_from_options(
         location or DEFAULT_URL, {k: options[k] for k in CONNECTION_OPTIONS if k in options}
     )

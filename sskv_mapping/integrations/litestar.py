@@ -10,7 +10,6 @@ import math
 import re
 import struct
 import time
-import warnings
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -137,7 +136,7 @@ class StateStoreStore(NamespacedStore):
         client: an :class:`~sskv_mapping.AsyncStateStoreClient` to use (connected by its owner on the app's
             loop) instead of one the store connects in its lifespan.
         wall_clock: the wall clock (float seconds since the epoch, like :func:`time.time`) of the expiry written into
-            each entry's envelope. ``clock=`` is its deprecated name (goes in the next release).
+            each entry's envelope.
         client_id, username, password, tls, sat_token_file, keepalive, connect_timeout: connection options.
         request_timeout: seconds to wait for each request to the store (``None``: forever; default 10).
 
@@ -155,17 +154,8 @@ class StateStoreStore(NamespacedStore):
         namespace: str = "litestar",
         client: AsyncStateStoreClient | None = None,
         wall_clock: Callable[[], float] = time.time,
-        clock: Callable[[], float] | None = None,
         **connection: Any,
     ) -> None:
-        if clock is not None:
-            warnings.warn(
-                "StateStoreStore(clock=) is deprecated and goes in the next release: pass wall_clock= (float seconds "
-                "since the epoch)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            wall_clock = clock
         unknown = set(connection) - set(_CONNECTION_OPTIONS)
         if unknown:
             raise TypeError(f"unexpected StateStoreStore option(s): {', '.join(sorted(unknown))}")

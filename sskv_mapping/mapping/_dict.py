@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-import warnings
 from collections.abc import AsyncIterator, Callable, ItemsView, Iterator, Mapping, MutableMapping, ValuesView
 from functools import partial
 from typing import Any, Generic, TypeVar, overload
@@ -30,7 +29,7 @@ from ..client._client import (
 from ..codecs import Codec, JsonCodec, get_codec
 from ..errors import StateStoreError
 from ..local_cache import ABSENT, DEFAULT_MAX_STALENESS, CachedEntry, LocalCache
-from ..lock import AsyncLeasedLock, LeasedLock, renamed_clock
+from ..lock import AsyncLeasedLock, LeasedLock
 from ._changes import (
     DEFAULT_CHANGES_MAXSIZE,
     DEFAULT_SCAN_INTERVAL,
@@ -86,11 +85,6 @@ class _LiveValues(ValuesView[V]):
 
 def _no_cache(key: object) -> None:
     return None
-
-
-def _deprecated(old: str, new: str) -> None:
-    """Warn the caller of the caller (a constructor or a member) that ``old`` goes in the next release."""
-    warnings.warn(f"{old} is deprecated and goes in the next release: {new}", DeprecationWarning, stacklevel=3)
 
 
 def _pairs(other: Any, kwargs: Mapping[str, T]) -> list[tuple[str, T]]:
@@ -184,10 +178,8 @@ class AsyncStateStoreDict(SharesCore[_DictCore[V]]):
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
         listing: ListingMode = "auto",
         monotonic: Callable[[], float] = time.monotonic,
-        clock: Callable[[], float] | None = None,
         _owns_client: bool = False,
     ) -> None:
-        monotonic = renamed_clock("AsyncStateStoreDict", monotonic, clock)
         mode = check_listing(listing)
         resolved: Codec[Any] = JsonCodec() if codec is None else get_codec(codec)
         cache: LocalCache[V] | None = None
@@ -271,31 +263,6 @@ class AsyncStateStoreDict(SharesCore[_DictCore[V]]):
     def local_cache(self) -> LocalCache[V] | None:
         """The in-process cache kept current by KEYNOTIFY; ``None`` when ``local_cache_size=0``."""
         return self._store.cache
-
-    # -- deprecated: the blocking twin's steps, on the private core both twins share now -------------------------
-
-    def peek(self, key: str) -> CachedEntry[V] | None:
-        """Deprecated, goes in the next release: ``d[key]`` from the local cache alone (``value`` is ``ABSENT`` for a
-        key known absent), or ``None`` when it cannot answer."""
-        _deprecated("AsyncStateStoreDict.peek()", "await get()")
-        return self._core.hit(key)
-
-    def hit_reader(self) -> Callable[[object], CachedEntry[V] | None]:
-        """Deprecated, goes in the next release: :meth:`peek` as one call into the local cache."""
-        _deprecated("AsyncStateStoreDict.hit_reader()", "await get()")
-        return self._core.hit
-
-    def encoded(self, key: str, value: V) -> Any:
-        """Deprecated, goes in the next release: ``value`` encoded now, to pass where the value goes (the blocking
-        :class:`StateStoreDict` encodes in its caller's thread itself)."""
-        _deprecated("AsyncStateStoreDict.encoded()", "pass the value itself")
-        return self._core.encoded(key, value)
-
-    @staticmethod
-    def pairs(other: Any, kwargs: Mapping[str, V]) -> list[tuple[str, V]]:
-        """Deprecated, goes in the next release: ``dict.update``'s arguments as a list of pairs."""
-        _deprecated("AsyncStateStoreDict.pairs()", "dict(other, **kwargs).items()")
-        return _pairs(other, kwargs)
 
     async def open(self) -> AsyncStateStoreDict[V]:
         """Start watching the namespace index (done by ``async with`` and :meth:`connect`)."""
@@ -532,12 +499,10 @@ class StateStoreDict(BlockingTwin, SharesCore[_DictCore[V]], MutableMapping[str,
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
         listing: ListingMode = "auto",
         monotonic: Callable[[], float] = time.monotonic,
-        clock: Callable[[], float] | None = None,
         _owns_client: bool = False,
     ) -> None:
         self._client = client
         super().__init__()
-        monotonic = renamed_clock("StateStoreDict", monotonic, clock)
         self._async: AsyncStateStoreDict[V] = AsyncStateStoreDict(
             client.async_client,
             namespace=namespace,

@@ -14,7 +14,6 @@ from .._transport.base import (
     InboundMessage,
     MessageHandler,
     OutgoingMessage,
-    legacy_message,
 )
 from .._transport.settings import ConnectionSettings
 from ..errors import ConnectionLostError
@@ -124,23 +123,13 @@ class LoopBridgeConnection:
         listed = list(filters)
         await self._there(lambda: self._inner.unsubscribe(listed, timeout))
 
-    async def publish(self, message: OutgoingMessage | str, *args: Any, timeout: float = 10.0, **fields: Any) -> None:
-        """Publish on the store's loop (the old form ``publish(topic, payload, ...)`` still works, deprecated)."""
-        if args or fields or type(message) is not OutgoingMessage:
-            message = legacy_message(message, args, fields)
+    async def publish(self, message: OutgoingMessage, *, timeout: float = 10.0) -> None:
+        """Publish on the store's loop."""
         sent = message
         await self._there(lambda: self._inner.publish(sent, timeout=timeout))
 
-    def publish_nowait(
-        self,
-        message: OutgoingMessage | str,
-        *args: Any,
-        refusal: asyncio.Future[Any] | None = None,
-        **fields: Any,
-    ) -> None:
+    def publish_nowait(self, message: OutgoingMessage, *, refusal: asyncio.Future[Any] | None = None) -> None:
         """Queue the publish on the store's loop (in call order) and return at once."""
-        if args or fields or type(message) is not OutgoingMessage:
-            message = legacy_message(message, args, fields)
         if not self._inner.connected:
             raise ConnectionLostError("not connected to the loopback broker")
         if self._direct():

@@ -111,6 +111,24 @@ async def test_constructor_refuses_bad_settings(store_backend: StoreBackend) -> 
             AsyncStateStoreCache(client, **kwargs)
 
 
+async def test_max_fanout_bounds_the_many_calls_and_they_still_do_all_their_work(make_cache: CacheFactory) -> None:
+    cache = await make_cache(max_fanout=3)
+    assert cache._core.max_fanout == 3
+    many = {f"k{i}": i for i in range(10)}
+    assert await cache.set_many(many, ttl=60) == []
+    assert await cache.get_many(many) == many
+    assert await cache.delete_many(many) == 10
+
+
+async def test_the_injected_monotonic_clock_drives_the_local_cache_and_the_latencies(make_cache: CacheFactory) -> None:
+    now = [100.0]
+    cache = await make_cache(local_cache_size=4, monotonic=lambda: now[0])
+    assert cache.local_cache is not None and cache.local_cache.deadline(5.0) == 105.0
+    await cache.set("k", 1)
+    latency = cache.stats().latency["set"]
+    assert (latency.count, latency.total) == (1, 0.0)  # timed by a clock that stands still
+
+
 # -- add --------------------------------------------------------------------------------------------------
 
 

@@ -101,3 +101,12 @@ def test_local_cache_hits_stay_in_the_calling_thread(make_sync_cache: SyncCacheF
     assert reader.get("k") == "v2"
     assert reader.client.async_client.requests_sent == sent
     assert reader.stats().hits == 4
+
+
+def test_the_blocking_twin_passes_max_fanout_and_monotonic_on(make_sync_cache: SyncCacheFactory) -> None:
+    now = [50.0]
+    with make_sync_cache(local_cache_size=4, max_fanout=2, monotonic=lambda: now[0]) as cache:
+        assert cache.async_cache._core.max_fanout == 2
+        assert cache.local_cache is not None and cache.local_cache.deadline(1.0) == 51.0
+        assert cache.set_many({"a": 1, "b": 2, "c": 3}) == []
+        assert cache.get_many(["a", "b", "c"]) == {"a": 1, "b": 2, "c": 3}

@@ -54,6 +54,7 @@ ELSEWHERE = {
     "test_sskv_statestore_cache.py": "the name run_pytest_suite.py gives its copy inside a framework's suite",
     "test_page_example.py": "where tests/docs/test_testing_page_examples.py writes docs/testing.md's example",
     "test_user.py": "where tests/testing/test_anyio_backend.py writes a user's anyio test, in tmp_path",
+    "sskv_mapping/test_shipped_by_mistake.py": "what tests/test_release_contents.py slips into a doctored wheel",
 }
 
 #: Sentences that were true once and are not any more, and why (each was found in the package once).

@@ -392,6 +392,7 @@ def test_bad_options_are_improperly_configured(
     [
         {"local_cache_size": -1},
         {"max_fanout": 0},
+        {"max_fanout": None},
         {"lock_lease": 0},
         {"lock_timeout": -5},
         {"namespace": "a/b"},
@@ -709,24 +710,9 @@ def test_close_all_closes_and_the_next_use_reconnects() -> None:
     assert caches["default"].client is not client
 
 
-def test_the_old_max_in_flight_option_is_read_as_max_fanout_with_a_warning(
-    cache_settings: Callable[..., dict[str, Any]],
-) -> None:
-    """OPTIONS "max_in_flight" (renamed "max_fanout": it bounds the notification fan-out, not the client) still
-    configures the same bound for one release, with a DeprecationWarning naming the new key."""
-    with (
-        override_settings(CACHES={"old": cache_settings(OPTIONS={"max_in_flight": 7})}),
-        pytest.warns(DeprecationWarning, match='OPTIONS "max_in_flight" is now "max_fanout"'),
-    ):
-        old = caches["old"].state_store_cache
-    with override_settings(CACHES={"new": cache_settings(OPTIONS={"max_fanout": 7})}):
-        new = caches["new"].state_store_cache
-    assert old._core.max_fanout == new._core.max_fanout == 7
-    with (
-        override_settings(CACHES={"both": cache_settings(OPTIONS={"max_in_flight": 7, "max_fanout": 8})}),
-        pytest.raises(ImproperlyConfigured, match="both 'max_in_flight' and 'max_fanout'"),
-    ):
-        caches["both"]
+def test_the_max_fanout_option_bounds_the_fan_out(cache_settings: Callable[..., dict[str, Any]]) -> None:
+    with override_settings(CACHES={"bounded": cache_settings(OPTIONS={"max_fanout": 7})}):
+        assert caches["bounded"].state_store_cache._core.max_fanout == 7
 
 
 def test_local_cache_option(cache_settings: Callable[..., dict[str, Any]]) -> None:

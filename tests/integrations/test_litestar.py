@@ -337,19 +337,6 @@ def test_sessions_and_response_cache_in_an_app_shared_by_two_instances(broker_ur
     asyncio.run(clear())
 
 
-async def test_the_deprecated_clock_keyword_is_wall_clock(broker_url: str, namespace: str) -> None:
-    # issue 29's renaming step: clock= is wall_clock= for one release, with a warning at the caller's line
-    now = [1_000_000.0]
-    with pytest.warns(DeprecationWarning, match="wall_clock=") as record:
-        store = StateStoreStore(broker_url, namespace=namespace, clock=lambda: now[0])
-    assert [w.filename for w in record] == [__file__]
-    async with store:
-        await store.set("k", b"v", expires_in=100)
-        now[0] += 30.5
-        assert await store.expires_in("k") == 70
-        await store.delete_all()
-
-
 # -- one store from two event loops (a Litestar test client's app runs on a loop of its own thread) --------------
 
 

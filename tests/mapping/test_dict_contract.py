@@ -197,3 +197,11 @@ def test_expired_keys_disappear_from_iteration(make_dict: DictFactory) -> None:
     d.client.subscribe_key(f"{d.namespace}/short", on_event)
     assert gone.wait(5)
     assert list(d) == ["stays"] and len(d) == 1 and "short" not in d
+
+
+def test_the_injected_monotonic_clock_drives_the_local_cache(make_dict: DictFactory) -> None:
+    now = [7.0]
+    d = make_dict(monotonic=lambda: now[0])
+    assert d.local_cache is not None and d.local_cache.deadline(1.0) == 8.0
+    d["k"] = 3
+    assert d["k"] == 3

@@ -5,6 +5,7 @@ pytest-xdist (``-n 2``): the real store is started once per worker, and each tes
 
 One wheel and one virtualenv per run (module-scoped), installed from pip's configured index and cache with the
 versions this environment already has (no resolution, no download when cached). Marked ``venv`` (and ``broker``).
+``SSKV_RELEASE_WHEEL=path`` tests that wheel instead of one built here (``scripts/check_release.py --project-test``).
 """
 
 from __future__ import annotations
@@ -40,9 +41,13 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pa
     """``(project folder, its virtualenv's python)``: our wheel and the test tools installed, nothing of the
     checkout importable."""
     root = tmp_path_factory.mktemp("user-project")
-    dist = root / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO)], cwd=root)
-    (wheel,) = dist.glob("sskv_mapping-*.whl")
+    given = os.environ.get("SSKV_RELEASE_WHEEL")
+    if given:
+        wheel = Path(given)
+    else:
+        dist = root / "dist"
+        _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO)], cwd=root)
+        (wheel,) = dist.glob("sskv_mapping-*.whl")
     env_dir = root / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"

@@ -1,5 +1,4 @@
-"""``SSKV_MQTT_TRANSPORT=stream|paho`` chooses the transport of every new connection (``_transport/factory.py``);
-its old name ``SSKV_MQTT_FASTPATH`` (``0``: paho) still does the same for one release, with a DeprecationWarning.
+"""``SSKV_MQTT_TRANSPORT=stream|paho`` chooses the transport of every new connection (``_transport/factory.py``).
 The round trips run against the session's mosquitto and emulator.
 """
 
@@ -11,12 +10,7 @@ import warnings
 import pytest
 
 from sskv_mapping import AsyncStateStoreClient, ConfigurationError
-from sskv_mapping._transport.factory import (
-    DEPRECATED_TRANSPORT_ENV,
-    TRANSPORT_ENV,
-    chosen_transport,
-    new_connection,
-)
+from sskv_mapping._transport.factory import TRANSPORT_ENV, chosen_transport, new_connection
 from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping._transport.stream import StreamConnection
@@ -25,7 +19,6 @@ from sskv_mapping._transport.stream import StreamConnection
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(TRANSPORT_ENV, raising=False)
-    monkeypatch.delenv(DEPRECATED_TRANSPORT_ENV, raising=False)
 
 
 def no_warning_chosen() -> str:
@@ -35,7 +28,7 @@ def no_warning_chosen() -> str:
 
 
 def test_the_names() -> None:
-    assert (TRANSPORT_ENV, DEPRECATED_TRANSPORT_ENV) == ("SSKV_MQTT_TRANSPORT", "SSKV_MQTT_FASTPATH")
+    assert TRANSPORT_ENV == "SSKV_MQTT_TRANSPORT"
 
 
 @pytest.mark.parametrize(
@@ -61,21 +54,6 @@ def test_any_other_value_is_a_configuration_error_naming_the_variable(
         new_connection(ConnectionSettings(), lambda message: None)
 
 
-@pytest.mark.parametrize(("old", "expected"), [("0", "paho"), ("1", "stream"), ("", "stream")])
-def test_the_old_variable_still_chooses_with_a_deprecation_warning(
-    monkeypatch: pytest.MonkeyPatch, old: str, expected: str
-) -> None:
-    monkeypatch.setenv(DEPRECATED_TRANSPORT_ENV, old)
-    with pytest.warns(DeprecationWarning, match=f"SSKV_MQTT_FASTPATH is deprecated.*SSKV_MQTT_TRANSPORT={expected}"):
-        assert chosen_transport() == expected
-
-
-def test_the_new_variable_wins_over_the_old_one_without_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(DEPRECATED_TRANSPORT_ENV, "0")
-    monkeypatch.setenv(TRANSPORT_ENV, "stream")
-    assert no_warning_chosen() == "stream"
-
-
 async def round_trip(broker_address: tuple[str, int]) -> object:
     """A value set and read back through a client on the real broker; the connection it used."""
     key, value = f"transport-{uuid.uuid4().hex}", uuid.uuid4().bytes
@@ -94,14 +72,3 @@ async def test_the_variable_chooses_each_new_connection(
     assert isinstance(await round_trip(broker_address), PahoConnection)
     monkeypatch.setenv(TRANSPORT_ENV, "stream")
     assert isinstance(await round_trip(broker_address), StreamConnection)
-
-
-async def test_the_old_variable_does_the_same_with_a_warning(
-    broker_address: tuple[str, int], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(DEPRECATED_TRANSPORT_ENV, "0")
-    with pytest.warns(DeprecationWarning, match="SSKV_MQTT_TRANSPORT=paho"):
-        assert isinstance(await round_trip(broker_address), PahoConnection)
-    monkeypatch.setenv(DEPRECATED_TRANSPORT_ENV, "1")
-    with pytest.warns(DeprecationWarning, match="SSKV_MQTT_TRANSPORT=stream"):
-        assert isinstance(await round_trip(broker_address), StreamConnection)

@@ -106,14 +106,3 @@ def test_the_default_settings_set_nothing_an_install_does_not() -> None:
         "max_packet_size",
     ]
     assert "default-settings" in repr(broker)
-
-
-def test_the_old_stock_keyword_and_attribute_still_work_with_a_warning() -> None:
-    with pytest.warns(DeprecationWarning, match=r"stock=\.\.\.\) is now MosquittoBroker\(default_settings="):
-        old = MosquittoBroker(stock=True, extra_config=["max_packet_size 1000"])
-    new = MosquittoBroker(default_settings=True, extra_config=["max_packet_size 1000"], port=old.port)
-    assert old.default_settings is True and old.config_text() == new.config_text()
-    with pytest.warns(DeprecationWarning, match="stock is now MosquittoBroker.default_settings"):
-        assert old.stock is True
-    with pytest.warns(DeprecationWarning):
-        assert MosquittoBroker(stock=False).default_settings is False
