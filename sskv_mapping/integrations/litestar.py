@@ -357,7 +357,7 @@ class StateStoreStore(NamespacedStore):
 
     async def expires_in(self, key: str) -> int | None:
         """Seconds until the entry expires, rounded up (from its envelope; the state store itself cannot say);
-        ``-1`` if it never expires; ``None`` if there is no such entry."""
+        ``-1`` if it never expires; ``None`` if there is no such entry (or it has expired by ``wall_clock``)."""
         return await self._conn.call(lambda: self._expires_in(key))
 
     async def _expires_in(self, key: str) -> int | None:
@@ -368,4 +368,4 @@ class StateStoreStore(NamespacedStore):
         _, expires_at = entry
         if expires_at is None:
             return -1
-        return max(0, math.ceil((expires_at - self._now_ms()) / 1000))
+        return math.ceil((expires_at - self._now_ms()) / 1000)  # >= 1: an expired entry was absent
