@@ -26,6 +26,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tomllib
 
 import nox
@@ -108,7 +109,7 @@ nox.options.sessions = [
     "peer-flask",
     "peer-aiocache",
     "peer-django-redis",
-    "peer-litestar",  # skipped without a Litestar checkout (its sdist ships no tests)
+    "peer-litestar",  # skipped without a Litestar checkout (its sdists ship no tests)
     "peer-constance",
     "docs",
 ]
@@ -472,6 +473,14 @@ def paho_transport(session: nox.Session) -> None:
 def _sdist_tests(session: nox.Session, package: str, subdir: str) -> str:
     """Download the sdist of the installed ``package`` from PyPI and extract its ``subdir``; the folder that
     holds it. The maintainers' tests are loaded from there at test time, never copied into this repository."""
+    found = _sdist_subdir(session, package, subdir)
+    if found is None:
+        session.error(f"the sdist of the installed {package} has no {subdir}/")
+    return found
+
+
+def _sdist_subdir(session: nox.Session, package: str, subdir: str) -> str | None:
+    """:func:`_sdist_tests`, or ``None`` when the sdist has no ``subdir``."""
     version = session.run(
         "python", "-c", f"import importlib.metadata as m; print(m.version({package!r}))", silent=True
     ).strip()
@@ -495,17 +504,13 @@ def _sdist_tests(session: nox.Session, package: str, subdir: str) -> str:
         archive = next(
             f for f in os.listdir(tmp) if f.lower().replace("-", "_").startswith(wanted) and f.endswith(".tar.gz")
         )
+        member = f"{archive[: -len('.tar.gz')]}/{subdir}"
+        with tarfile.open(os.path.join(tmp, archive)) as tar:
+            if not any(name == member or name.startswith(member + "/") for name in tar.getnames()):
+                session.log(f"{archive} has no {subdir}/")
+                return None
         os.makedirs(dest)
-        session.run(
-            "tar",
-            "xzf",
-            os.path.join(tmp, archive),
-            "-C",
-            dest,
-            "--strip-components=1",
-            f"{archive[: -len('.tar.gz')]}/{subdir}",
-            external=True,
-        )
+        session.run("tar", "xzf", os.path.join(tmp, archive), "-C", dest, "--strip-components=1", member, external=True)
     return os.path.abspath(os.path.join(dest, subdir))
 
 
@@ -578,15 +583,27 @@ def peer_django_redis(session: nox.Session, django: str) -> None:
 @nox.session(name="peer-litestar", python=_only(OLDEST))
 def peer_litestar(session: nox.Session) -> None:
     """Litestar's own tests of response caching, server-side sessions and the rate-limit middleware with our store
-    in place of its memory store (``tests/peer/run_litestar_suite.py``: what is deselected and why). Litestar's sdist
-    ships no tests: give a checkout of its repository at the installed release (``git archive vX.Y.Z tests``) as
-    ``SSKV_LITESTAR_SOURCE`` or the first argument; without one the session is skipped, saying so."""
+    in place of its memory store, without and with a local cache (``tests/peer/run_litestar_suite.py``: what is
+    deselected and why). Their ``tests/`` come from the installed release's sdist when it ships them; Litestar's
+    sdists ship none (2.25.0: the package, its pyproject and licence), so give a checkout of its repository at that
+    release as ``SSKV_LITESTAR_SOURCE`` or the first argument; without either the session is skipped, saying so."""
+    # what their conftest imports (the Redis and Valkey stores' clients, time-machine before 3, lazy fixtures, the
+    # client-side session backend's cryptography)
+    deps = ("pytest-lazy-fixtures", "redis", "valkey", "time-machine<3", "cryptography", "httpx>=0.24")
+    _install(session, "litestar", deps=deps)
     source = session.posargs[0] if session.posargs else os.environ.get("SSKV_LITESTAR_SOURCE")
-    if not source or not os.path.isdir(os.path.join(source, "tests")):
-        session.skip("no Litestar tests: set SSKV_LITESTAR_SOURCE to a checkout at the installed release")
-    # what their conftest imports (the Redis and Valkey stores' clients, time-machine before 3, lazy fixtures)
-    _install(session, "litestar", deps=("pytest-lazy-fixtures", "redis", "valkey", "time-machine<3", "httpx>=0.24"))
+    if not source:
+        tests_dir = _sdist_subdir(session, "litestar", "tests")
+        if tests_dir is None:
+            session.skip(
+                "the installed Litestar's sdist ships no tests: set SSKV_LITESTAR_SOURCE to a checkout of "
+                "github.com/litestar-org/litestar at that release (or pass it as the first argument)"
+            )
+        source = os.path.dirname(tests_dir)
+    elif not os.path.isdir(os.path.join(source, "tests")):
+        session.error(f"no tests/ in {source} (SSKV_LITESTAR_SOURCE): give a checkout of Litestar's repository")
     session.run("python", "tests/peer/run_litestar_suite.py", source, *session.posargs[1:])
+    session.run("python", "tests/peer/run_litestar_suite.py", source, "--local-cache", *session.posargs[1:])
 
 
 @nox.session(name="peer-aiocache")

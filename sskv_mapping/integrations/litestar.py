@@ -25,8 +25,10 @@ from litestar.stores.base import NamespacedStore  # noqa: E402
 
 from .._transport.settings import ConnectionSettings  # noqa: E402
 from ..cache import AsyncStateStoreCache, translate_ttl  # noqa: E402
+from ..cache._cache import _check_options as check_cache_options  # noqa: E402
 from ..client import AsyncStateStoreClient  # noqa: E402
 from ..errors import ClientStateError, ConfigurationError, DecodeError  # noqa: E402
+from ..local_cache import DEFAULT_MAX_STALENESS  # noqa: E402
 from ..mapping import AsyncStateStoreDict  # noqa: E402
 
 __all__ = ["DEFAULT_URL", "StateStoreStore"]
@@ -59,10 +61,17 @@ class _Connection:
     """The client shared by a store and every store derived from it, and the caches opened on it."""
 
     def __init__(
-        self, settings: ConnectionSettings | None, client: AsyncStateStoreClient | None, timeout: float | None
+        self,
+        settings: ConnectionSettings | None,
+        client: AsyncStateStoreClient | None,
+        timeout: float | None,
+        local_cache_size: int,
+        max_staleness: float | None,
     ) -> None:
         self.settings = settings
         self.timeout = timeout
+        self.local_cache_size = local_cache_size
+        self.max_staleness = max_staleness
         self.given = client
         self.client: AsyncStateStoreClient | None = client
         self.generation = 0
@@ -136,7 +145,12 @@ class StateStoreStore(NamespacedStore):
         client: an :class:`~sskv_mapping.AsyncStateStoreClient` to use (connected by its owner on the app's
             loop) instead of one the store connects in its lifespan.
         wall_clock: the wall clock (float seconds since the epoch, like :func:`time.time`) of the expiry written into
-            each entry's envelope.
+            each entry's envelope and read against it: an entry whose envelope expiry has passed by this clock is
+            absent (as Litestar's memory store reads its own).
+        local_cache_size: keep up to this many hot entries of each namespace in process, kept current by the
+            store's notifications (0: none).
+        max_staleness: serve a local entry only within this many seconds of its last confirmation (a lost
+            notification leaves a value stale at most that long); ``None``: trust notifications forever.
         client_id, username, password, tls, sat_token_file, keepalive, connect_timeout: connection options.
         request_timeout: seconds to wait for each request to the store (``None``: forever; default 10).
 
@@ -154,14 +168,25 @@ class StateStoreStore(NamespacedStore):
         namespace: str = "litestar",
         client: AsyncStateStoreClient | None = None,
         wall_clock: Callable[[], float] = time.time,
+        local_cache_size: int = 0,
+        max_staleness: float | None = DEFAULT_MAX_STALENESS,
         **connection: Any,
     ) -> None:
         unknown = set(connection) - set(_CONNECTION_OPTIONS)
         if unknown:
             raise TypeError(f"unexpected StateStoreStore option(s): {', '.join(sorted(unknown))}")
         timeout = request_timeout(connection.pop("request_timeout", 10.0))
+        check_cache_options(local_cache_size, 1, 1.0, None)  # the local cache's size (the others: not ours)
+        if max_staleness is not None and (
+            isinstance(max_staleness, bool)
+            or not isinstance(max_staleness, int | float)
+            or not math.isfinite(max_staleness)
+            or max_staleness <= 0
+        ):
+            raise ConfigurationError(f"max_staleness must be positive seconds or None, not {max_staleness!r}")
         settings = None if client is not None else settings_from_options(url or DEFAULT_URL, connection)
-        self._setup(_Connection(settings, client, timeout), _check_name(namespace, "namespace"), None, wall_clock)
+        conn = _Connection(settings, client, timeout, local_cache_size, max_staleness)
+        self._setup(conn, _check_name(namespace, "namespace"), None, wall_clock)
 
     def _setup(
         self, conn: _Connection, namespace: str, parent: StateStoreStore | None, clock: Callable[[], float]
@@ -220,7 +245,14 @@ class StateStoreStore(NamespacedStore):
     def _caches(self) -> tuple[AsyncStateStoreCache[bytes], AsyncStateStoreDict[Any]]:
         client = self._conn.require()
         if self._data is None or self._registry is None or self._generation != self._conn.generation:
-            self._data = AsyncStateStoreCache(client, namespace=self.namespace, codec="raw", default_ttl=None)
+            self._data = AsyncStateStoreCache(
+                client,
+                namespace=self.namespace,
+                codec="raw",
+                default_ttl=None,
+                local_cache_size=self._conn.local_cache_size,
+                max_staleness=self._conn.max_staleness,
+            )
             # the children's names: a dict, which keeps a listing (the cache keeps none)
             self._registry = AsyncStateStoreDict(client, namespace=f"{self.namespace}!children", local_cache_size=0)
             self._conn.opened += [self._data, self._registry]
@@ -263,12 +295,24 @@ class StateStoreStore(NamespacedStore):
         from now (an entry without expiry is left alone, as Litestar specifies)."""
         return await self._conn.call(lambda: self._get(key, renew_for))
 
-    async def _get(self, key: str, renew_for: int | timedelta | None = None) -> bytes | None:
-        cache, _ = self._caches()
+    async def _read(self, cache: AsyncStateStoreCache[bytes], key: str) -> tuple[bytes, int | None] | None:
+        """The entry's data and envelope expiry (ms), or ``None`` when absent or expired by ``wall_clock`` (the
+        store's own TTL ran on the service's clock; a wall clock moved forward, by a test's time travel or a
+        host's skew, sees the entry expire at the envelope's time, as Litestar's memory store does)."""
         raw = await cache.get(key)
         if raw is None:
             return None
         data, expires_at = _unpack(raw, key)
+        if expires_at is not None and self._now_ms() >= expires_at:
+            return None
+        return data, expires_at
+
+    async def _get(self, key: str, renew_for: int | timedelta | None = None) -> bytes | None:
+        cache, _ = self._caches()
+        entry = await self._read(cache, key)
+        if entry is None:
+            return None
+        data, expires_at = entry
         if renew_for and expires_at is not None:
             await self._write(cache, key, data, translate_ttl(renew_for, "litestar"))
         return data
@@ -298,19 +342,19 @@ class StateStoreStore(NamespacedStore):
 
     async def _exists(self, key: str) -> bool:
         cache, _ = self._caches()
-        return await cache.exists(key)
+        return await self._read(cache, key) is not None
 
     async def expires_in(self, key: str) -> int | None:
         """Seconds until the entry expires, rounded up (from its envelope; the state store itself cannot say);
-        ``-1`` if it never expires; ``None`` if there is no such entry."""
+        ``-1`` if it never expires; ``None`` if there is no such entry (or it has expired by ``wall_clock``)."""
         return await self._conn.call(lambda: self._expires_in(key))
 
     async def _expires_in(self, key: str) -> int | None:
         cache, _ = self._caches()
-        raw = await cache.get(key)
-        if raw is None:
+        entry = await self._read(cache, key)
+        if entry is None:
             return None
-        _, expires_at = _unpack(raw, key)
+        _, expires_at = entry
         if expires_at is None:
             return -1
-        return max(0, math.ceil((expires_at - self._now_ms()) / 1000))
+        return math.ceil((expires_at - self._now_ms()) / 1000)  # >= 1: an expired entry was absent

@@ -29,6 +29,7 @@ from litestar.testing import TestClient
 from sskv_mapping import (
     AsyncStateStoreClient,
     ClientStateError,
+    ConfigurationError,
     ConnectionSettings,
     DecodeError,
     KeyEvent,
@@ -150,8 +151,13 @@ async def test_expires_in_counts_down_with_the_clock(broker_url: str, namespace:
         await store.set("k", b"v", expires_in=100)
         now[0] += 30.5
         assert await store.expires_in("k") == 70
-        now[0] += 200  # past the envelope's time: 0 until the store's own PX removes the entry
-        assert await store.expires_in("k") == 0
+        await store.set("later", b"w", expires_in=300)
+        now[0] += 69.5  # the envelope's time: expired by this clock, whatever the service's own TTL still says
+        assert await store.get("k") is None
+        assert await store.get("k", renew_for=60) is None  # an expired entry is not renewed back to life
+        assert await store.exists("k") is False
+        assert await store.expires_in("k") is None
+        assert await store.expires_in("later") == 231  # the other entry's still counts down
         await store.delete_all()
 
 
@@ -288,6 +294,56 @@ def test_unknown_options_are_refused() -> None:
         StateStoreStore(bogus=1)
 
 
+@pytest.mark.parametrize(
+    ("option", "bad"),
+    [("local_cache_size", -1), ("local_cache_size", "10"), ("local_cache_size", True), ("max_staleness", 0)],
+)
+def test_bad_local_cache_options_are_refused_at_once(option: str, bad: object) -> None:
+    with pytest.raises(ConfigurationError, match=option):
+        StateStoreStore(**{option: bad})
+
+
+# -- with a local cache ------------------------------------------------------------------------------------
+
+
+async def _until(read: Callable[[], Awaitable[object]], wanted: object) -> None:
+    """Wait (5 s at most) until ``read()`` answers ``wanted``: a notification's invalidation arrives after the write."""
+    async with asyncio.timeout(5):
+        while await read() != wanted:  # noqa: ASYNC110 - the local cache offers no event for an applied invalidation
+            await asyncio.sleep(0.005)
+
+
+async def test_a_local_cache_serves_hot_entries_and_follows_other_writers(broker_url: str, namespace: str) -> None:
+    local = StateStoreStore(broker_url, namespace=namespace, local_cache_size=100)
+    other = StateStoreStore(broker_url, namespace=namespace)
+    async with local, other:
+        await other.set("k", b"one", expires_in=60)
+        assert await local.get("k") == b"one"
+        sent = local.client.requests_sent
+        assert await local.get("k") == b"one"
+        assert await local.exists("k")
+        assert await local.expires_in("k") == 60
+        assert local.client.requests_sent == sent  # answered in process
+        await other.set("k", b"two", expires_in=60)
+        await _until(lambda: local.get("k"), b"two")
+        await other.delete("k")
+        await _until(lambda: local.exists("k"), False)
+        await local.delete_all()
+
+
+async def test_a_local_entry_expires_by_the_wall_clock_too(broker_url: str, namespace: str) -> None:
+    now = [1_000_000.0]
+    store = StateStoreStore(broker_url, namespace=namespace, local_cache_size=100, wall_clock=lambda: now[0])
+    async with store:
+        await store.set("k", b"v", expires_in=100)
+        assert await store.get("k") == b"v"
+        sent = store.client.requests_sent
+        now[0] += 100
+        assert await store.get("k") is None
+        assert store.client.requests_sent == sent  # the local entry's envelope said so, not the service
+        await store.delete_all()
+
+
 # -- in a Litestar app ------------------------------------------------------------------------------------
 
 
@@ -361,24 +417,34 @@ class _LoopThread:
         self._thread.join(10)
 
 
+async def _round(store: StateStoreStore, key: str) -> list[object]:
+    """One of each call on ``key``, and what each answered."""
+    await store.set(key, b"v", expires_in=60)
+    answers: list[object] = [await store.get(key), await store.exists(key), await store.expires_in(key)]
+    await store.delete(key)
+    return [*answers, await store.get(key)]
+
+
 async def test_a_store_opened_on_another_loop_answers_from_this_one(broker_url: str, namespace: str) -> None:
+    # the stall this replaced lasted the whole request timeout: with a small one it would raise RequestTimeoutError
     other = _LoopThread()
-    store = StateStoreStore(broker_url, namespace=namespace, request_timeout=30)
+    store = StateStoreStore(broker_url, namespace=namespace, request_timeout=3)
     try:
         other.run(store.__aenter__())
+        other.run(_round(store, "warm-up"))  # the namespace's first-use requests (its generation), once
+        sent = store.client.requests_sent
+        assert other.run(_round(store, "there")) == [b"v", True, 60, None]
+        at_home = store.client.requests_sent - sent
+        sent = store.client.requests_sent
+        for n in range(10):  # from the test's loop: the same answers, and the same requests, none sent again
+            assert await _round(store, f"here{n}") == [b"v", True, 60, None]
+        assert store.client.requests_sent - sent == 10 * at_home
         other.run(store.set("made-there", b"1", expires_in=60))
-        # a deadline far above a request's time (30 s each here): without the hop this waited the whole timeout
-        async with asyncio.timeout(20):
-            await store.set("made-here", b"2", expires_in=60)
-            assert await store.get("made-there") == b"1"
-            assert await store.exists("made-here")
-            assert await store.expires_in("made-here") == 60
-            await store.delete("made-there")
-            assert await store.get("made-there") is None
-            await store.with_namespace("child").set("c", b"3")
-            await store.delete_all()
-            assert await store.with_namespace("child").get("c") is None
-        assert other.run(store.get("made-here")) is None
+        await store.with_namespace("child").set("c", b"3")
+        assert await store.get("made-there") == b"1"
+        await store.delete_all()
+        assert await store.with_namespace("child").get("c") is None
+        assert other.run(store.get("made-there")) is None
     finally:
         other.run(store.__aexit__(None, None, None))
         other.stop()

@@ -1,11 +1,11 @@
 """Run Litestar's own tests of response caching, server-side sessions and the rate-limit middleware with our
 store in place of its memory store (``litestar_store_plugin.py``): ``nox -s peer-litestar``.
 
-    python tests/peer/run_litestar_suite.py LITESTAR_SOURCE_ROOT [PYTEST_ARG ...]
+    python tests/peer/run_litestar_suite.py LITESTAR_SOURCE_ROOT [--local-cache] [PYTEST_ARG ...]
 
-``LITESTAR_SOURCE_ROOT`` holds Litestar's ``tests/`` at the installed release (its sdist ships none). Starts a
-private mosquitto and the emulator (loopback), runs pytest there on the three files with the deselections below,
-and exits with pytest's status.
+``LITESTAR_SOURCE_ROOT`` holds Litestar's ``tests/`` at the installed release (its sdist ships none).
+``--local-cache``: every store with a local cache. Starts a private mosquitto and the emulator (loopback), runs
+pytest there on the three files with the deselections below, and exits with pytest's status.
 """
 
 from __future__ import annotations
@@ -23,35 +23,23 @@ FILES = [
     "tests/unit/test_middleware/test_rate_limit_middleware.py",
     "tests/unit/test_middleware/test_session/test_server_side_backend.py",
 ]
-#: test -> why it cannot pass with another store than Litestar's memory store
+#: test -> why it cannot pass with another store than Litestar's memory store; the rest run, their time-machine
+#: tests included (the store reads an entry's expiry against its wall clock, time.time, which they move)
 DESELECTED = {
     "tests/e2e/test_response_caching.py::test_default_expiration_none": "reads MemoryStore._store (its internals)",
     "tests/e2e/test_response_caching.py::test_cache_forever": "reads MemoryStore._store (its internals)",
 }
-#: the tests that move the clock with time-machine (an hour, a day): the client's hybrid logical clock follows the
-#: process's wall clock forward and every later request of the run is refused as "ahead of the wall clock", until
-#: the library's time-travel handling lands; ``--with-time-travel`` runs them too
-TIME_TRAVEL = [
-    "tests/e2e/test_response_caching.py::test_handler_expiration",
-    "tests/e2e/test_response_caching.py::test_default_expiration",
-    "tests/unit/test_middleware/test_rate_limit_middleware.py::test_rate_limiting",
-    "tests/unit/test_middleware/test_rate_limit_middleware.py::test_exclude_patterns",
-    "tests/unit/test_middleware/test_rate_limit_middleware.py::test_exclude_opt_key",
-    "tests/unit/test_middleware/test_rate_limit_middleware.py::test_check_throttle_handler",
-    "tests/unit/test_middleware/test_rate_limit_middleware.py::test_rate_limiting_works_with_mounted_apps",
-    "tests/unit/test_middleware/test_session/test_server_side_backend.py::test_get_renew_on_access",
-    "tests/unit/test_middleware/test_session/test_server_side_backend.py::test_max_age_expires",
-]
 #: the tests whose ``store`` fixture is a Redis or Valkey server (Litestar's conftest: docker), not ours
 NOT_OURS = "not redis_store and not valkey_store"
 
 
+#: the local cache's size with ``--local-cache``: larger than any test's working set, so hot entries stay local
+LOCAL_CACHE_SIZE = 1000
+
+
 def main(root: str, *extra: str) -> int:
-    deselected = list(DESELECTED)
-    if "--with-time-travel" in extra:
-        extra = tuple(a for a in extra if a != "--with-time-travel")
-    else:
-        deselected += TIME_TRAVEL
+    local_cache = "--local-cache" in extra
+    extra = tuple(a for a in extra if a != "--local-cache")
     from sskv_mapping.emulator.broker import MosquittoBroker
     from tests._support.procs import start_emulator
 
@@ -63,12 +51,17 @@ def main(root: str, *extra: str) -> int:
             env = {
                 **os.environ,
                 "SSKV_PEER_URL": f"mqtt://{broker.host}:{broker.port}",
+                "SSKV_PEER_LOCAL_CACHE": str(LOCAL_CACHE_SIZE if local_cache else 0),
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
             }
             argv = [sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", root, "-q", "-p", "no:cacheprovider"]
             # their conftest loads docker fixtures (Postgres, Redis...) that none of these tests uses
             argv += ["-p", "no:tests.docker_service_fixtures", "-p", "litestar_store_plugin", "-rfEs", "-k", NOT_OURS]
-            argv += [arg for test in deselected for arg in ("--deselect", test)]
+            argv += [arg for test in DESELECTED for arg in ("--deselect", test)]
+            mode = f"a local cache of {LOCAL_CACHE_SIZE} entries" if local_cache else "no local cache"
+            print(f"Litestar's tests with our store, {mode}; deselected:", flush=True)
+            for test, why in {**DESELECTED, f"-k {NOT_OURS!r}": "their store is a Redis or Valkey server"}.items():
+                print(f"  {test}: {why}", flush=True)
             return subprocess.run([*argv, *extra, *FILES], cwd=root, env=env, check=False).returncode
         finally:
             emulator.stop()
