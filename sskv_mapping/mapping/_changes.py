@@ -44,6 +44,9 @@ _FAN_OUT = 64
 #: a SCAN pass is followed by at least this many times its own duration before the next
 _SCAN_SHARE = 10
 _RETRY = 0.5  # seconds before keys that could not be watched (the connection was down) are tried again
+#: deleted keys whose watches a feed keeps (a key set again soon is heard at once); past this, the oldest deleted
+#: key's watch is released, and the key is found again by the listing if it comes back
+_GONE_KEPT = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,8 @@ class _Feed(Generic[V]):
         self.store = store
         self.streams: set[AsyncChangeStream[V]] = set()
         self._tracked: dict[str, _Tracked] = {}
+        self._gone: dict[str, None] = {}  # tracked keys absent now, oldest first (at most _GONE_KEPT)
+        self._releasing: list[KeySubscription] = []  # watches of forgotten keys, released by _watch_new
         self._wanted: set[str] = set()  # keys to watch (found by a listing, a notification, a local write)
         self._work: asyncio.Event | None = None
         self._relist = False
@@ -136,8 +141,10 @@ class _Feed(Generic[V]):
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        subs = [t.sub for t in self._tracked.values() if t.sub is not None]
+        subs = [t.sub for t in self._tracked.values() if t.sub is not None] + self._releasing
         self._tracked.clear()
+        self._gone.clear()
+        self._releasing = []
         self._wanted.clear()
         for sub in subs:
             try:
@@ -168,6 +175,8 @@ class _Feed(Generic[V]):
             await self._work.wait()
             self._work.clear()
             batch, self._wanted = self._wanted, set()
+            releasing, self._releasing = self._releasing, []
+            await gather_bounded((_release(sub) for sub in releasing), _FAN_OUT)
             try:
                 if self._relist:  # shards put in use since: loaded (and so watched) by a listing
                     self._relist = False
@@ -217,8 +226,14 @@ class _Feed(Generic[V]):
                 sub, tracked.sub = tracked.sub, None
                 asyncio.get_running_loop().create_task(sub.close())
             raise
-        if got is None:
-            return  # absent: nothing to report (a change notified meanwhile was reported by the notification)
+        if self._tracked.get(key) is not tracked:  # forgotten meanwhile (deleted, past _GONE_KEPT)
+            if tracked.sub is not None:
+                self._release_later(tracked)
+            return
+        if got is None:  # absent: nothing to report (a change notified meanwhile was reported by the notification)
+            if not tracked.exists:
+                self._went(key)
+            return
         if tracked.version is not None and got.version is not None and got.version <= tracked.version:
             return  # a notification as new as the answer (or newer) came first
         tracked.version, tracked.exists = got.version, True
@@ -242,6 +257,30 @@ class _Feed(Generic[V]):
         if version is not None:
             tracked.version = version
         self._publish(key, event)
+        if deleted:
+            self._went(key)
+        else:
+            self._gone.pop(key, None)
+
+    def _went(self, key: str) -> None:
+        """``key`` is absent now: its watch is kept for a while; the oldest deleted key's past ``_GONE_KEPT`` is
+        released (bounded: a namespace whose keys come and go does not grow the watches without end)."""
+        gone = self._gone
+        gone.pop(key, None)
+        gone[key] = None
+        while len(gone) > _GONE_KEPT:
+            oldest = next(iter(gone))
+            del gone[oldest]
+            tracked = self._tracked.pop(oldest, None)
+            if tracked is not None:
+                self._release_later(tracked)
+
+    def _release_later(self, tracked: _Tracked) -> None:
+        if tracked.sub is not None:
+            self._releasing.append(tracked.sub)
+            tracked.sub = None
+        if self._work is not None:
+            self._work.set()
 
     def _publish(self, key: str, event: KeyEvent) -> None:
         if event.op is KeyOperation.DELETE or event.value is None:
@@ -255,6 +294,13 @@ class _Feed(Generic[V]):
             change = Change(key, value, event.version, synthetic=event.synthetic)
         for stream in list(self.streams):
             stream._put(change)  # noqa: SLF001 - the feed fills its streams
+
+
+async def _release(sub: KeySubscription) -> None:
+    try:
+        await sub.close()
+    except StateStoreError as exc:
+        log.debug("releasing a change watch failed: %s", exc)
 
 
 _feeds: weakref.WeakKeyDictionary[NamespaceStore[Any], _Feed[Any]] = weakref.WeakKeyDictionary()

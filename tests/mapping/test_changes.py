@@ -15,6 +15,7 @@ import pytest
 from sskv_mapping import AsyncStateStoreDict, Change, StateStoreDict
 from sskv_mapping.errors import ConfigurationError
 from tests._support.store_backend import StoreBackend
+from tests._support.waiting import eventually
 
 pytestmark = pytest.mark.parametrize("listing", ["scan", "index"])
 
@@ -183,6 +184,46 @@ async def test_closing_the_dict_ends_its_streams_and_releases_their_watches(
         with pytest.raises(StopAsyncIteration):
             await stream.next(timeout=5)
         assert [k for k in mine.client.watched_keys if k.startswith(namespace.encode() + b"/")] == []
+    finally:
+        await mine.close()
+        await theirs.close()
+
+
+async def test_deleted_keys_keep_their_watches_only_up_to_a_bound_and_come_back_when_set_again(
+    store_backend: StoreBackend, namespace: str, listing: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sskv_mapping.mapping import _changes
+
+    monkeypatch.setattr(_changes, "_GONE_KEPT", 3)
+    mine = await AsyncStateStoreDict(
+        await store_backend.async_client(), namespace=namespace, listing=listing, local_cache_size=0
+    ).open()
+    theirs = await AsyncStateStoreDict(await store_backend.async_client(), namespace=namespace, listing=listing).open()
+    prefix = namespace.encode() + b"/"
+
+    def watched() -> set[bytes]:
+        return {k for k in mine.client.watched_keys if k.startswith(prefix) and b"/" not in k[len(prefix) :]}
+
+    try:
+        await theirs.update({f"k{i}": i for i in range(10)})
+        async with mine.changes(scan_interval=FAST_SCAN) as changes:
+            assert {prefix + f"k{i}".encode() for i in range(10)} <= watched()
+            for i in range(10):
+                await theirs.delitem(f"k{i}")
+            gone = [await changes.next(timeout=10) for _ in range(10)]
+            assert [(c.key, c.deleted) for c in gone] == [(f"k{i}", True) for i in range(10)]
+            # the watches of the 3 keys deleted last are kept; the other 7 are released
+            await eventually(
+                lambda: (
+                    {k for k in watched() if k.startswith(prefix + b"k")}
+                    == {prefix + b"k7", prefix + b"k8", prefix + b"k9"}
+                )
+            )
+            await theirs.set("k9", "kept")  # heard through its kept watch
+            await theirs.set("k0", "back")  # found again by the listing, then reported
+            back = {(c.key, c.value) for c in [await changes.next(timeout=10), await changes.next(timeout=10)]}
+            assert back == {("k9", "kept"), ("k0", "back")}
+            assert changes.dropped == 0
     finally:
         await mine.close()
         await theirs.close()
