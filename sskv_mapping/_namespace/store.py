@@ -107,6 +107,7 @@ class NamespaceStore(Generic[V]):
         self.codec = codec
         self.cache = cache
         self._prefix = ns + b"/"
+        self._quick_codec = _runs_no_user_code(codec)  # small values decode on the loop (see _decoded)
         self._clock = clock
         self._watches: dict[bytes, KeySubscription] = {}
         self._watching: dict[bytes, asyncio.Future[None]] = {}
@@ -431,19 +432,47 @@ class NamespaceStore(Generic[V]):
     def _loads(self, binding: bytes, data: bytes) -> V:
         return decode_value(self.codec, binding, data, binding=binding)
 
+    async def value_of(self, data_key: bytes) -> V | Absent:
+        """The value of ``data_key`` (a checked key's), ``ABSENT`` when absent: a face's ``get``. Without a local
+        cache, the GET and the decode with no entry built and no frame between."""
+        if self.cache is not None:
+            return (await self.read_data_key(data_key)).value
+        got = await self.client.get(data_key)
+        if got is None:
+            return ABSENT
+        raw = got.value
+        if self._quick_codec and len(raw) <= _QUICK_DECODE_MAX:
+            try:
+                value: V = self.codec.loads(raw)
+            except Exception:  # decoded again by _decoded, which raises it as a DecodeError naming the key
+                pass
+            else:
+                return value
+        return await self._decoded(data_key, raw)
+
     async def _fetch(self, data_key: bytes) -> CachedEntry[V]:
         got = await self.client.get(data_key)
         if got is None:
             return CachedEntry(ABSENT, None, None, None, None)
-        key = self.user_key(data_key)
         raw = got.value
-        if len(raw) <= _QUICK_DECODE_MAX and _runs_no_user_code(self.codec):
-            value = decode_value(self.codec, key, raw)  # bounded and cheaper than handing it over
+        if self._quick_codec and len(raw) <= _QUICK_DECODE_MAX:
+            try:
+                value: V = self.codec.loads(raw)
+            except Exception:  # decoded again by _decoded, which raises it as a DecodeError naming the key
+                value = await self._decoded(data_key, raw)
         else:
-            # decoded in the thread of a blocking facade's caller, which waits for this read anyway: a slow codec
-            # stalls that caller only, not every other user of the process-wide loop thread (_blocking.py)
-            value = await in_caller_thread(lambda: decode_value(self.codec, key, raw, binding=self.binding(key)))
+            value = await self._decoded(data_key, raw)
         return CachedEntry(value, raw, got.version, None, None)
+
+    async def _decoded(self, data_key: bytes, raw: bytes) -> V:
+        """``raw`` decoded, a failure raised as :class:`DecodeError`. Small values of a codec that runs no user code
+        (_runs_no_user_code) are decoded on the loop, bounded and cheaper than handing them over; anything else in
+        the thread of a blocking facade's caller, which waits for this read anyway: a slow codec stalls that caller
+        only, not every other user of the process-wide loop thread (_blocking.py)."""
+        key = self.user_key(data_key)
+        if self._quick_codec and len(raw) <= _QUICK_DECODE_MAX:
+            return decode_value(self.codec, key, raw)
+        return await in_caller_thread(lambda: decode_value(self.codec, key, raw, binding=self.binding(key)))
 
     async def read_many(self, keys: Iterable[str]) -> list[CachedEntry[V]]:
         # At most 64 reads in flight (see _fanout): gathering a few thousand reads at once (len() of a fresh

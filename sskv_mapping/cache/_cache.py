@@ -422,13 +422,15 @@ class AsyncStateStoreCache(SharesCore[_CacheCore[V]]):
         key = text_key(key, "cache key")
         if not (self._opened and not self._closed and self._generation.live()):
             await self._ready()  # the usual case above costs no coroutine: get() is the face's hot path
-        with self._stats.timed("get"):
-            entry = await self._store.read(key)
-        if entry.value is ABSENT:
-            self._stats.count(misses=1)
-            return default
-        self._stats.count(hits=1)
-        return entry.value
+        store, stats = self._store, self._stats
+        started = stats.clock()  # timed as stats.timed() does, in this frame: get() is the face's hot path
+        try:
+            value = await store.value_of(store.prefix + key.encode())  # a checked key encodes as UTF-8
+        except BaseException:
+            stats.observe("get", stats.clock() - started)
+            raise
+        stats.looked_up("get", stats.clock() - started, value is not ABSENT)
+        return default if value is ABSENT else value
 
     async def exists(self, key: str) -> bool:
         """Whether the key is in the cache now."""

@@ -93,6 +93,23 @@ class CacheCounters:
             rec[2] = max(rec[2], seconds)
             rec[3][bucket] += 1
 
+    def looked_up(self, op: str, seconds: float, found: bool) -> None:
+        """One lookup ``op`` that took ``seconds``: a hit if ``found``, else a miss, and its latency (one lock)."""
+        bucket = bisect.bisect_left(LATENCY_BUCKETS, seconds)
+        with self._lock:
+            if found:
+                self.hits += 1
+            else:
+                self.misses += 1
+            rec = self._ops.get(op)
+            if rec is None:
+                rec = self._ops[op] = [0, 0.0, 0.0, [0] * (len(LATENCY_BUCKETS) + 1)]
+            rec[0] += 1
+            rec[1] += seconds
+            if seconds > rec[2]:
+                rec[2] = seconds
+            rec[3][bucket] += 1
+
     def timed(self, op: str) -> AbstractContextManager[None]:
         """Observe how long the ``with`` block took as one ``op``, also when it raises."""
         return _Timed(self, op)

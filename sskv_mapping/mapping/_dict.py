@@ -291,10 +291,10 @@ class AsyncStateStoreDict(SharesCore[_DictCore[V]]):
         """``d[key]``: the value, or ``KeyError``."""
         if not is_text_key(key):
             raise KeyError(key)
-        entry = await self._store.read(key)
-        if entry.value is ABSENT:
+        store = self._store
+        value = await store.value_of(store.prefix + key.encode())
+        if value is ABSENT:
             raise KeyError(key)
-        value: V = entry.value
         return value
 
     @overload
@@ -305,10 +305,11 @@ class AsyncStateStoreDict(SharesCore[_DictCore[V]]):
 
     async def get(self, key: str, default: Any = None) -> Any:
         """``d.get(key, default)``; a network failure raises instead of returning the default."""
-        try:
-            return await self.getitem(key)
-        except KeyError:
+        if not is_text_key(key):
             return default
+        store = self._store
+        value = await store.value_of(store.prefix + key.encode())  # a checked key encodes as UTF-8
+        return default if value is ABSENT else value
 
     async def contains(self, key: object) -> bool:
         """``key in d``."""
