@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, NoReturn
 
 from .._keys import check_namespace, utf8
 from ..errors import ConfigurationError
@@ -24,6 +24,9 @@ LockKind = Literal["lock", "gos-lock"]
 _TEXT_FIELDS: Final = {"gen": "[^/]+", "key": ".*", "digest": "[0-9a-f]+", "entry": "[0-9a-f]+"}
 #: the number fields: how a template spells them (format spec -> pattern of that spelling)
 _NUMBER_SPECS: Final = {"02x": "[0-9a-f]{2}", "04x": "[0-9a-f]{4}", "d": "0|[1-9][0-9]*"}
+_TEXT_PATTERNS: Final = {field: re.compile(pattern, re.DOTALL) for field, pattern in _TEXT_FIELDS.items()}
+#: the largest number + 1 each spelling holds (a wider number would not parse back)
+_NUMBER_LIMITS: Final = {"02x": 0x100, "04x": 0x10000, "d": 1 << 63}
 _FIELD = re.compile(r"\{(\w+)(?::(\w+))?\}")
 _NAMESPACE = "[^/#]+"  # what _keys.check_namespace lets through, as far as the separators go
 
@@ -34,7 +37,7 @@ class Layout:
     ``name`` is what the inspector calls such a key; ``face`` is what writes it (``prefix``: a key under ``ns/``, a
     dict's data or an adapter's own key); ``lock``: the key is a leased lock."""
 
-    __slots__ = ("_before_key", "_fields", "_pattern", "face", "lock", "name", "separator", "template")
+    __slots__ = ("_fields", "_has_key", "_literals", "_pattern", "face", "lock", "name", "separator", "template")
 
     def __init__(self, name: str, face: Face, template: str, *, lock: bool = False) -> None:
         self.name = name
@@ -43,20 +46,23 @@ class Layout:
         self.lock = lock
         self.separator = template[len("{ns}")]
         fields: list[tuple[str, str | None]] = []
+        literals = []  # the fixed text before each field, and after the last
         pattern = []
         at = len("{ns}")
         for match in _FIELD.finditer(template, at):
-            pattern.append(re.escape(template[at : match.start()]))
+            literals.append(template[at : match.start()])
             field, spec = match.group(1), match.group(2)
             pattern.append(f"(?P<{field}>{_TEXT_FIELDS[field] if spec is None else _NUMBER_SPECS[spec]})")
             fields.append((field, spec))
             at = match.end()
-        pattern.append(re.escape(template[at:]))
+        literals.append(template[at:])
         if not template.startswith("{ns}") or self.separator not in "/#" or "key" in dict(fields[:-1]):
             raise AssertionError(f"not a key template: {template!r}")  # pragma: no cover - the table is fixed
         self._fields = tuple(fields)
-        self._pattern = re.compile(f"(?P<ns>{_NAMESPACE}){''.join(pattern)}", re.DOTALL)
-        self._before_key = template[: template.index("{key}")] if "{key}" in template else None
+        self._literals = tuple(literals)
+        self._has_key = bool(fields) and fields[-1][0] == "key"
+        spelled = "".join(re.escape(lit) + group for lit, group in zip(literals, [*pattern, ""], strict=True))
+        self._pattern = re.compile(f"(?P<ns>{_NAMESPACE}){spelled}", re.DOTALL)
 
     def __repr__(self) -> str:
         return f"<Layout {self.name!r} {self.template!r}>"
@@ -68,15 +74,44 @@ class Layout:
 
     def build(self, namespace: str, **parts: Part) -> bytes:
         """The key of ``namespace`` with these ``parts``; a part it could not parse back is a ConfigurationError."""
-        self._check(namespace, parts, self.fields)
-        return utf8(self.template.format(ns=namespace, **parts), f"{self.name} key")
+        check_namespace(namespace)
+        return self.build_checked(namespace, parts)
+
+    def build_checked(self, namespace: str, parts: Mapping[str, Part]) -> bytes:
+        """:meth:`build` for a namespace checked already (a :class:`KeyLayout`'s): the parts are still checked."""
+        return self._spell(namespace, parts, len(self._fields))
 
     def prefix(self, namespace: str, **parts: Part) -> bytes:
         """What every key of this layout with these ``parts`` (all but ``key``) starts with."""
-        if self._before_key is None:
+        if not self._has_key:
             raise AssertionError(f"{self.name} keys have no key part")
-        self._check(namespace, parts, self.fields[:-1])
-        return utf8(self._before_key.format(ns=namespace, **parts), f"{self.name} key")
+        check_namespace(namespace)
+        return self._spell(namespace, parts, len(self._fields) - 1)
+
+    def _spell(self, namespace: str, parts: Mapping[str, Part], count: int) -> bytes:
+        """The key's first ``count`` fields from ``parts``, each checked (a ConfigurationError if it would not parse
+        back), and the fixed text after them."""
+        if len(parts) != count:
+            self._wrong_parts(count)
+        literals = self._literals
+        out = [namespace, literals[0]]
+        for i in range(count):
+            field, spec = self._fields[i]
+            value = parts.get(field)
+            if spec is None:
+                if not isinstance(value, str) or not (field == "key" or _TEXT_PATTERNS[field].fullmatch(value)):
+                    self._wrong_part(field, value)
+                out.append(value)
+            elif isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _NUMBER_LIMITS[spec]:
+                self._wrong_part(field, value)
+            else:
+                out.append(format(value, spec))
+            out.append(literals[i + 1])
+        text = "".join(out)
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:
+            return utf8(text, f"{self.name} key")  # raises, saying why
 
     def parse(self, key: bytes) -> StoreKey | None:
         """``key`` as namespace and parts if it has this layout, else ``None``."""
@@ -101,21 +136,12 @@ class Layout:
         """``parts`` as the key spells them, joined by ``/`` (the inspector's detail)."""
         return "/".join(str(parts[f]) if spec is None else format(parts[f], spec) for f, spec in self._fields)
 
-    def _check(self, namespace: str, parts: Mapping[str, Part], fields: tuple[str, ...]) -> None:
-        check_namespace(namespace)
-        if sorted(parts) != sorted(fields):
-            raise ConfigurationError(f"a {self.name} key has the parts {', '.join(fields) or 'none'}")
-        for field, spec in self._fields:
-            if field not in parts:
-                continue
-            value = parts[field]
-            if spec is None:
-                if not isinstance(value, str) or not re.fullmatch(_TEXT_FIELDS[field], value, re.DOTALL):
-                    raise ConfigurationError(f"{value!r} is not a {field} of a {self.name} key")
-            elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigurationError(f"{value!r} is not a {field} number of a {self.name} key")
-            elif spec.endswith("x") and value >= 16 ** int(spec[:-1]):
-                raise ConfigurationError(f"{value!r} does not fit the {field} of a {self.name} key")
+    def _wrong_parts(self, count: int) -> NoReturn:
+        names = [field for field, _ in self._fields[:count]]
+        raise ConfigurationError(f"a {self.name} key has the parts {', '.join(names) or 'none'}")
+
+    def _wrong_part(self, field: str, value: object) -> NoReturn:
+        raise ConfigurationError(f"{value!r} is not a {field} of a {self.name} key")
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +207,8 @@ LAYOUTS: Final[tuple[Layout, ...]] = (
     GET_OR_SET_LOCK,
 )
 _BY_SEPARATOR: Final = {sep: tuple(lay for lay in LAYOUTS if lay.separator == sep) for sep in "/#"}
+#: how many keys a KeyLayout keeps built (a dict's index has at most 65535 shards; most use a few)
+_KEPT: Final = 4096
 _KEY_LOCKS: Final = {"lock": KEY_LOCK, "gos-lock": GET_OR_SET_LOCK}
 _ADAPTER_LOCKS: Final = {"django": DJANGO_LOCK, "dogpile": DOGPILE_LOCK}
 
@@ -204,13 +232,30 @@ def parse_key(key: bytes) -> StoreKey | None:
 
 
 class KeyLayout:
-    """The keys of one namespace, each built by its layout in the table above."""
+    """The keys of one namespace, each built by its layout in the table above.
 
-    __slots__ = ("namespace",)
+    The keys without a user key in them (shards, locks of shards, a generation's entry prefix) are built once and
+    kept (at most :data:`_KEPT` of them): a write builds them again and again."""
+
+    __slots__ = ("_kept", "namespace")
 
     def __init__(self, namespace: str) -> None:
         check_namespace(namespace)
         self.namespace = namespace
+        self._kept: dict[tuple[Layout, Part], bytes] = {}
+
+    def _fixed(self, layout: Layout, parts: dict[str, Part], memo: Part) -> bytes:
+        """``layout``'s key (its prefix, if it has a user key) with ``parts``, built once per ``memo``."""
+        key = self._kept.get((layout, memo)) if type(memo) is not bool else None  # True == 1: refused, not kept
+        if key is None:
+            if layout is ENTRY:
+                key = layout.prefix(self.namespace, **parts)
+            else:
+                key = layout.build_checked(self.namespace, parts)
+            if len(self._kept) >= _KEPT:
+                self._kept.clear()
+            self._kept[layout, memo] = key
+        return key
 
     def __repr__(self) -> str:
         return f"KeyLayout({self.namespace!r})"
@@ -220,58 +265,58 @@ class KeyLayout:
         return DATA.prefix(self.namespace)
 
     def data(self, key: str) -> bytes:
-        return DATA.build(self.namespace, key=key)
+        return DATA.build_checked(self.namespace, {"key": key})
 
     def entry_prefix(self, gen: str) -> bytes:
-        return ENTRY.prefix(self.namespace, gen=gen)
+        return self._fixed(ENTRY, {"gen": gen}, gen)
 
     # a cache's generation, its ledger of entries without a TTL, and its per-key locks
     def generation(self) -> bytes:
-        return GENERATION.build(self.namespace)
+        return GENERATION.build_checked(self.namespace, {})
 
     def generation_lock(self) -> bytes:
-        return GENERATION_LOCK.build(self.namespace)
+        return GENERATION_LOCK.build_checked(self.namespace, {})
 
     def ledger_shard(self, gen: str, shard: int) -> bytes:
-        return LEDGER_SHARD.build(self.namespace, gen=gen, shard=shard)
+        return self._fixed(LEDGER_SHARD, {"gen": gen, "shard": shard}, f"{gen}/{shard}")
 
     def ledger_lock(self, gen: str, shard: int) -> bytes:
-        return LEDGER_LOCK.build(self.namespace, gen=gen, shard=shard)
+        return self._fixed(LEDGER_LOCK, {"gen": gen, "shard": shard}, f"{gen}/{shard}")
 
     def key_lock(self, kind: LockKind, key: str) -> bytes:
-        return _KEY_LOCKS[kind].build(self.namespace, key=key)
+        return _KEY_LOCKS[kind].build_checked(self.namespace, {"key": key})
 
     # a dict's stored index
     def index_meta(self) -> bytes:
-        return INDEX_META.build(self.namespace)
+        return INDEX_META.build_checked(self.namespace, {})
 
     def index_format1(self) -> bytes:
-        return INDEX_FORMAT1.build(self.namespace)
+        return INDEX_FORMAT1.build_checked(self.namespace, {})
 
     def index_format1_lock(self) -> bytes:
-        return INDEX_FORMAT1_LOCK.build(self.namespace)
+        return INDEX_FORMAT1_LOCK.build_checked(self.namespace, {})
 
     def index_used(self) -> bytes:
-        return INDEX_USED.build(self.namespace)
+        return INDEX_USED.build_checked(self.namespace, {})
 
     def index_used_lock(self) -> bytes:
-        return INDEX_USED_LOCK.build(self.namespace)
+        return INDEX_USED_LOCK.build_checked(self.namespace, {})
 
     def index_shard(self, shard: int) -> bytes:
-        return INDEX_SHARD.build(self.namespace, shard=shard)
+        return self._fixed(INDEX_SHARD, {"shard": shard}, shard)
 
     def index_shard_lock(self, shard: int) -> bytes:
-        return INDEX_SHARD_LOCK.build(self.namespace, shard=shard)
+        return self._fixed(INDEX_SHARD_LOCK, {"shard": shard}, shard)
 
     # the framework adapters' own keys (under ``ns/``, beside no data: their namespaces are caches')
     def adapter_lock(self, adapter: Literal["django", "dogpile"], key: str) -> bytes:
-        return _ADAPTER_LOCKS[adapter].build(self.namespace, key=key)
+        return _ADAPTER_LOCKS[adapter].build_checked(self.namespace, {"key": key})
 
     def hishel_index(self, digest: str) -> bytes:
-        return HISHEL_INDEX.build(self.namespace, digest=digest)
+        return HISHEL_INDEX.build_checked(self.namespace, {"digest": digest})
 
     def hishel_meta(self, entry: str) -> bytes:
-        return HISHEL_META.build(self.namespace, entry=entry)
+        return HISHEL_META.build_checked(self.namespace, {"entry": entry})
 
     def hishel_chunk(self, entry: str, chunk: int) -> bytes:
-        return HISHEL_CHUNK.build(self.namespace, entry=entry, chunk=chunk)
+        return HISHEL_CHUNK.build_checked(self.namespace, {"entry": entry, "chunk": chunk})

@@ -154,6 +154,23 @@ def test_a_key_that_would_not_parse_back_is_refused(layout: Layout, namespace: s
         layout.build(namespace, **parts)
 
 
+def test_a_namespace_layout_keeps_what_it_built_and_still_checks() -> None:
+    keys = KeyLayout("orders")
+    for i in [*range(5000), 0, 1]:  # more than it keeps: it starts over, still right
+        assert keys.index_shard(i) == key_layout.INDEX_SHARD.build("orders", shard=i)
+        assert keys.index_shard_lock(i) == key_layout.INDEX_SHARD_LOCK.build("orders", shard=i)
+    for gen in ["0123456789ab", "ü"]:
+        assert keys.entry_prefix(gen) + b"k" == key_layout.ENTRY.build("orders", gen=gen, key="k")
+        assert keys.ledger_shard(gen, 3) == key_layout.LEDGER_SHARD.build("orders", gen=gen, shard=3)
+        assert keys.ledger_lock(gen, 3) == key_layout.LEDGER_LOCK.build("orders", gen=gen, shard=3)
+    with pytest.raises(ConfigurationError):
+        keys.index_shard(True)  # True == 1, which it keeps: still refused
+    with pytest.raises(ConfigurationError):
+        keys.entry_prefix("a/b")
+    with pytest.raises(ConfigurationError):
+        keys.ledger_shard("a", 0x100)
+
+
 def test_a_namespace_with_a_separator_is_refused_by_the_layout_of_a_namespace() -> None:
     with pytest.raises(ConfigurationError, match="may not contain"):
         KeyLayout("a/b")
