@@ -77,6 +77,7 @@ PURE = {name for name in MODULE_NAMES if _under(name, "_protocol")} | {
     "_ttl",
     "_transport.backoff",
     "_namespace.key_index",
+    "_namespace.key_layout",
     "mapping._index_format",
     "emulator.core",
     "emulator.store_view",
@@ -295,6 +296,8 @@ STDLIB_ONLY: dict[str, set[str]] = {
     "_ttl": {"errors", "_unset"},
     "_protocol.errors": {"errors"},
     "mapping._index_format": {"errors", "_namespace.key_index"},
+    # the table of key layouts: the faces build their keys with it and the emulator's inspector reads them with it
+    "_namespace.key_layout": {"errors", "_keys"},
 }
 
 

@@ -1,4 +1,5 @@
-"""The namespace layer shared by the dict and the cache: ``store``, ``key_locks``, ``fanout``, ``key_index``.
+"""The namespace layer shared by the dict and the cache: ``store``, ``key_layout``, ``key_locks``, ``fanout``,
+``key_index``.
 
 Design: docs/design/namespaces.md.
 """

@@ -20,6 +20,7 @@ from ..client._in_flight import foreground
 from ..errors import FencingTokenRequiredError, LockError, StateStoreError, TransportError
 from ..lock import AsyncLeasedLock
 from .fanout import gather_bounded
+from .key_layout import KeyLayout, LockKind
 
 __all__ = ["KeyLocks", "OwnedLock", "drain_owned", "owned_lock", "release_quietly"]
 
@@ -220,20 +221,19 @@ class _Mutex:
 
 
 class KeyLocks:
-    """The store locks ``<prefix>#<kind>/<key>`` of one namespace, and the in-process queue in front of them."""
+    """The store locks ``<ns>#<kind>/<key>`` of one namespace, and the in-process queue in front of them."""
 
-    def __init__(self, client: AsyncStateStoreClient, prefix: bytes, *, lease: float, timeout: float | None) -> None:
+    def __init__(self, client: AsyncStateStoreClient, keys: KeyLayout, *, lease: float, timeout: float | None) -> None:
         self.client = client
-        self._prefix = prefix
+        self._keys = keys
         self.lease = lease
         self.timeout = timeout
         self._mutexes: dict[str, _Mutex] = {}
 
-    def name(self, kind: str, key: str) -> bytes:
-        # never a data key (``ns/<key>``, ``ns#g.<gen>/<key>``) nor an index key: namespaces hold no '#'/'/'
-        return self._prefix + f"#{kind}/".encode() + key.encode("utf-8")
+    def name(self, kind: LockKind, key: str) -> bytes:
+        return self._keys.key_lock(kind, key)
 
-    def lock(self, kind: str, key: str, *, auto_renew: bool = False) -> AsyncLeasedLock:
+    def lock(self, kind: LockKind, key: str, *, auto_renew: bool = False) -> AsyncLeasedLock:
         return AsyncLeasedLock(self.client, self.name(kind, key), lease=self.lease, auto_renew=auto_renew)
 
     @contextlib.asynccontextmanager

@@ -29,6 +29,7 @@ from ..errors import ConfigurationError, DecodeError, StateStoreError
 from ..local_cache import ABSENT, Absent, CachedEntry, LocalCache
 from .fanout import BoundedWork, gather_bounded
 from .key_index import KeyIndex
+from .key_layout import KeyLayout
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +101,13 @@ class NamespaceStore(Generic[V]):
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = system_clock_ms,
     ) -> None:
-        ns = check_namespace(namespace)
-        self._ns = ns
+        check_namespace(namespace)
+        self._binding = KeyLayout(namespace).data_prefix()  # ``ns/``: what a key-bound codec signs before the key
         self.client = client
         self.namespace = namespace
         self.codec = codec
         self.cache = cache
-        self._prefix = ns + b"/"
+        self._prefix = self._binding
         self._quick_codec = _runs_no_user_code(codec)  # small values decode on the loop (see _decoded)
         self._clock = clock
         self._watches: dict[bytes, KeySubscription] = {}
@@ -206,7 +207,7 @@ class NamespaceStore(Generic[V]):
     def _on_event(self, event: KeyEvent) -> None:
         if self.cache is not None:
             # the key as the signature of a key-bound codec covers it: the namespace and what follows the '/'
-            binding = self._ns + b"/" + event.key.partition(b"/")[2]
+            binding = self._binding + event.key.partition(b"/")[2]
             self.cache.apply_event(event, functools.partial(self._loads, binding))
 
     async def _ensure_watch(self, data_key: bytes) -> None:
@@ -483,7 +484,7 @@ class NamespaceStore(Generic[V]):
 
     def binding(self, key: str) -> bytes:
         """What a key-bound codec's signature covers: the namespace and the key (not the generation)."""
-        return self._ns + b"/" + key.encode("utf-8", "surrogatepass")
+        return self._binding + key.encode("utf-8", "surrogatepass")
 
     def encoded(self, key: str, value: V) -> Encoded[V]:
         """``value`` encoded now, in the calling thread (a blocking facade's), and decoded there too if a write

@@ -17,6 +17,7 @@ from typing import Any, Final, Generic, TypeVar, overload
 from .._blocking import BlockingTwin, SharesCore
 from .._keys import text_key, text_keys
 from .._namespace.fanout import gather_bounded
+from .._namespace.key_layout import KeyLayout
 from .._namespace.key_locks import KeyLocks
 from .._namespace.store import Encoded, NamespaceStore
 from .._protocol.commands import SetCondition
@@ -251,13 +252,12 @@ class AsyncStateStoreCache(SharesCore[_CacheCore[V]]):
         self._store: NamespaceStore[V] = NamespaceStore(
             client, namespace, resolved, cache=cache, index=None, clock=monotonic
         )
-        ns = namespace.encode("utf-8")  # checked by NamespaceStore
-        self._ns = ns
+        keys = self._keys = KeyLayout(namespace)  # the namespace was checked by NamespaceStore
         self._generation = NamespaceGeneration(
-            client, ns, on_change=self._on_generation, lease=lease, lock_timeout=lock_timeout
+            client, keys, on_change=self._on_generation, lease=lease, lock_timeout=lock_timeout
         )
-        self._ledger = PersistentLedger(client, ns, self._generation, lease=lease, lock_timeout=lock_timeout)
-        self._locks = KeyLocks(client, ns, lease=lease, timeout=lock_timeout)
+        self._ledger = PersistentLedger(client, keys, self._generation, lease=lease, lock_timeout=lock_timeout)
+        self._locks = KeyLocks(client, keys, lease=lease, timeout=lock_timeout)
         self._stats = watch_cache(self, CacheCounters(monotonic))  # OpenTelemetry reads them while the cache lives
         writer: EntryWriter[V] = EntryWriter(self._store, self._ledger, self._locks, self._prefix_of)
         self._sweeper = Sweeper(self._generation, self._ledger, writer, namespace)
@@ -372,7 +372,7 @@ class AsyncStateStoreCache(SharesCore[_CacheCore[V]]):
         self._store.switch_prefix(self._prefix_of(gen))
 
     def _prefix_of(self, gen: str) -> bytes:
-        return self._ns + b"#g." + gen.encode("ascii") + b"/"
+        return self._keys.entry_prefix(gen)
 
     async def _ready(self) -> None:
         if self._closed:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._namespace.fanout import gather_bounded
+from .._namespace.key_layout import KeyLayout
 from .._namespace.key_locks import OwnedLock, owned_lock
 from .._protocol.hlc import HybridLogicalClock
 from .._protocol.notifications import KeyEvent, KeyOperation
@@ -34,7 +35,7 @@ LEDGER_SHARDS = 16
 
 # Every NamespaceGeneration of a client, by namespace: a clear in this process reaches the other caches of the
 # same namespace on the same client at once, not one notification later.
-_peers: weakref.WeakKeyDictionary[AsyncStateStoreClient, dict[bytes, weakref.WeakSet[NamespaceGeneration]]] = (
+_peers: weakref.WeakKeyDictionary[AsyncStateStoreClient, dict[str, weakref.WeakSet[NamespaceGeneration]]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -88,23 +89,23 @@ class NamespaceGeneration:
     def __init__(
         self,
         client: AsyncStateStoreClient,
-        namespace: bytes,
+        keys: KeyLayout,
         *,
         on_change: Callable[[str], None],
         lease: float = 10.0,
         lock_timeout: float | None = 30.0,
     ) -> None:
         self.client = client
-        self.key = namespace + b"#gen"
-        self._lock_key = namespace + b"#gen-lock"
+        self.key = keys.generation()
+        self._lock_key = keys.generation_lock()
         self._on_change = on_change
         self._lease = lease
         self._lock_timeout = lock_timeout
         self.state: GenerationState | None = None
         self._version: HybridLogicalClock | None = None
         self._sub: KeySubscription | None = None
-        self._namespace = namespace
-        _peers.setdefault(client, {}).setdefault(namespace, weakref.WeakSet()).add(self)
+        self._namespace = keys.namespace
+        _peers.setdefault(client, {}).setdefault(keys.namespace, weakref.WeakSet()).add(self)
 
     @property
     def current(self) -> str | None:
@@ -221,14 +222,14 @@ class PersistentLedger:
     def __init__(
         self,
         client: AsyncStateStoreClient,
-        namespace: bytes,
+        keys: KeyLayout,
         generation: NamespaceGeneration,
         *,
         lease: float = 10.0,
         lock_timeout: float | None = 30.0,
     ) -> None:
         self.client = client
-        self._ns = namespace
+        self._keys = keys
         self._generation = generation
         self._lease = lease
         self._lock_timeout = lock_timeout
@@ -238,13 +239,12 @@ class PersistentLedger:
         return self._generation
 
     def _shard_key(self, gen: str, shard: int) -> bytes:
-        return self._ns + f"#persist/{gen}/{shard:02x}".encode()
+        return self._keys.ledger_shard(gen, shard)
 
     def _lock(self, gen: str, shard: int) -> OwnedLock:
         # this process's lock: after a reconnect a writer re-takes what it held at once (SET NEX with its own
         # holder value), instead of waiting out the lease of a lock its own process held
-        name = self._ns + f"#persist-lock/{gen}/{shard:02x}".encode()
-        return owned_lock(self.client, name, lease=self._lease)
+        return owned_lock(self.client, self._keys.ledger_lock(gen, shard), lease=self._lease)
 
     async def _read(self, gen: str, shard: int) -> list[str]:
         entry = await self.client.get(self._shard_key(gen, shard))

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .._namespace.key_layout import KeyLayout, parse_key
 from .._protocol.commands import Delete, Get, KeyNotify, Scan, Set, SetCondition, VDelete, parse_command
 from .._protocol.notifications import parse_notification_payload
 from ..errors import ProtocolError
@@ -36,7 +37,6 @@ PREVIEW_CHARS = 200
 VIEW_CHARS = 64 * 1024
 #: index and generation entries larger than this are not parsed to describe a namespace
 _JSON_PARSE_MAX = 1 << 20
-_LOCK_KINDS = ("lock", "gos-lock", "index-lock", "index-used-lock", "gen-lock", "persist-lock")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,7 @@ class KeyRole:
 
     namespace: str
     face: str  # "dict", "cache" or "prefix" (ns/<key> with nothing else to tell a dict listed by SCAN)
-    part: str  # "data", "index shard", "index meta", "generation", "entry", "ledger shard", "lock", ...
+    part: str  # the layout's name in _namespace/key_layout.py: "data", "index shard", "entry", "gos-lock", ...
     detail: str = ""  # the user key, the shard number, the generation
     lock: bool = False
 
@@ -116,35 +116,12 @@ def _key_json(key: bytes) -> dict[str, Any]:
 
 
 def role_of(key: bytes) -> KeyRole | None:
-    """The library's part this key plays, from its layout (``None``: not a layout the library writes)."""
-    hash_at, slash_at = key.find(b"#"), key.find(b"/")
-    if hash_at <= 0 and slash_at <= 0:
+    """The library's part this key plays, from the faces' own table of layouts (``None``: not a layout they write)."""
+    found = parse_key(key)
+    if found is None:
         return None
-    if slash_at > 0 and (hash_at < 0 or slash_at < hash_at):
-        ns, rest = _text(key[:slash_at]), _text(key[slash_at + 1 :])
-        if ns is None or rest is None:
-            return None
-        return KeyRole(ns, "prefix", "data", rest)
-    ns, rest_text = _text(key[:hash_at]), _text(key[hash_at + 1 :])
-    if ns is None or rest_text is None or "/" in ns:
-        return None
-    head, _, tail = rest_text.partition("/")
-    if head == "index-meta" and not tail:
-        return KeyRole(ns, "dict", "index meta")
-    if head == "index-used" and not tail:
-        return KeyRole(ns, "dict", "index shards used")
-    if head == "index":
-        return KeyRole(ns, "dict", "index shard" if tail else "index (format 1)", tail)
-    if head == "gen" and not tail:
-        return KeyRole(ns, "cache", "generation")
-    if head.startswith("g.") and tail:
-        return KeyRole(ns, "cache", "entry", tail)
-    if head == "persist" and tail:
-        return KeyRole(ns, "cache", "ledger shard", tail)
-    if head in _LOCK_KINDS:
-        face = "dict" if head.startswith("index") else "cache"
-        return KeyRole(ns, face, f"{head}", tail, lock=True)
-    return None
+    layout = found.layout
+    return KeyRole(found.namespace, layout.face, layout.name, found.detail, lock=layout.lock)
 
 
 def _ttl_ms(entry: KeyRecord, now_ms: int) -> int | None:
@@ -225,7 +202,7 @@ def list_namespaces(core: EmulatorCore, now_ms: int, prefix: bytes = b"") -> lis
 
 
 def _describe_dict(core: EmulatorCore, name: str, ns: dict[str, Any], roles: list[tuple[KeyRole, bytes, Any]]) -> None:
-    meta = _json_of(core.entry(f"{name}#index-meta".encode()))
+    meta = _json_of(core.entry(KeyLayout(name).index_meta()))
     shards: dict[str, int] = {}
     listed: set[str] = set()
     data: set[str] = set()
@@ -249,7 +226,7 @@ def _describe_dict(core: EmulatorCore, name: str, ns: dict[str, Any], roles: lis
 
 
 def _describe_cache(core: EmulatorCore, name: str, ns: dict[str, Any], roles: list[tuple[KeyRole, bytes, Any]]) -> None:
-    state = _json_of(core.entry(f"{name}#gen".encode()))
+    state = _json_of(core.entry(KeyLayout(name).generation()))
     gen = state.get("gen") if isinstance(state, dict) else None
     retired = state.get("retired", []) if isinstance(state, dict) else []
     by_gen: dict[str, int] = {}
@@ -257,9 +234,9 @@ def _describe_cache(core: EmulatorCore, name: str, ns: dict[str, Any], roles: li
     for role, key, _ in roles:
         if role.namespace != name:
             continue
-        if role.part == "entry":
-            head = key[len(name) + 1 :].split(b"/", 1)[0].decode("utf-8", "replace")
-            g = head.removeprefix("g.")
+        found = parse_key(key) if role.part == "entry" else None
+        if found is not None:
+            g = str(found.parts["gen"])
             by_gen[g] = by_gen.get(g, 0) + 1
         elif role.part == "ledger shard":
             ledger += 1

@@ -24,6 +24,7 @@ from cachetools import LRUCache
 
 from .._blocking import get_loop_thread
 from .._keys import escape_glob
+from .._namespace.key_layout import KeyLayout
 from ..client import AsyncStateStoreClient
 from ..codecs import Codec
 from ..errors import ClientStateError, ConfigurationError, DecodeError, LockError, TransportError
@@ -532,7 +533,8 @@ class DjangoRedisExtras:
     # -- locks -----------------------------------------------------------------------------------------------
 
     def _lock_name(self, key: str, version: int | None) -> str:
-        return f"{self.namespace}/django-lock/{self.make_and_validate_key(key, version=version)}"
+        made = self.make_and_validate_key(key, version=version)
+        return KeyLayout(self.namespace).adapter_lock("django", made).decode("utf-8")
 
     def lock(
         self,

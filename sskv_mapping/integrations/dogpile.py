@@ -26,6 +26,7 @@ from dogpile.cache.api import (  # noqa: E402
 )
 
 from .. import cache as core  # noqa: E402
+from .._namespace.key_layout import KeyLayout  # noqa: E402
 from ..client import StateStoreClient  # noqa: E402
 from ..codecs import Codec, JsonCodec, PickleCodec, get_codec  # noqa: E402
 from ..errors import ConfigurationError, DecodeError, LockError, StateStoreError  # noqa: E402
@@ -216,7 +217,8 @@ class StateStoreBackend(BytesBackend):
 
     def get_mutex(self, key: KeyType) -> StateStoreMutex:
         """dogpile's creation lock for ``key``: held by one process (and thread) at a time, anywhere."""
-        lock = LeasedLock(self._client, f"{self.namespace}/dogpile-lock/{key}", lease=self._lock_lease, auto_renew=True)
+        name = KeyLayout(self.namespace).adapter_lock("dogpile", str(key))
+        lock = LeasedLock(self._client, name, lease=self._lock_lease, auto_renew=True)
         return StateStoreMutex(lock, self._lock_timeout)
 
     def has_lock_timeout(self) -> bool:

@@ -22,7 +22,7 @@ import_extra("hishel", "hishel", "hishel")
 from hishel import AsyncBaseStorage, BaseStorage, Entry, Headers, Request, Response  # noqa: E402
 
 from .._blocking import get_loop_thread  # noqa: E402
-from .._keys import check_namespace  # noqa: E402
+from .._namespace.key_layout import KeyLayout  # noqa: E402
 from ..client import AsyncStateStoreClient, StateStoreClient  # noqa: E402
 from ..errors import ConfigurationError, StateStoreError  # noqa: E402
 
@@ -75,11 +75,12 @@ class _Core:
         chunk_size: int,
         clock: Callable[[], float],
     ) -> None:
-        check_namespace(namespace)
+        keys = KeyLayout(namespace)
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ConfigurationError(f"chunk_size must be an int >= 1, not {chunk_size!r}")
         self.client = client
         self.ns = namespace
+        self.keys = keys
         self.storage = storage  # its default_ttl, default_tti, max_stream_size
         self.chunk_size = chunk_size
         self.clock = clock
@@ -108,14 +109,14 @@ class _Core:
         return True
 
     # keys: the cache key's index (the newest entry's id), an entry's metadata, its body chunks
-    def idx(self, key: str) -> str:
-        return f"{self.ns}/idx/{hashlib.sha256(key.encode('utf-8')).hexdigest()}"
+    def idx(self, key: str) -> bytes:
+        return self.keys.hishel_index(hashlib.sha256(key.encode("utf-8")).hexdigest())
 
-    def meta_key(self, id_: uuid.UUID) -> str:
-        return f"{self.ns}/meta/{id_.hex}"
+    def meta_key(self, id_: uuid.UUID) -> bytes:
+        return self.keys.hishel_meta(id_.hex)
 
-    def chunk_key(self, id_: uuid.UUID, n: int) -> str:
-        return f"{self.ns}/body/{id_.hex}/{n}"
+    def chunk_key(self, id_: uuid.UUID, n: int) -> bytes:
+        return self.keys.hishel_chunk(id_.hex, n)
 
     def px(self, expires_at: float | None, now: float) -> timedelta | None:
         return None if expires_at is None else timedelta(seconds=max(expires_at - now, 0) + GRACE)

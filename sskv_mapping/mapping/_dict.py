@@ -12,9 +12,10 @@ from functools import partial
 from typing import Any, Generic, TypeVar, overload
 
 from .._blocking import BlockingTwin, SharesCore
-from .._keys import check_namespace, is_text_key, text_key
+from .._keys import is_text_key, text_key
 from .._namespace.fanout import gather_bounded
 from .._namespace.key_index import KeyIndex
+from .._namespace.key_layout import KeyLayout
 from .._namespace.store import Encoded, NamespaceStore, StoreEntry
 from .._protocol.commands import SetCondition, VDeleteResult
 from .._protocol.hlc import HybridLogicalClock
@@ -193,7 +194,7 @@ class AsyncStateStoreDict(SharesCore[_DictCore[V]]):
             )
 
         def index(store: NamespaceStore[V]) -> KeyIndex:
-            return NamespaceListing(client, check_namespace(namespace), store.data_key, mode=mode)
+            return NamespaceListing(client, KeyLayout(namespace), store.data_key, mode=mode)
 
         self._store: NamespaceStore[V] = NamespaceStore(
             client, namespace, resolved, cache=cache, index=index, clock=monotonic

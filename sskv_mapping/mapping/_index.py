@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from .._namespace.fanout import gather_bounded
 from .._namespace.key_index import IndexEntry
+from .._namespace.key_layout import KeyLayout
 from .._namespace.key_locks import OwnedLock, drain_owned, owned_lock
 from .._protocol.commands import SetCondition
 from .._protocol.hlc import HybridLogicalClock, system_clock_ms
@@ -77,7 +78,7 @@ class StoredKeyIndex:
     def __init__(
         self,
         client: AsyncStateStoreClient,
-        namespace: bytes,
+        keys: KeyLayout,
         data_key: Callable[[str], bytes],
         *,
         shards: int = DEFAULT_SHARDS,
@@ -90,13 +91,13 @@ class StoredKeyIndex:
         if not 1 <= shards <= 0xFFFF:
             raise ConfigurationError(f"an index has 1 to 65535 shards, not {shards}")
         self.client = client
-        self._ns = namespace
+        self._keys = keys
         self._data_key = data_key
         self._wanted_shards = shards
         self.shards = 0  # known once started: what the namespace's meta key says
-        self.meta_key = namespace + b"#index-meta"
-        self.v1_key = namespace + b"#index"
-        self._v1_lock = namespace + b"#index-lock"
+        self.meta_key = keys.index_meta()
+        self.v1_key = keys.index_format1()
+        self._v1_lock = keys.index_format1_lock()
         self._lease = lease
         # how long a shard lock is kept after a write, so that the next write into the shard (a loop of inserts,
         # popitem after popitem) is one SET; short, because another process wanting the shard waits it out
@@ -108,7 +109,7 @@ class StoredKeyIndex:
         self._started = False
         self._start_lock = asyncio.Lock()
         # which shards hold (or held) entries, so that a listing of a small namespace reads a few shards, not S
-        self.used_key = namespace + b"#index-used"
+        self.used_key = keys.index_used()
         self._used = _Shard()  # its entries: str(shard number) -> IndexEntry(0)
         self._used_set: set[int] = set()  # the same, as shard numbers
         self._used_pending: set[int] = set()
@@ -117,10 +118,10 @@ class StoredKeyIndex:
     # -- keys -------------------------------------------------------------------------------------------
 
     def shard_key(self, i: int) -> bytes:
-        return self._ns + f"#index/{i:04x}".encode()
+        return self._keys.index_shard(i)
 
     def _lock(self, i: int) -> OwnedLock:
-        return owned_lock(self.client, self._ns + f"#index-lock/{i:04x}".encode(), lease=self._lease, keep=self._keep)
+        return owned_lock(self.client, self._keys.index_shard_lock(i), lease=self._lease, keep=self._keep)
 
     # -- lifecycle --------------------------------------------------------------------------------------
 
@@ -147,10 +148,10 @@ class StoredKeyIndex:
         except (UnicodeDecodeError, ValueError):
             shards = None
         if not isinstance(shards, int) or not 1 <= shards <= 0xFFFF:
-            raise ProtocolError(f"the index meta key of {self._ns!r} is not {{'version': 2, 'shards': n}}")
+            raise ProtocolError(f"the index meta key of {self._keys.namespace!r} is not {{'version': 2, 'shards': n}}")
         if v1 is not None:
             raise ConfigurationError(
-                f"namespace {self._ns.decode('utf-8', 'replace')!r} was migrated to the sharded index, but a "
+                f"namespace {self._keys.namespace!r} was migrated to the sharded index, but a "
                 "process on the single-object index (format 1) wrote its old index key since: upgrade every "
                 "process using the namespace, then delete the key "
                 f"{self.v1_key.decode('utf-8', 'replace')!r} (its keys are listed again by "
@@ -173,7 +174,12 @@ class StoredKeyIndex:
             await self.client.set(self.meta_key, meta, condition=SetCondition.NX)
             if old is not None:
                 await lock.delete(self.v1_key)  # fenced by format 1's lock tokens: ours is newer
-                log.info("migrated the format-1 index of %r (%d keys) into %d shards", self._ns, len(old.value), shards)
+                log.info(
+                    "migrated the format-1 index of %r (%d keys) into %d shards",
+                    self._keys.namespace,
+                    len(old.value),
+                    shards,
+                )
         return (await self._read_meta()) or shards
 
     async def _migrate(self, old: dict[str, int], shards: int) -> None:
@@ -192,8 +198,8 @@ class StoredKeyIndex:
 
     async def close(self) -> None:
         # shard locks kept, and releases still under way
-        names = {self._ns + f"#index-lock/{i:04x}".encode() for i in range(self.shards)}
-        await drain_owned(self.client, names | {self.used_key + b"-lock", self._v1_lock})
+        names = {self._keys.index_shard_lock(i) for i in range(self.shards)}
+        await drain_owned(self.client, names | {self._keys.index_used_lock(), self._v1_lock})
         subs = [s.sub for s in [*self._shards, self._used] if s.sub is not None]
         for shard in [*self._shards, self._used]:
             shard.sub = None
@@ -286,7 +292,7 @@ class StoredKeyIndex:
             if not new - self._used_set:
                 return  # an earlier batch carried them
             batch, self._used_pending = self._used_pending, set()
-            used_lock = owned_lock(self.client, self.used_key + b"-lock", lease=self._lease, keep=self._keep)
+            used_lock = owned_lock(self.client, self._keys.index_used_lock(), lease=self._lease, keep=self._keep)
             try:
                 async with used_lock.hold(self._lock_timeout) as lock:
                     await self._refresh_used()

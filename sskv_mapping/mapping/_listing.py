@@ -12,6 +12,7 @@ from typing import Literal
 
 from .._keys import escape_glob
 from .._namespace.key_index import IndexEntry
+from .._namespace.key_layout import KeyLayout
 from .._protocol.notifications import KeyEvent
 from ..client._client import AsyncStateStoreClient
 from ..errors import ConfigurationError, UnsupportedCommandError
@@ -63,7 +64,7 @@ class NamespaceListing:
     def __init__(
         self,
         client: AsyncStateStoreClient,
-        namespace: bytes,
+        keys: KeyLayout,
         data_key: Callable[[str], bytes],
         *,
         mode: ListingMode = "auto",
@@ -72,14 +73,14 @@ class NamespaceListing:
         self.client = client
         self.requested = check_listing(mode)
         self.stored = (
-            _TellingIndex(client, namespace, data_key)
+            _TellingIndex(client, keys, data_key)
             if now_ms is None
-            else _TellingIndex(client, namespace, data_key, now_ms=now_ms)
+            else _TellingIndex(client, keys, data_key, now_ms=now_ms)
         )
         #: told of keys about to be written here, and (index mode) of the index's notifications: see :meth:`listen`
         self.listeners: list[Listener] = []
         self.stored.listeners = self.listeners
-        self._prefix = namespace + b"/"
+        self._prefix = keys.data_prefix()
         self.pattern = escape_glob(self._prefix) + b"*"
         #: ``"scan"`` or ``"index"`` once started
         self.mode: Literal["scan", "index"] | None = None
