@@ -108,7 +108,6 @@ class NamespaceStore(Generic[V]):
         self.codec = codec
         self.cache = cache
         self._prefix = self._binding
-        self._quick_codec = _runs_no_user_code(codec)  # small values decode on the loop (see _decoded)
         self._clock = clock
         self._watches: dict[bytes, KeySubscription] = {}
         self._watching: dict[bytes, asyncio.Future[None]] = {}
@@ -442,7 +441,7 @@ class NamespaceStore(Generic[V]):
         if got is None:
             return ABSENT
         raw = got.value
-        if self._quick_codec and len(raw) <= _QUICK_DECODE_MAX:
+        if len(raw) <= _QUICK_DECODE_MAX and _runs_no_user_code(self.codec):
             try:
                 value: V = self.codec.loads(raw)
             except Exception:  # decoded again by _decoded, which raises it as a DecodeError naming the key
@@ -456,7 +455,7 @@ class NamespaceStore(Generic[V]):
         if got is None:
             return CachedEntry(ABSENT, None, None, None, None)
         raw = got.value
-        if self._quick_codec and len(raw) <= _QUICK_DECODE_MAX:
+        if len(raw) <= _QUICK_DECODE_MAX and _runs_no_user_code(self.codec):
             try:
                 value: V = self.codec.loads(raw)
             except Exception:  # decoded again by _decoded, which raises it as a DecodeError naming the key
@@ -471,7 +470,7 @@ class NamespaceStore(Generic[V]):
         the thread of a blocking facade's caller, which waits for this read anyway: a slow codec stalls that caller
         only, not every other user of the process-wide loop thread (_blocking.py)."""
         key = self.user_key(data_key)
-        if self._quick_codec and len(raw) <= _QUICK_DECODE_MAX:
+        if len(raw) <= _QUICK_DECODE_MAX and _runs_no_user_code(self.codec):
             return decode_value(self.codec, key, raw)
         return await in_caller_thread(lambda: decode_value(self.codec, key, raw, binding=self.binding(key)))
 
