@@ -15,12 +15,12 @@ import pytest
 
 from sskv_mapping.integrations.aiocache import StateStoreCache
 
-from ..utils import KEY_LOCK, Keys  # type: ignore[import-not-found]
-from .test_base import TestCache as _TestCache  # type: ignore[import-not-found]
-from .test_decorators import TestCached as _TestCached  # type: ignore[import-not-found]
+from ..utils import KEY_LOCK, Keys
+from .test_base import TestCache as _TestCache
+from .test_decorators import TestCached as _TestCached
 from .test_decorators import TestCachedStampede as _TestCachedStampede
 from .test_decorators import TestMultiCachedDecorator as _TestMultiCachedDecorator
-from .test_lock import TestOptimisticLock as _TestOptimisticLock  # type: ignore[import-not-found]
+from .test_lock import TestOptimisticLock as _TestOptimisticLock
 from .test_lock import TestRedLock as _TestRedLock
 from .test_lock import lock  # noqa: F401 - their fixture, used by the lock tests
 

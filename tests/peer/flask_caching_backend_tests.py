@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from test_backend_cache import GenericCacheTests  # type: ignore[import-not-found]
+from test_backend_cache import GenericCacheTests
 
 from sskv_mapping.integrations.flask_caching import StateStoreCache
 

@@ -37,8 +37,8 @@ class StateStoreAsMemoryStore:
         return _root.with_namespace(f"s{next(_names)}")
 
 
-litestar.stores.memory.MemoryStore = StateStoreAsMemoryStore  # type: ignore[misc,assignment]
-litestar.stores.registry.MemoryStore = StateStoreAsMemoryStore  # type: ignore[misc,assignment]
+litestar.stores.memory.MemoryStore = StateStoreAsMemoryStore  # type: ignore[misc, assignment]  # our store in its place
+litestar.stores.registry.MemoryStore = StateStoreAsMemoryStore  # type: ignore[attr-defined, assignment]  # not re-exported there
 
 
 def pytest_unconfigure() -> None:

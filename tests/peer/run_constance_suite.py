@@ -55,7 +55,7 @@ def run(url: str) -> int:
     from constance.base import Config
     from django.test.runner import DiscoverRunner
 
-    from tests.backends.test_redis import TestRedis, TestRedisAsync  # type: ignore[import-not-found]
+    from tests.backends.test_redis import TestRedis, TestRedisAsync
 
     def empty(config: Any) -> None:
         config._backend.state_store_dict.clear()
