@@ -81,7 +81,7 @@ async def test_a_fresh_len_reads_the_shards_not_the_data(store_backend: StoreBac
         asked.append(key if isinstance(key, bytes) else str(key).encode())
         return await original(key, **kwargs)
 
-    reader.get = spy  # type: ignore[method-assign]
+    reader.get = spy  # type: ignore[method-assign]  # a spy in its place
     async with AsyncStateStoreDict[int](reader, namespace=namespace, listing="index") as fresh:
         assert await fresh.len() == 300
         assert sorted(await fresh.keys()) == sorted(f"k{i}" for i in range(300))

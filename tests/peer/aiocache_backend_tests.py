@@ -57,25 +57,25 @@ def cache(request: pytest.FixtureRequest) -> StateStoreCache:
     return value
 
 
-class TestStateStoreCache(_TestCache):  # type: ignore[misc]
+class TestStateStoreCache(_TestCache):
     pass
 
 
-class TestStateStoreCached(_TestCached):  # type: ignore[misc]
+class TestStateStoreCached(_TestCached):
     pass
 
 
-class TestStateStoreCachedStampede(_TestCachedStampede):  # type: ignore[misc]
+class TestStateStoreCachedStampede(_TestCachedStampede):
     pass
 
 
-class TestStateStoreMultiCached(_TestMultiCachedDecorator):  # type: ignore[misc]
+class TestStateStoreMultiCached(_TestMultiCachedDecorator):
     pass
 
 
-class TestStateStoreRedLock(_TestRedLock):  # type: ignore[misc]
+class TestStateStoreRedLock(_TestRedLock):
     pass
 
 
-class TestStateStoreOptimisticLock(_TestOptimisticLock):  # type: ignore[misc]
+class TestStateStoreOptimisticLock(_TestOptimisticLock):
     pass

@@ -40,5 +40,5 @@ else:
         _install_factory(request, None)
 
 
-class TestStateStoreCache(CommonTests, ClearTests, HasTests):  # type: ignore[misc]
+class TestStateStoreCache(CommonTests, ClearTests, HasTests):
     pass

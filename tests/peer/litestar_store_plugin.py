@@ -33,7 +33,7 @@ _names = itertools.count()
 class StateStoreAsMemoryStore:
     """What ``MemoryStore()`` makes here: a fresh namespace of the state store."""
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> StateStoreStore:  # type: ignore[misc]
+    def __new__(cls, *args: Any, **kwargs: Any) -> StateStoreStore:  # type: ignore[misc]  # not an instance of cls
         return _root.with_namespace(f"s{next(_names)}")
 
 

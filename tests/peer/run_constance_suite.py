@@ -60,7 +60,7 @@ def run(url: str) -> int:
     def empty(config: Any) -> None:
         config._backend.state_store_dict.clear()
 
-    class TestStateStore(TestRedis):  # type: ignore[misc]
+    class TestStateStore(TestRedis):
         _BACKEND = BACKEND
 
         def setUp(self) -> None:
@@ -73,7 +73,7 @@ def run(url: str) -> int:
             empty(self.config)
             settings.BACKEND = self.old_backend
 
-    class TestStateStoreAsync(TestRedisAsync):  # type: ignore[misc]
+    class TestStateStoreAsync(TestRedisAsync):
         _BACKEND = BACKEND
 
         def setUp(self) -> None:

@@ -141,7 +141,7 @@ def run(url: str, exclusions: dict[str, str], mirror: bool = False, options: dic
         alias["OPTIONS"] = {**alias.get("OPTIONS", {}), **(options or {})}
 
     @override_settings(CACHES=aliases)
-    class StateStoreCacheTests(BaseCacheTests, TestCase):  # type: ignore[misc]
+    class StateStoreCacheTests(BaseCacheTests, TestCase):
         pass
 
     for name, reason in exclusions.items():
