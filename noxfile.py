@@ -88,6 +88,7 @@ nox.options.error_on_missing_interpreters = CI  # under CI all three are expecte
 nox.options.sessions = [
     "lint",
     "types",
+    "types-tests",
     "bare",
     "tests",
     "broker",
@@ -174,6 +175,14 @@ def types(session: nox.Session) -> None:
         "mypy>=1.8",
     )
     session.run("mypy", "--python-version", str(session.python), "sskv_mapping")
+
+
+@nox.session(name="types-tests", python=PYTHONS)
+def types_tests(session: nox.Session) -> None:
+    """mypy on the tests: pyproject's ``tests.*`` override (check_untyped_defs, every ``type: ignore`` still
+    needed, test functions need no annotations); the dev extra brings what they import."""
+    session.install(".[dev,inspect,otel]")
+    session.run("mypy", "--python-version", str(session.python), "tests")
 
 
 @nox.session(python=PYTHONS)

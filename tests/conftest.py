@@ -34,6 +34,7 @@ After the session, no mosquitto or emulator child may remain: the suite errors a
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import importlib.util
 import os
 import uuid
@@ -91,9 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_report_header() -> str:
     loop = selected_loop()
     if loop == "uvloop":
-        import uvloop
-
-        return f"event loop: uvloop {uvloop.__version__} (SSKV_LOOP=uvloop)"
+        return f"event loop: uvloop {importlib.metadata.version('uvloop')} (SSKV_LOOP=uvloop)"
     return "event loop: asyncio's own (SSKV_LOOP=uvloop runs the suites on uvloop)"
 
 

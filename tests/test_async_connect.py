@@ -12,8 +12,14 @@ from sskv_mapping import AsyncStateStoreCache, AsyncStateStoreDict, StateStoreCa
 from sskv_mapping.emulator.broker import free_port
 from sskv_mapping.errors import BrokerConnectError, ClientStateError
 
-FACES = {"dict": AsyncStateStoreDict, "cache": AsyncStateStoreCache}
-BLOCKING = {"dict": StateStoreDict, "cache": StateStoreCache}
+FACES: dict[str, type[AsyncStateStoreDict[Any]] | type[AsyncStateStoreCache[Any]]] = {
+    "dict": AsyncStateStoreDict,
+    "cache": AsyncStateStoreCache,
+}
+BLOCKING: dict[str, type[StateStoreDict[Any]] | type[StateStoreCache[Any]]] = {
+    "dict": StateStoreDict,
+    "cache": StateStoreCache,
+}
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from ._common import request_timeout as _request_timeout
 
 import_extra("aiocache", "aiocache", "aiocache")
 
-from aiocache.base import BaseCache  # type: ignore[import-untyped]  # noqa: E402
-from aiocache.serializers import JsonSerializer  # type: ignore[import-untyped]  # noqa: E402
+from aiocache.base import BaseCache  # noqa: E402
+from aiocache.serializers import JsonSerializer  # noqa: E402
 
 from .._blocking import get_loop_thread  # noqa: E402
 from .._keys import check_namespace  # noqa: E402

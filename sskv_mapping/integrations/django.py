@@ -107,7 +107,7 @@ def _derived_key(secret: str | bytes) -> bytes:
 def _default_codec() -> tuple[Codec[Any], tuple[Any, ...]]:
     """Django's own backends pickle anything: so do we, signed with a key derived from ``SECRET_KEY`` (older
     ``SECRET_KEY_FALLBACKS`` accepted for reading), the signature covering the store key."""
-    from django.conf import settings  # type: ignore[import-untyped]
+    from django.conf import settings
 
     secret = getattr(settings, "SECRET_KEY", None)
     if not secret:

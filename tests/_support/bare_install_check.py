@@ -72,7 +72,7 @@ def _telemetry_problems() -> list[str]:
         async with InProcessStateStore() as store, store.client() as client:
             if client._sender.telemetry is not None:
                 found.append("a client without the otel extra has telemetry")
-            async with AsyncStateStoreCache(client, namespace="bare", local_cache_size=8) as cache:
+            async with AsyncStateStoreCache[int](client, namespace="bare", local_cache_size=8) as cache:
                 await cache.set("k", 1)
                 if await cache.get("k") != 1:
                     found.append("the cache did not read back its value")

@@ -41,7 +41,8 @@ class Otel:
                     if m.name != metric:
                         continue
                     for p in m.data.data_points:
-                        if all(p.attributes.get(k) == v for k, v in attrs.items()):
+                        point_attrs = p.attributes or {}
+                        if all(point_attrs.get(k) == v for k, v in attrs.items()):
                             found.append(p)
         return found
 

@@ -69,10 +69,10 @@ class Notified:
 
 
 @pytest.fixture
-def watch() -> Callable[[AsyncStateStoreClient, str], Awaitable[Notified]]:
+def watch() -> Callable[[AsyncStateStoreClient, str | bytes], Awaitable[Notified]]:
     """``await watch(client, data_key)``: a :class:`Notified` registered (KEYNOTIFY confirmed) for the key."""
 
-    async def start(client: AsyncStateStoreClient, data_key: str) -> Notified:
+    async def start(client: AsyncStateStoreClient, data_key: str | bytes) -> Notified:
         notified = Notified()
         await client.subscribe_key(data_key, notified)
         return notified

@@ -26,7 +26,7 @@ from tests._support.store_backend import StoreBackend
 from tests._support.waiting import eventually
 
 CacheFactory = Callable[..., Awaitable[AsyncStateStoreCache[Any]]]
-Watch = Callable[[AsyncStateStoreClient, str], Awaitable[Any]]
+Watch = Callable[[AsyncStateStoreClient, str | bytes], Awaitable[Any]]
 
 
 async def data_key(cache: AsyncStateStoreCache[Any], key: str) -> bytes:
@@ -325,7 +325,7 @@ async def test_clear_costs_the_same_whatever_the_namespace_holds(make_cache: Cac
         sent.append(1)
         return await original(*args, **kwargs)
 
-    cache.client.get = counting_get  # type: ignore[method-assign]
+    cache.client.get = counting_get  # type: ignore[method-assign]  # a spy in its place
     await cache.clear()
     await cache.sweep()
     empty = len(sent)

@@ -95,7 +95,7 @@ async def cache(
 ) -> AsyncIterator[AsyncStateStoreCache[Any]]:
     async with (
         AsyncStateStoreClient(mosquitto.host, mosquitto.port, timeout=5) as client,
-        AsyncStateStoreCache(client, namespace=namespace) as cache,
+        AsyncStateStoreCache[Any](client, namespace=namespace) as cache,
     ):
         yield cache
 
@@ -152,7 +152,7 @@ async def test_a_process_away_during_a_clear_follows_it_when_back(
     switch = DropGeneration()
     async with (
         AsyncStateStoreClient(mosquitto.host, mosquitto.port, timeout=5, connection_factory=switch.factory) as client,
-        AsyncStateStoreCache(client, namespace=namespace, local_cache_size=10) as away,
+        AsyncStateStoreCache[Any](client, namespace=namespace, local_cache_size=10) as away,
     ):
         await cache.set("k", "before")
         assert await away.get("k") == "before"
@@ -184,7 +184,7 @@ async def test_ttl_less_writes_racing_a_clear_in_another_client_leave_nothing_be
 ) -> None:
     async with (
         AsyncStateStoreClient(mosquitto.host, mosquitto.port, timeout=5) as client,
-        AsyncStateStoreCache(client, namespace=namespace) as writer,
+        AsyncStateStoreCache[Any](client, namespace=namespace) as writer,
     ):
         generations = {cache.generation}
 

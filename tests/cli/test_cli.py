@@ -329,10 +329,12 @@ def test_set_get_del_round_trip(url: str, store: StateStoreClient) -> None:
 def test_conditions_ttl_and_stdin(url: str, store: StateStoreClient) -> None:
     k = new_key()
     assert sskv("set", "--url", url, k, "-", stdin=b"from\x00stdin").returncode == 0
-    assert store.get(k).value == b"from\x00stdin"  # type: ignore[union-attr]
+    entry = store.get(k)
+    assert entry is not None and entry.value == b"from\x00stdin"
     assert sskv("set", "--url", url, "--nx", k, "again").returncode == 1  # exists: not applied
     assert sskv("set", "--url", url, "--ttl", "600", k, "expiring").returncode == 0
-    assert store.get(k).value == b"expiring"  # type: ignore[union-attr]
+    entry = store.get(k)
+    assert entry is not None and entry.value == b"expiring"
     store.delete(k)
 
 

@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
@@ -21,8 +22,14 @@ from .test_cli_holds_on import EXIT_LEASE_LOST, EXIT_OK, JOB, Cli, assert_no_ove
 
 pytestmark = pytest.mark.broker
 
+
+class Flapping(TypedDict):
+    timeout: float
+    jitter: float
+
+
 #: each connection through the proxy is reset 0.3-1.1 s after it opened (toxiproxy's reset_peer, with our jitter)
-FLAPPING = {"timeout": 700, "jitter": 400}
+FLAPPING: Flapping = {"timeout": 700, "jitter": 400}
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -72,8 +72,8 @@ class Cli:
             reader.start()
 
     @staticmethod
-    def _read(stream: object, into: list[str]) -> None:
-        for line in stream:  # type: ignore[attr-defined]
+    def _read(stream: Iterable[bytes], into: list[str]) -> None:
+        for line in stream:
             into.append(line.decode(errors="replace"))
 
     def said(self, text: str, stream: str = "err") -> bool:

@@ -162,7 +162,8 @@ async def test_calls_after_close_raise_client_state_error(broker_address: tuple[
     host, port = broker_address
     c = AsyncStateStoreClient(host, port)
     async with c:
-        assert c.state is ConnectionState.CONNECTED
+        state = c.state  # a local: mypy would keep c.state narrowed past the block's end
+        assert state is ConnectionState.CONNECTED
     assert c.state is ConnectionState.CLOSED
     with pytest.raises(ClientStateError):
         await c.get("k")

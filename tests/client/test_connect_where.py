@@ -82,7 +82,9 @@ def test_a_bare_host_is_not_echoed_back() -> None:
 
 
 @pytest.mark.parametrize("face", [AsyncStateStoreDict, StateStoreDict, AsyncStateStoreCache, StateStoreCache])
-def test_every_face_connects_the_same_way(face: type) -> None:
+def test_every_face_connects_the_same_way(
+    face: type[AsyncStateStoreDict[Any] | StateStoreDict[Any] | AsyncStateStoreCache[Any] | StateStoreCache[Any]],
+) -> None:
     params = inspect.signature(face.connect).parameters
     first = next(iter(params.values()))
     assert first.name == "broker" and first.default == DEFAULT_BROKER_URL

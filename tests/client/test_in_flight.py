@@ -112,7 +112,8 @@ async def test_a_call_past_the_bound_waits_and_times_out_naming_its_verb_with_no
             stack.emulator.resume()
         assert [e.value for e in await asyncio.gather(*holders) if e is not None] == [b"v", b"v"]
         assert client.in_flight.in_flight == 0
-        assert (await client.get("k")).value == b"v"  # type: ignore[union-attr]
+        entry = await client.get("k")
+        assert entry is not None and entry.value == b"v"
 
 
 async def test_5000_concurrent_gets_are_all_answered_with_nothing_dropped_by_an_untuned_broker() -> None:

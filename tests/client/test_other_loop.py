@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 
 import pytest
 
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.broker
 #: the client's own request timeout: far longer than the deadline below, so a call that waits for it fails the test
 CLIENT_TIMEOUT = 60.0
 DEADLINE = 10.0
+T = TypeVar("T")
 
 
 class LoopInThread:
@@ -26,8 +28,8 @@ class LoopInThread:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
 
-    def run(self, coro: object) -> object:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(DEADLINE)  # type: ignore[arg-type]
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(DEADLINE)
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)

@@ -17,6 +17,8 @@ from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 from sskv_mapping.errors import SessionLostError
 from tests._support.waiting import eventually
 
+from .conftest import Stack
+
 pytestmark = pytest.mark.broker
 
 
@@ -43,7 +45,7 @@ class StateWatcher:
                 await self._changed.wait()
 
 
-async def test_broker_restart_mid_traffic(stack: object, stack_url: tuple[str, int]) -> None:
+async def test_broker_restart_mid_traffic(stack: Stack, stack_url: tuple[str, int]) -> None:
     """Traffic runs while the broker restarts: no call hangs, every call ends in a value or a typed error,
     the watch resumes, and data written before the restart is still there (the emulator holds it)."""
     host, port = stack_url
@@ -80,7 +82,7 @@ async def test_broker_restart_mid_traffic(stack: object, stack_url: tuple[str, i
         async with a.watch(key) as changes:
             runner = asyncio.ensure_future(traffic())
             await ok_count_above(20)  # traffic is really flowing before the fault
-            await asyncio.to_thread(stack.broker.restart)  # type: ignore[attr-defined]
+            await asyncio.to_thread(stack.broker.restart)
             await states.wait_for(ConnectionState.RECONNECTING)
             await states.wait_for(ConnectionState.CONNECTED)
             ok_at_reconnect = outcomes["ok"]
@@ -164,50 +166,50 @@ async def test_lost_notification_is_repaired_by_the_reconnect_reread(
 
 
 async def test_in_flight_calls_fail_with_connection_lost_without_a_session(
-    stack: object, stack_url: tuple[str, int]
+    stack: Stack, stack_url: tuple[str, int]
 ) -> None:
     """session_expiry=0: nothing outlives the connection, so a call in flight at a drop fails at once."""
     host, port = stack_url
     settings = ConnectionSettings(host, port, session_expiry=0)
     async with AsyncStateStoreClient(settings=settings, timeout=5) as a:
         states = StateWatcher(a)
-        stack.emulator.pause()  # type: ignore[attr-defined]  # requests now wait for an answer forever
+        stack.emulator.pause()  # requests now wait for an answer forever
         try:
             call = asyncio.ensure_future(a.get("k"))
-            await asyncio.to_thread(stack.broker.kill)  # type: ignore[attr-defined]
+            await asyncio.to_thread(stack.broker.kill)
             with pytest.raises(ConnectionLostError):
                 await asyncio.wait_for(call, 5)
             await states.wait_for(ConnectionState.RECONNECTING)
             assert len(a._sender.pending) == 0
         finally:
-            stack.emulator.resume()  # type: ignore[attr-defined]
+            stack.emulator.resume()
 
 
 @pytest.mark.skipif(
     chosen_transport() != "stream", reason="paho cannot keep a call in flight across a drop: it fails at the drop"
 )
-async def test_a_lost_session_fails_only_the_calls_in_flight(stack: object, stack_url: tuple[str, int]) -> None:
+async def test_a_lost_session_fails_only_the_calls_in_flight(stack: Stack, stack_url: tuple[str, int]) -> None:
     """The broker SIGKILLed and restarted (it loses every session): the call in flight fails with the typed
     unknown-outcome error, the counter and the state event say so, and the next call goes on."""
     host, port = stack_url
     async with AsyncStateStoreClient(host, port, timeout=20, backoff_max=0.2) as a:
         states = StateWatcher(a)
-        stack.emulator.pause()  # type: ignore[attr-defined]  # the request stays unanswered
+        stack.emulator.pause()  # the request stays unanswered
         try:
             sent = a.requests_sent
             call = asyncio.ensure_future(a.set(unique(), b"v"))
             # the SET handed to the connection before the kill: one not yet sent would go out after the restart,
             # before the emulator subscribes again, and be refused (no subscriber), not lost with the session
             await eventually(lambda: a.requests_sent == sent + 1)
-            await asyncio.to_thread(stack.broker.kill)  # type: ignore[attr-defined]
+            await asyncio.to_thread(stack.broker.kill)
             await states.wait_for(ConnectionState.RECONNECTING)
             assert not call.done()  # a drop alone fails nothing: the call waits within its deadline
-            await asyncio.to_thread(stack.broker.start)  # type: ignore[attr-defined]
+            await asyncio.to_thread(stack.broker.start)
             with pytest.raises(SessionLostError):
                 await asyncio.wait_for(call, 15)
             await states.wait_for(ConnectionState.CONNECTED)
         finally:
-            stack.emulator.resume()  # type: ignore[attr-defined]
+            stack.emulator.resume()
         assert a.sessions_lost == 1
         seen = states.seen
         assert seen.index(ConnectionState.SESSION_LOST) == len(seen) - 2  # then CONNECTED

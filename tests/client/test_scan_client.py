@@ -43,7 +43,7 @@ def drop_requests(store: InProcessStateStore, should_drop: Callable[[Scan], bool
                 return
         handle(message)
 
-    store.server._handle_request = filtered  # type: ignore[method-assign]
+    store.server._handle_request = filtered  # type: ignore[method-assign]  # a spy in its place
     return seen
 
 
@@ -153,7 +153,7 @@ async def test_closing_a_listing_early_sends_no_more_pages() -> None:
     async with InProcessStateStore(scan_page_size=2) as store, store.client() as client:
         await fill(client, "early/", 9)
         seen = drop_requests(store, lambda cmd: False)
-        async with contextlib.aclosing(client.scan(b"early/*")) as keys:  # type: ignore[type-var]
+        async with contextlib.aclosing(client.scan(b"early/*")) as keys:  # type: ignore[type-var]  # typed an iterator
             async for _ in keys:
                 break
         assert len(seen) == 1

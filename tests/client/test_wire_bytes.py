@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
@@ -115,7 +115,7 @@ def requests(stream: bytes) -> list[bytes]:
     return out
 
 
-def _answer(msg: InboundMessage) -> list[tuple[bytes | None, tuple[bytes, list[tuple[str, str]]]]]:
+def _answer(msg: InboundMessage) -> list[tuple[bytes | None, tuple[bytes, Sequence[tuple[str, str]]]]]:
     verb = msg.payload.split(b"\r\n")[2]
     props = [("__stat", "200"), ("__protVer", "1.0"), ("__ts", SERVICE_TS)]
     return [(msg.correlation_data, (ANSWERS[verb], props))]

@@ -56,7 +56,8 @@ async def test_a_former_leader_is_fenced_out_and_knows_it_lost(store_backend: St
     await b_client.set(protected, b"from b", fencing_token=token_b)
     with pytest.raises(FencingTokenLowerVersionError):  # a, writing late with its old token, is refused
         await client_a.set(protected, b"late from a", fencing_token=token_a)
-    assert (await b_client.get(protected)).value == b"from b"  # type: ignore[union-attr]
+    entry = await b_client.get(protected)
+    assert entry is not None and entry.value == b"from b"
     await b.resign()
 
 
@@ -114,7 +115,8 @@ async def test_lock_update_is_exact_across_clients(store_backend: StoreBackend) 
 
     await asyncio.gather(*(worker() for _ in range(3)))
     checker = await store_backend.async_client()
-    assert (await checker.get(key)).value == b"15"  # type: ignore[union-attr]
+    entry = await checker.get(key)
+    assert entry is not None and entry.value == b"15"
     lock = AsyncLeasedLock(checker, name, lease=5)
     assert await lock.update(key, lambda old: None, timeout=10) is None  # None deletes the key
     assert await checker.get(key) is None and not lock.held  # and the lock was released

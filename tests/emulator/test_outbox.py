@@ -49,7 +49,7 @@ class ScriptedConnection:
 
 def _outbox(conn: ScriptedConnection) -> tuple[Outbox, dict[str, int]]:
     stats: dict[str, int] = {"notifications": 0}
-    return Outbox(lambda: conn, stats, set()), stats  # type: ignore[arg-type, return-value]
+    return Outbox(lambda: conn, stats, set()), stats  # type: ignore[arg-type, return-value]  # a scripted fake
 
 
 def _notes(n: int, key: bytes = b"k") -> list[Notification]:

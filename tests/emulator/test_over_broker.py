@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from sskv_mapping._protocol import errors
+from sskv_mapping import errors
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.resp3 import encode_request
 from sskv_mapping._protocol.topics import REQUEST_TOPIC, SERVICE_ID

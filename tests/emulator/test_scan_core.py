@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -31,9 +33,9 @@ class Clock:
         return self.now
 
 
-def make(**options: object) -> tuple[EmulatorCore, Clock]:
+def make(**options: Any) -> tuple[EmulatorCore, Clock]:
     clock = Clock()
-    return EmulatorCore(now_ms=clock, **options), clock  # type: ignore[arg-type]
+    return EmulatorCore(now_ms=clock, **options), clock
 
 
 def put(core: EmulatorCore, *keys: bytes, px: int | None = None) -> None:
@@ -264,13 +266,13 @@ def test_a_page_costs_what_it_examines_not_the_store() -> None:
         lambda t: b"x",
     ],
 )
-def test_an_altered_token_is_refused(mangle: object) -> None:
+def test_an_altered_token_is_refused(mangle: Callable[[bytes], bytes]) -> None:
     core, _ = make(scan_page_size=1)
     put(core, b"a", b"b")
     token = page(core, b"*").token
     assert token is not None
     with pytest.raises(ServiceError) as info:
-        page(core, b"*", mangle(token))  # type: ignore[operator]
+        page(core, b"*", mangle(token))
     assert info.value.text == INVALID_TOKEN_TEXT
 
 
@@ -327,4 +329,4 @@ def test_persistence_reload_keeps_the_key_space() -> None:
 def test_key_space_options_are_checked() -> None:
     for bad in ({"page_size": 0}, {"page_size": True}, {"empty_pages": -1}, {"empty_pages": 256}):
         with pytest.raises(ValueError):
-            KeySpace(**bad)  # type: ignore[arg-type]
+            KeySpace(**bad)

@@ -34,7 +34,8 @@ def test_a_signal_stops_the_emulator_and_its_broker(sig: signal.Signals) -> None
         assert _accepts(port)
         assert proc.pid is not None
         os.kill(proc.pid, sig)
-        proc._process.wait(timeout=30)  # type: ignore[union-attr]  # its own exit, not stop()'s SIGTERM
+        assert proc._process is not None
+        proc._process.wait(timeout=30)  # its own exit, not stop()'s SIGTERM
     finally:
         status = proc.stop()
     assert status == 0, proc.output

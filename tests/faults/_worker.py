@@ -99,6 +99,8 @@ class CacheAsMap:
 
 
 class Worker:
+    result: dict[str, Any]  # what the role found, reported in the "done" line
+
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.stop = threading.Event()
@@ -263,7 +265,7 @@ class Worker:
             )
         )
         threading.Thread(target=self._read_stdin, name=STDIN_THREAD, daemon=True).start()
-        self.result: dict[str, Any] = {}
+        self.result = {}
         try:
             if args.role == "writer":
                 self.run_writer(d)

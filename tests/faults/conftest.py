@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -93,10 +93,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if report.when == "call" or (report.when == "setup" and not report.passed):
-        outcome = report.outcome
+        outcome: str = report.outcome
         if hasattr(report, "wasxfail"):
             outcome = "xfailed" if report.skipped else "XPASS"
         item.stash[_OUTCOME] = outcome

@@ -16,6 +16,7 @@ import contextlib
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable
 
 import pytest
 
@@ -43,10 +44,10 @@ with StateStoreDict.connect(f"mqtt://{host}:{port}", namespace="stalled", local_
 """
 
 
-async def _timed(call: asyncio.Future[object] | object, longest: list[float]) -> object:
+async def _timed(call: Awaitable[object], longest: list[float]) -> object:
     started = time.monotonic()
     try:
-        return await call  # type: ignore[misc]
+        return await call
     finally:
         longest[0] = max(longest[0], time.monotonic() - started)
 

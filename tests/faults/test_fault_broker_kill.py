@@ -148,8 +148,8 @@ def test_broker_sigkill_restarts_under_mixed_load(
             for k in all_keys:
                 entry = checker.get(data_keys[k])
                 stored[k] = None if entry is None else json.loads(entry.value)
-        lost = [k for k in all_keys if stored[k] is None or stored[k] < acked[k]]
-        phantom = [k for k in all_keys if stored[k] is not None and stored[k] > attempted[k]]
+        lost = [k for k in all_keys if (value := stored[k]) is None or value < acked[k]]
+        phantom = [k for k in all_keys if (value := stored[k]) is not None and value > attempted[k]]
 
         # -- figures ------------------------------------------------------------------------------------------
         stats = {name: d["stats"] for name, d in done.items()}

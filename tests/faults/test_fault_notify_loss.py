@@ -137,7 +137,11 @@ async def test_dropped_and_duplicated_notifications(
         old, new = f"old-{i}", f"new-{i}"
         await writer.set(key, old)
         await reader.getitem(key)  # caches the key (the value read, or the notification that follows)
-        await eventually(lambda old=old: _cached_value(reader, key) == old, WAIT)  # type: ignore[misc]
+
+        def cached(old: str = old) -> bool:
+            return _cached_value(reader, key) == old
+
+        await eventually(cached, WAIT)
         switch.dropped_event.clear()
         switch.mode = "drop"
         await writer.set(key, new)  # acknowledged: the store has ``new`` now
@@ -203,6 +207,6 @@ async def test_dropped_and_duplicated_notifications(
     )
 
 
-def _cached_value(d: AsyncStateStoreDict[Any], key: str) -> Any:
+def _cached_value(d: AsyncStateStoreDict[Any], key: str) -> object:
     hit = d._core.hit(key)
     return None if hit is None else hit.value

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 try:
-    import atheris  # type: ignore[import-untyped]
+    import atheris
 except ImportError:  # pragma: no cover - the test skips, the script says so
     atheris = None
 

@@ -660,7 +660,7 @@ def test_get_or_set() -> None:
     assert cache.get_or_set("brian", 1979, version=2) == 1979
     assert cache.get("brian") is None and cache.get("brian", version=2) == 1979
     with pytest.raises(TypeError, match=r"get_or_set\(\) missing 1 required positional argument: 'default'"):
-        cache.get_or_set("brian")  # type: ignore[call-arg]
+        cache.get_or_set("brian")
 
 
 def test_get_or_set_callable_runs_only_when_missing() -> None:

@@ -207,11 +207,11 @@ def test_expire_with_default_timeout(cache: StateStoreCache) -> None:
     from sskv_mapping.integrations.django import DEFAULT_TIMEOUT
 
     cache.set("foo", "bar", timeout=None)
-    assert cache.expire("foo", DEFAULT_TIMEOUT) is True
+    assert cache.expire("foo", DEFAULT_TIMEOUT) is True  # type: ignore[arg-type]  # django's sentinel, typed object
     ttl = cache.ttl("foo")
     assert ttl is not None and 299 <= ttl <= 300  # TIMEOUT's default
-    assert cache.pexpire("foo", DEFAULT_TIMEOUT) is True
-    assert cache.expire("not-existent-key", DEFAULT_TIMEOUT) is False
+    assert cache.pexpire("foo", DEFAULT_TIMEOUT) is True  # type: ignore[arg-type]  # django's sentinel, typed object
+    assert cache.expire("not-existent-key", DEFAULT_TIMEOUT) is False  # type: ignore[arg-type]  # django's sentinel, typed object
 
 
 def test_pexpire_at(cache: StateStoreCache) -> None:

@@ -46,13 +46,13 @@ def _configure(request: pytest.FixtureRequest, broker_url: str) -> None:
     super(_OnOurStore, cls).setup_class()  # theirs: load the backend by name, build one
 
 
-class TestStateStoreBackend(_OnOurStore, _GenericBackendTestSuite):  # type: ignore[misc]
+class TestStateStoreBackend(_OnOurStore, _GenericBackendTestSuite):
     pass
 
 
-class TestStateStoreMutex(_OnOurStore, _GenericMutexTestSuite):  # type: ignore[misc]
+class TestStateStoreMutex(_OnOurStore, _GenericMutexTestSuite):
     pass
 
 
-class TestStateStoreRegionSerializer(_OnOurStore, _GenericSerializerTestSuite, _GenericBackendTestSuite):  # type: ignore[misc]
+class TestStateStoreRegionSerializer(_OnOurStore, _GenericSerializerTestSuite, _GenericBackendTestSuite):
     """Their serializer suite: a region's own serializer wins over the backend's codec."""

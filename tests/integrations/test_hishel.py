@@ -193,7 +193,7 @@ async def test_a_store_failure_mid_stream_does_not_fail_the_consumer(
     s = storage(c, clock, chunk_size=2)
     entry = await s.create_entry(request(), response(b"ab", b"cd", b"ef"), "k")
     stream = entry.response.stream
-    assert stream is not None and hasattr(stream, "__anext__")
+    assert stream is not None and isinstance(stream, AsyncIterator)
     assert await stream.__anext__() == b"ab"
     await c.close()  # the store goes away mid-response
     assert [chunk async for chunk in stream] == [b"cd", b"ef"]
@@ -232,10 +232,10 @@ def test_the_sync_storage(broker_url: str) -> None:
         entry = s.create_entry(request(), Response(status_code=200, stream=chunks()), "k")
         assert s.get_entries("k") == []
         stream = entry.response.stream
-        assert stream is not None and hasattr(stream, "__next__")
+        assert stream is not None and isinstance(stream, Iterator)
         assert b"".join(stream) == b"hello world"
         [found] = s.get_entries("k")
-        assert found.response.stream is not None and hasattr(found.response.stream, "__next__")
+        assert found.response.stream is not None and isinstance(found.response.stream, Iterator)
         assert b"".join(found.response.stream) == b"hello world"
         s.update_headers(found.id, Headers({"x": "1"}))
         s.remove_entry(found.id)

@@ -300,7 +300,7 @@ def test_unknown_options_are_refused() -> None:
 )
 def test_bad_local_cache_options_are_refused_at_once(option: str, bad: object) -> None:
     with pytest.raises(ConfigurationError, match=option):
-        StateStoreStore(**{option: bad})
+        StateStoreStore(**{option: bad})  # type: ignore[arg-type]  # bad values on purpose
 
 
 # -- with a local cache ------------------------------------------------------------------------------------

@@ -36,18 +36,22 @@ class Limits(BaseModel):
     burst: int = 10
 
 
-def settings_on(store: Any, *, prefix: str = "", store_first: bool = True) -> type[BaseSettings]:
+class AppSettings(BaseSettings):
+    """The fields; :func:`settings_on` gives them their sources."""
+
+    model_config = SettingsConfigDict(env_prefix="SSKVTEST_")
+
+    greeting: str = "hello"
+    retries: int = 3
+    limits: Limits = Limits(rps=1)
+    hosts: list[str] = []
+    colour: str = Field(default="blue", validation_alias=AliasChoices("ui-colour", "color"))
+
+
+def settings_on(store: Any, *, prefix: str = "", store_first: bool = True) -> type[AppSettings]:
     """A model whose sources are init, then the store and env in the order asked for (as a user writes it)."""
 
-    class Settings(BaseSettings):
-        model_config = SettingsConfigDict(env_prefix="SSKVTEST_")
-
-        greeting: str = "hello"
-        retries: int = 3
-        limits: Limits = Limits(rps=1)
-        hosts: list[str] = []
-        colour: str = Field("blue", validation_alias=AliasChoices("ui-colour", "color"))
-
+    class Settings(AppSettings):
         @classmethod
         def settings_customise_sources(
             cls,
@@ -112,7 +116,7 @@ def test_aliases_are_keys_as_they_are_and_the_prefix_applies_to_names(config: St
     s: Any = settings_on(config, prefix="app.")()
     assert (s.greeting, s.colour) == ("prefixed", "red")
     config["ui-colour"] = "green"  # the first alias choice wins
-    assert settings_on(config, prefix="app.")().colour == "green"  # type: ignore[attr-defined]
+    assert settings_on(config, prefix="app.")().colour == "green"
 
 
 def test_an_invalid_value_is_pydantics_error_naming_the_field(config: StateStoreDict[Any]) -> None:
@@ -134,11 +138,11 @@ def test_live_settings_follow_changes_and_keep_the_last_valid(
     heard: queue.Queue[Any] = queue.Queue()
     with LiveSettings(settings_on(config), config) as live:
         live.add_listener(heard.put)
-        assert live.current.retries == 1  # type: ignore[attr-defined]
+        assert live.current.retries == 1
 
         other["retries"] = 2  # another process
         assert heard.get(timeout=10).retries == 2
-        assert live.current.retries == 2  # type: ignore[attr-defined]
+        assert live.current.retries == 2
 
         with caplog.at_level(logging.ERROR, logger="sskv_mapping.settings"):
             other["retries"] = "lots"  # fails validation: logged with its key, the last valid settings stay
@@ -170,7 +174,7 @@ async def test_async_live_settings(broker_url: str) -> None:
 
         async with await AsyncLiveSettings.start(settings_on(d), d) as live:
             live.add_listener(hear)
-            assert live.current.limits == Limits(rps=1)  # type: ignore[attr-defined]
+            assert live.current.limits == Limits(rps=1)
             await writer.set("limits", {"rps": "fast"})
             await writer.set("limits", {"rps": 3, "burst": 4})
             got = await asyncio.wait_for(heard.get(), 10)

@@ -42,7 +42,8 @@ def test_an_entry_is_served_only_within_max_staleness_of_its_confirmation(clock:
     cache: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, ttl=ttl, max_staleness=5)
     cache.store_write(K, entry("one", 1))
     clock.now += 4.9
-    assert cache.get(K).value == "one"  # type: ignore[union-attr]
+    hit = cache.get(K)
+    assert hit is not None and hit.value == "one"
     assert K in cache
     clock.now += 0.1
     assert cache.get(K) is None  # 5 s without a confirmation: a lost notification would show by now
@@ -57,17 +58,20 @@ def test_a_notification_confirms_and_a_reread_of_the_same_version_confirms(clock
     clock.now += 4
     cache.apply_event(KeyEvent(K, KeyOperation.SET, b"two", v(2)), bytes.decode)
     clock.now += 4
-    assert cache.get(K).value == "two"  # type: ignore[union-attr]  # confirmed 4 s ago by the notification
+    hit = cache.get(K)
+    assert hit is not None and hit.value == "two"  # confirmed 4 s ago by the notification
     clock.now += 2
     assert cache.get(K) is None
     ticket = cache.begin_read(K)
     assert not cache.finish_read(ticket, entry("two", 2))  # the same version: not stored again...
-    assert cache.get(K).value == "two"  # type: ignore[union-attr]  # ...but confirmed: served again
+    hit = cache.get(K)
+    assert hit is not None and hit.value == "two"  # ...but confirmed: served again
     clock.now += 5
     assert cache.get(K) is None
     ticket = cache.begin_read(K)
     assert cache.finish_read(ticket, entry("three", 3))  # a lost change found by the re-read
-    assert cache.get(K).value == "three"  # type: ignore[union-attr]
+    hit = cache.get(K)
+    assert hit is not None and hit.value == "three"
 
 
 def test_confirm_restamps_only_the_version_held(clock: FakeClock) -> None:
@@ -77,7 +81,8 @@ def test_confirm_restamps_only_the_version_held(clock: FakeClock) -> None:
     assert not cache.confirm(K, v(2))  # the store has another version: this entry stays unserved
     assert cache.get(K) is None
     assert cache.confirm(K, v(1))
-    assert cache.get(K).value == "one"  # type: ignore[union-attr]
+    hit = cache.get(K)
+    assert hit is not None and hit.value == "one"
     assert not cache.confirm(b"other", v(1))
 
 
@@ -106,7 +111,8 @@ def test_none_trusts_notifications_forever_and_the_default_is_30_s(clock: FakeCl
     clock.now += 29.9
     assert default.get(K) is not None
     clock.now += 10_000
-    assert forever.get(K).value == "one"  # type: ignore[union-attr]
+    hit = forever.get(K)
+    assert hit is not None and hit.value == "one"
     assert default.get(K) is None
     assert forever.due(within=1e9) == []
 

@@ -210,7 +210,7 @@ async def test_a_get_or_set_waiter_ends_when_the_client_closes_under_it(broker_a
     client ends the second's wait at once, with ClientStateError, though the builder is still running."""
     client = AsyncStateStoreClient(*broker_address)
     await client.connect()
-    cache = AsyncStateStoreCache(client, namespace=unique("c"))
+    cache: AsyncStateStoreCache[str] = AsyncStateStoreCache(client, namespace=unique("c"))
     await cache.open()
     gate = asyncio.Event()
     building = asyncio.Event()

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import cast
 
 from sskv_mapping.errors import StateStoreError
 from sskv_mapping.mapping import StateStoreDict
+from sskv_mapping.mapping._listing import ListingMode
 
 
 def main(host: str, port: str, namespace: str, listing: str, count: str, *keys: str) -> None:
-    with StateStoreDict.connect(f"mqtt://{host}:{port}", namespace=namespace, listing=listing, timeout=2.0) as d:
+    mode = cast(ListingMode, listing)  # the test passes "scan" or "index"
+    with StateStoreDict.connect(f"mqtt://{host}:{port}", namespace=namespace, listing=mode, timeout=2.0) as d:
         for i in range(1, int(count) + 1):
             key = keys[i % len(keys)]
             while True:

@@ -44,7 +44,7 @@ async def main(host: str, port: int, namespace: str, step: str, nth: int, mode: 
                 os.kill(os.getpid(), signal.SIGKILL)
         return result
 
-    client.set = set_then_maybe_die  # type: ignore[method-assign]
+    client.set = set_then_maybe_die  # type: ignore[method-assign]  # a spy in its place
     d: AsyncStateStoreDict[int] = AsyncStateStoreDict(client, namespace=namespace, local_cache_size=0, listing="index")
     await d.open()
     if mode == "seq":

@@ -14,6 +14,7 @@ import pytest
 
 from sskv_mapping import AsyncStateStoreDict, Change, StateStoreDict
 from sskv_mapping.errors import ConfigurationError
+from sskv_mapping.mapping._listing import ListingMode
 from tests._support.store_backend import StoreBackend
 from tests._support.waiting import eventually
 
@@ -22,14 +23,18 @@ pytestmark = pytest.mark.parametrize("listing", ["scan", "index"])
 FAST_SCAN = 0.05  # seconds: SCAN mode finds another process's new key within about this
 
 
-async def _dicts(store_backend: StoreBackend, namespace: str, listing: str) -> tuple[Any, Any]:
-    mine = await AsyncStateStoreDict(await store_backend.async_client(), namespace=namespace, listing=listing).open()
-    theirs = await AsyncStateStoreDict(await store_backend.async_client(), namespace=namespace, listing=listing).open()
+async def _dicts(store_backend: StoreBackend, namespace: str, listing: ListingMode) -> tuple[Any, Any]:
+    mine = await AsyncStateStoreDict[Any](
+        await store_backend.async_client(), namespace=namespace, listing=listing
+    ).open()
+    theirs = await AsyncStateStoreDict[Any](
+        await store_backend.async_client(), namespace=namespace, listing=listing
+    ).open()
     return mine, theirs
 
 
 async def test_changes_of_known_and_new_keys_written_elsewhere(
-    store_backend: StoreBackend, namespace: str, listing: str
+    store_backend: StoreBackend, namespace: str, listing: ListingMode
 ) -> None:
     mine, theirs = await _dicts(store_backend, namespace, listing)
     try:
@@ -59,7 +64,7 @@ async def test_changes_of_known_and_new_keys_written_elsewhere(
 
 
 async def test_a_change_is_reported_once_in_version_order(
-    store_backend: StoreBackend, namespace: str, listing: str
+    store_backend: StoreBackend, namespace: str, listing: ListingMode
 ) -> None:
     mine, theirs = await _dicts(store_backend, namespace, listing)
     try:
@@ -81,7 +86,7 @@ async def test_a_change_is_reported_once_in_version_order(
 
 
 async def test_a_slow_consumer_is_bounded_coalesced_and_told(
-    store_backend: StoreBackend, namespace: str, listing: str
+    store_backend: StoreBackend, namespace: str, listing: ListingMode
 ) -> None:
     mine, theirs = await _dicts(store_backend, namespace, listing)
     keys = ["k0", "k1", "k2"]
@@ -115,7 +120,7 @@ async def test_a_slow_consumer_is_bounded_coalesced_and_told(
 
 
 async def test_on_change_calls_a_coroutine_function_and_stops_on_close(
-    store_backend: StoreBackend, namespace: str, listing: str
+    store_backend: StoreBackend, namespace: str, listing: ListingMode
 ) -> None:
     mine, theirs = await _dicts(store_backend, namespace, listing)
     heard: asyncio.Queue[Change[Any]] = asyncio.Queue()
@@ -135,7 +140,7 @@ async def test_on_change_calls_a_coroutine_function_and_stops_on_close(
         await theirs.close()
 
 
-async def test_bad_arguments_are_refused(store_backend: StoreBackend, namespace: str, listing: str) -> None:
+async def test_bad_arguments_are_refused(store_backend: StoreBackend, namespace: str, listing: ListingMode) -> None:
     mine, theirs = await _dicts(store_backend, namespace, listing)
     try:
         with pytest.raises(ConfigurationError):
@@ -148,11 +153,11 @@ async def test_bad_arguments_are_refused(store_backend: StoreBackend, namespace:
 
 
 def test_the_blocking_twin_iterates_and_calls_back_on_its_own_thread(
-    store_backend: StoreBackend, namespace: str, listing: str
+    store_backend: StoreBackend, namespace: str, listing: ListingMode
 ) -> None:
     with (
-        StateStoreDict(store_backend.client(), namespace=namespace, listing=listing) as mine,
-        StateStoreDict(store_backend.client(), namespace=namespace, listing=listing) as theirs,
+        StateStoreDict[Any](store_backend.client(), namespace=namespace, listing=listing) as mine,
+        StateStoreDict[Any](store_backend.client(), namespace=namespace, listing=listing) as theirs,
     ):
         theirs["a"] = 1
         heard: list[tuple[str, Any, Any]] = []
@@ -173,7 +178,7 @@ def test_the_blocking_twin_iterates_and_calls_back_on_its_own_thread(
 
 
 async def test_closing_the_dict_ends_its_streams_and_releases_their_watches(
-    store_backend: StoreBackend, namespace: str, listing: str
+    store_backend: StoreBackend, namespace: str, listing: ListingMode
 ) -> None:
     mine, theirs = await _dicts(store_backend, namespace, listing)
     try:

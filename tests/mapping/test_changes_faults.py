@@ -16,6 +16,7 @@ import pytest
 
 from sskv_mapping import AsyncStateStoreDict, Change
 from sskv_mapping.emulator.broker import MosquittoBroker
+from sskv_mapping.mapping._listing import ListingMode
 from sskv_mapping.testing import FaultProxy
 from tests._support.procs import EmulatorProcess
 
@@ -29,7 +30,7 @@ KEYS = ["a", "b", "c"]
 class Writer:
     """The writer process; its JSON lines are read on the test's loop."""
 
-    def __init__(self, broker: MosquittoBroker, namespace: str, listing: str, count: int) -> None:
+    def __init__(self, broker: MosquittoBroker, namespace: str, listing: ListingMode, count: int) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         argv = [sys.executable, str(WRITER), broker.host, str(broker.port), namespace, listing, str(count), *KEYS]
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
@@ -54,8 +55,8 @@ def _last_of(count: int) -> dict[str, int]:
     return {k: max(i for i in range(1, count + 1) if KEYS[i % len(KEYS)] == k) for k in KEYS}
 
 
-async def _collect(stream: Any, until: dict[str, int], timeout: float) -> dict[str, list[Change[Any]]]:
-    seen: dict[str, list[Change[Any]]] = {k: [] for k in KEYS}
+async def _collect(stream: Any, until: dict[str, int], timeout: float) -> dict[str, list[Change[int]]]:
+    seen: dict[str, list[Change[int]]] = {k: [] for k in KEYS}
     async with asyncio.timeout(timeout):
         while any(not seen[k] or seen[k][-1].value != v for k, v in until.items()):
             change = await stream.next()
@@ -63,18 +64,24 @@ async def _collect(stream: Any, until: dict[str, int], timeout: float) -> dict[s
     return seen
 
 
-def _in_order_once(seen: dict[str, list[Change[Any]]]) -> None:
+def _written(change: Change[int]) -> int:
+    """The value a change carries: the writer only sets, so a change without one is a failure."""
+    assert change.value is not None, change
+    return change.value
+
+
+def _in_order_once(seen: dict[str, list[Change[int]]]) -> None:
     for key, changes in seen.items():
         # a value may come twice, as two changes: a write failed by a lost session may have been applied, and the
         # writer writes it again (a new version); each change (version) comes once, in order, never back
-        values = [c.value for c in changes]
+        values = [_written(c) for c in changes]
         assert values == sorted(values), f"{key}: not in order: {values}"
         versions = [c.version for c in changes if c.version is not None]
         assert versions == sorted(set(versions)), f"{key}: a change twice, or versions going back: {versions}"
 
 
 async def test_every_change_of_a_writer_process_once_in_order(
-    fresh_mosquitto: MosquittoBroker, fresh_emulator: EmulatorProcess, namespace: str, listing: str
+    fresh_mosquitto: MosquittoBroker, fresh_emulator: EmulatorProcess, namespace: str, listing: ListingMode
 ) -> None:
     count = 600
     url = f"mqtt://{fresh_mosquitto.host}:{fresh_mosquitto.port}"
@@ -88,13 +95,13 @@ async def test_every_change_of_a_writer_process_once_in_order(
             finally:
                 writer.close()
             _in_order_once(seen)
-            every = sorted(c.value for changes in seen.values() for c in changes)
+            every = sorted(_written(c) for changes in seen.values() for c in changes)
             assert every == list(range(1, count + 1)), "a change was lost"
             assert stream.dropped == 0 and not any(c.synthetic for cs in seen.values() for c in cs)
 
 
 async def test_across_a_broker_restart_in_order_and_ending_on_the_latest(
-    fresh_mosquitto: MosquittoBroker, fresh_emulator: EmulatorProcess, namespace: str, listing: str
+    fresh_mosquitto: MosquittoBroker, fresh_emulator: EmulatorProcess, namespace: str, listing: ListingMode
 ) -> None:
     count = 900
     url = f"mqtt://{fresh_mosquitto.host}:{fresh_mosquitto.port}"
@@ -122,7 +129,7 @@ async def test_across_a_broker_restart_in_order_and_ending_on_the_latest(
 
 
 async def test_changes_missed_while_this_client_was_away_end_on_the_latest(
-    fresh_mosquitto: MosquittoBroker, fresh_emulator: EmulatorProcess, namespace: str, listing: str
+    fresh_mosquitto: MosquittoBroker, fresh_emulator: EmulatorProcess, namespace: str, listing: ListingMode
 ) -> None:
     """Only this client's link is cut (the writer goes on writing): what it missed meanwhile comes as each key's
     latest value by a re-read after the reconnect (``synthetic``), never as an older one."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.emulator.scan import DEFAULT_SCAN_PAGE_SIZE
 from sskv_mapping.mapping import AsyncStateStoreDict
+from sskv_mapping.mapping._listing import ListingMode
 
 MODES = ["scan", "index"]
 #: the most requests one single-key operation may take (a new key in index mode, on a shard not yet used: list
@@ -42,7 +44,7 @@ async def _client(store: InProcessStateStore) -> AsyncStateStoreClient:
     return client
 
 
-async def _filled(store: InProcessStateStore, listing: str, n: int) -> str:
+async def _filled(store: InProcessStateStore, listing: ListingMode, n: int) -> str:
     namespace = f"c{uuid.uuid4().hex[:10]}"
     client = await _client(store)
     try:
@@ -50,7 +52,7 @@ async def _filled(store: InProcessStateStore, listing: str, n: int) -> str:
             client,
             namespace=namespace,
             local_cache_size=0,
-            listing=listing,  # type: ignore[arg-type]
+            listing=listing,
         )
         async with d:
             await d.update({f"k{i}": i for i in range(n)})
@@ -73,16 +75,16 @@ async def _costs(client: AsyncStateStoreClient, d: AsyncStateStoreDict[int]) -> 
         out[name] = max(out.get(name, 0), client.requests_sent - before)
 
     for j in range(3):
-        await count("contains (present)", lambda j=j: d.contains(f"k{j}"))  # type: ignore[misc]
-        await count("contains (absent)", lambda j=j: d.contains(f"absent{j}"))  # type: ignore[misc]
-        await count("get", lambda j=j: d.get(f"k{j + 3}"))  # type: ignore[misc]
-        await count("set (existing key)", lambda j=j: d.set(f"k{j + 6}", -1))  # type: ignore[misc]
-        await count("set (new key)", lambda j=j: d.set(f"new{j}", 1))  # type: ignore[misc]
-        await count("setdefault (new key)", lambda j=j: d.setdefault(f"dflt{j}", 2))  # type: ignore[misc]
-        await count("setdefault (existing key)", lambda j=j: d.setdefault(f"k{j}", 2))  # type: ignore[misc]
-        await count("update (2 new keys)", lambda j=j: d.update({f"u{j}a": 1, f"u{j}b": 2}))  # type: ignore[misc]
-        await count("pop", lambda j=j: d.pop(f"new{j}"))  # type: ignore[misc]
-        await count("delitem", lambda j=j: d.delitem(f"dflt{j}"))  # type: ignore[misc]
+        await count("contains (present)", partial(d.contains, f"k{j}"))
+        await count("contains (absent)", partial(d.contains, f"absent{j}"))
+        await count("get", partial(d.get, f"k{j + 3}"))
+        await count("set (existing key)", partial(d.set, f"k{j + 6}", -1))
+        await count("set (new key)", partial(d.set, f"new{j}", 1))
+        await count("setdefault (new key)", partial(d.setdefault, f"dflt{j}", 2))
+        await count("setdefault (existing key)", partial(d.setdefault, f"k{j}", 2))
+        await count("update (2 new keys)", partial(d.update, {f"u{j}a": 1, f"u{j}b": 2}))
+        await count("pop", partial(d.pop, f"new{j}"))
+        await count("delitem", partial(d.delitem, f"dflt{j}"))
         await count("popitem", d.popitem)
     await count("len", d.len)
     await count("keys", d.keys)
@@ -91,7 +93,7 @@ async def _costs(client: AsyncStateStoreClient, d: AsyncStateStoreDict[int]) -> 
 
 @pytest.mark.parametrize("listing", MODES)
 async def test_a_single_key_operation_costs_the_same_at_10_and_10k_keys(
-    store: InProcessStateStore, listing: str
+    store: InProcessStateStore, listing: ListingMode
 ) -> None:
     costs: dict[int, dict[str, int]] = {}
     for n in (10, 10_000):
@@ -101,7 +103,7 @@ async def test_a_single_key_operation_costs_the_same_at_10_and_10k_keys(
             d: AsyncStateStoreDict[int] = AsyncStateStoreDict(
                 client,
                 namespace=namespace,
-                listing=listing,  # type: ignore[arg-type]
+                listing=listing,
             )
             async with d:
                 assert await d.len() == n  # warm: the listing is known (index) / the mode decided (scan)
@@ -139,7 +141,7 @@ async def _empty_with_popitem(client: AsyncStateStoreClient, d: AsyncStateStoreD
 
 @pytest.mark.parametrize("listing", MODES)
 async def test_emptying_a_1000_key_dict_with_popitem_costs_a_constant_per_call(
-    store: InProcessStateStore, listing: str
+    store: InProcessStateStore, listing: ListingMode
 ) -> None:
     namespace = await _filled(store, listing, 1_000)
     client = await _client(store)
@@ -147,7 +149,7 @@ async def test_emptying_a_1000_key_dict_with_popitem_costs_a_constant_per_call(
         d: AsyncStateStoreDict[int] = AsyncStateStoreDict(
             client,
             namespace=namespace,
-            listing=listing,  # type: ignore[arg-type]
+            listing=listing,
         )
         async with d:
             per_call = await _empty_with_popitem(client, d, 1_000)

@@ -20,6 +20,7 @@ from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.errors import ConfigurationError
 from sskv_mapping.mapping import AsyncStateStoreDict
+from sskv_mapping.mapping._listing import ListingMode, NamespaceListing
 from tests._support.store_backend import StoreBackend
 
 
@@ -34,8 +35,8 @@ async def old_service() -> AsyncIterator[AsyncStateStoreClient]:
     await store.stop()
 
 
-def _dict(client: AsyncStateStoreClient, namespace: str, listing: str) -> AsyncStateStoreDict[Any]:
-    return AsyncStateStoreDict(client, namespace=namespace, listing=listing)  # type: ignore[arg-type]
+def _dict(client: AsyncStateStoreClient, namespace: str, listing: ListingMode) -> AsyncStateStoreDict[Any]:
+    return AsyncStateStoreDict(client, namespace=namespace, listing=listing)
 
 
 async def test_index_and_scan_dicts_agree_on_one_namespace(store_backend: StoreBackend) -> None:
@@ -48,7 +49,7 @@ async def test_index_and_scan_dicts_agree_on_one_namespace(store_backend: StoreB
             await scanned.set("from-scan", 1)  # the namespace has an index: kept current
             del_key = "k7"
             await scanned.delitem(del_key)
-            assert scanned._store.index.mode == "scan"  # type: ignore[union-attr]
+            assert isinstance(scanned._store.index, NamespaceListing) and scanned._store.index.mode == "scan"
         async with _dict(await store_backend.async_client(), namespace, "index") as late:
             keys = set(await late.keys())
             assert "from-scan" in keys and "k7" not in keys and len(keys) == 50
@@ -70,7 +71,7 @@ async def test_auto_takes_scan_where_the_service_answers_it(store_backend: Store
     client = await store_backend.async_client()
     async with _dict(client, f"au{uuid.uuid4().hex[:8]}", "auto") as d:
         await d.set("x", 1)
-        assert d._store.index.mode == "scan"  # type: ignore[union-attr]
+        assert isinstance(d._store.index, NamespaceListing) and d._store.index.mode == "scan"
         before = client.requests_sent
         await d.set("y", 2)  # a new key: one SET (and its watch beside it)
         assert client.requests_sent - before <= 2
@@ -80,7 +81,7 @@ async def test_auto_takes_scan_where_the_service_answers_it(store_backend: Store
 async def test_auto_takes_the_index_on_a_service_without_scan(old_service: AsyncStateStoreClient) -> None:
     async with _dict(old_service, f"au{uuid.uuid4().hex[:8]}", "auto") as d:
         await d.update({"a": 1, "b": 2})
-        assert d._store.index.mode == "index"  # type: ignore[union-attr]
+        assert isinstance(d._store.index, NamespaceListing) and d._store.index.mode == "index"
         assert sorted(await d.keys()) == ["a", "b"]
         assert await d.popitem() in {("a", 1), ("b", 2)}
         assert await d.len() == 1
@@ -89,7 +90,7 @@ async def test_auto_takes_the_index_on_a_service_without_scan(old_service: Async
 async def test_an_unknown_listing_mode_is_refused(old_service: AsyncStateStoreClient) -> None:
     sent = old_service.requests_sent
     with pytest.raises(ConfigurationError, match="listing"):
-        _dict(old_service, "ns", "sometimes")
+        _dict(old_service, "ns", "sometimes")  # type: ignore[arg-type]  # no such mode: refused at run time
     assert old_service.requests_sent == sent
 
 

@@ -32,6 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from sskv_mapping.client import StateStoreClient
 from sskv_mapping.mapping import StateStoreDict
+from sskv_mapping.mapping._listing import ListingMode
 from tests._support.store_backend import StoreBackend
 
 KEYS = ("a", "b", "ü", "x/y")
@@ -53,13 +54,13 @@ STEPS = {"loopback": 30, "broker": 25}
 class DictMachine(RuleBasedStateMachine):
     """Two dicts over one namespace, one oracle."""
 
-    def __init__(self, clients: list[StateStoreClient], listing: str) -> None:
+    def __init__(self, clients: list[StateStoreClient], listing: ListingMode) -> None:
         super().__init__()
         self.namespace = f"h{uuid.uuid4().hex[:12]}"
         self.clients = clients
         self.dicts: list[StateStoreDict[Any]] = []
         for client in clients:
-            self.dicts.append(StateStoreDict(client, namespace=self.namespace, listing=listing))  # type: ignore[arg-type]
+            self.dicts.append(StateStoreDict(client, namespace=self.namespace, listing=listing))
         self.oracle: dict[str, Any] = {}
 
     def teardown(self) -> None:
@@ -188,11 +189,11 @@ class DictMachine(RuleBasedStateMachine):
 
 
 @pytest.mark.parametrize("listing", ["scan", "index"])
-def test_two_dicts_agree_with_a_plain_dict(store_backend: StoreBackend, listing: str) -> None:
+def test_two_dicts_agree_with_a_plain_dict(store_backend: StoreBackend, listing: ListingMode) -> None:
     which = store_backend.name
     clients = [store_backend.client(), store_backend.client()]
-    run_state_machine_as_test(  # type: ignore[no-untyped-call]
-        lambda: DictMachine(clients, listing),
+    run_state_machine_as_test(
+        lambda: DictMachine(clients, listing),  # type: ignore[arg-type]  # hypothesis takes a factory, types a class
         settings=settings(
             max_examples=EXAMPLES[which],
             stateful_step_count=STEPS[which],

@@ -117,5 +117,5 @@ def test_the_shard_function_is_pinned(key: str, of_1024: int, of_65535: int) -> 
 
 
 def test_the_index_lists_with_this_format_not_a_copy() -> None:
-    assert _index.IndexEntry is IndexEntry
-    assert _index._decode is decode_shard and _index.shard_of is shard_of
+    assert vars(_index)["IndexEntry"] is IndexEntry
+    assert vars(_index)["_decode"] is decode_shard and vars(_index)["shard_of"] is shard_of

@@ -24,6 +24,7 @@ from sskv_mapping.errors import ConfigurationError
 from sskv_mapping.lock import AsyncLeasedLock
 from sskv_mapping.mapping import AsyncStateStoreDict
 from sskv_mapping.mapping._index import DEFAULT_SHARDS
+from sskv_mapping.mapping._listing import NamespaceListing
 from tests._support.store_backend import StoreBackend
 
 
@@ -54,7 +55,7 @@ async def test_an_insert_rewrites_and_broadcasts_one_small_shard(store_backend: 
     async with d:
         await d.update({f"k{i:05d}": i for i in range(2_000)})
         index = d._store.index
-        assert index is not None and index.shards == DEFAULT_SHARDS
+        assert isinstance(index, NamespaceListing) and index.shards == DEFAULT_SHARDS
         watcher = await store_backend.async_client()
         sizes = Sizes()
         for i in range(index.shards):
@@ -68,7 +69,7 @@ async def test_an_insert_rewrites_and_broadcasts_one_small_shard(store_backend: 
 
 
 async def test_a_fresh_len_reads_the_shards_not_the_data(store_backend: StoreBackend, namespace: str) -> None:
-    async with AsyncStateStoreDict(
+    async with AsyncStateStoreDict[int](
         await store_backend.async_client(), namespace=namespace, local_cache_size=0, listing="index"
     ) as d:
         await d.update({f"k{i}": i for i in range(300)})
@@ -80,8 +81,8 @@ async def test_a_fresh_len_reads_the_shards_not_the_data(store_backend: StoreBac
         asked.append(key if isinstance(key, bytes) else str(key).encode())
         return await original(key, **kwargs)
 
-    reader.get = spy  # type: ignore[method-assign]
-    async with AsyncStateStoreDict(reader, namespace=namespace, listing="index") as fresh:
+    reader.get = spy  # type: ignore[method-assign]  # a spy in its place
+    async with AsyncStateStoreDict[int](reader, namespace=namespace, listing="index") as fresh:
         assert await fresh.len() == 300
         assert sorted(await fresh.keys()) == sorted(f"k{i}" for i in range(300))
     data_reads = [k for k in asked if k.startswith(f"{namespace}/".encode())]
@@ -91,7 +92,7 @@ async def test_a_fresh_len_reads_the_shards_not_the_data(store_backend: StoreBac
 
 async def test_an_expired_key_leaves_the_listing(store_backend: StoreBackend, namespace: str) -> None:
     client = await store_backend.async_client()
-    async with AsyncStateStoreDict(client, namespace=namespace, listing="index") as d:
+    async with AsyncStateStoreDict[int](client, namespace=namespace, listing="index") as d:
         await d.set("stays", 1)
         gone = asyncio.Event()
         await client.subscribe_key(f"{namespace}/brief", lambda e: gone.set() if e.op is KeyOperation.DELETE else None)
@@ -101,7 +102,8 @@ async def test_an_expired_key_leaves_the_listing(store_backend: StoreBackend, na
         assert await d.keys() == ["stays"] and await d.len() == 1
         await d.set("renewed", 3, ttl=0.2)
         await d.set("renewed", 4)  # now without expiry: listed as such
-        entry = (await d._store.index.listing())["renewed"]  # type: ignore[union-attr]
+        assert d._store.index is not None
+        entry = (await d._store.index.listing())["renewed"]
         assert entry.expires_ms is None
 
 
@@ -143,7 +145,7 @@ async def test_a_format_1_writer_after_the_migration_is_refused_loudly(
 ) -> None:
     client = await store_backend.async_client()
     await _write_format1_namespace(client, namespace, {"a": 1})
-    async with AsyncStateStoreDict(client, namespace=namespace, listing="index") as d:
+    async with AsyncStateStoreDict[int](client, namespace=namespace, listing="index") as d:
         assert await d.keys() == ["a"]
     await _write_format1_namespace(client, namespace, {"b": 2})  # an old process still running
     late: AsyncStateStoreDict[int] = AsyncStateStoreDict(

@@ -118,7 +118,7 @@ async def test_a_change_right_after_a_pipelined_miss_is_seen(broker_address: tup
         for k in keys:
             await writer.set(f"{ns}/{k}".encode(), b'"old"')
 
-        async def miss_then_change(k: str) -> str:
+        async def miss_then_change(k: str) -> str | None:
             got = await d.get(k)  # the pipelined miss ...
             await writer.set(f"{ns}/{k}".encode(), b'"new"')  # ... and another client's write right after it
             return got

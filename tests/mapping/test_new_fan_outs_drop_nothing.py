@@ -14,6 +14,7 @@ import pytest
 
 from sskv_mapping import AsyncStateStoreClient, AsyncStateStoreDict
 from sskv_mapping.emulator.broker import MosquittoBroker
+from sskv_mapping.mapping._listing import ListingMode
 from tests._support.broker_stats import FAST_SYS, dropped_messages, log_reports_drops
 from tests._support.procs import start_emulator
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.broker
 
 
 @pytest.mark.parametrize("listing", ["scan", "index"])
-async def test_a_change_stream_starting_on_3000_keys_drops_nothing(listing: str) -> None:
+async def test_a_change_stream_starting_on_3000_keys_drops_nothing(listing: ListingMode) -> None:
     with MosquittoBroker(extra_config=[FAST_SYS]) as broker:
         emulator = start_emulator(broker.host, broker.port)
         try:
@@ -30,10 +31,10 @@ async def test_a_change_stream_starting_on_3000_keys_drops_nothing(listing: str)
                 AsyncStateStoreClient(broker.host, broker.port) as mine,
                 AsyncStateStoreClient(broker.host, broker.port) as theirs,
             ):
-                writer = await AsyncStateStoreDict(theirs, namespace="feed", listing=listing).open()
+                writer = await AsyncStateStoreDict[int](theirs, namespace="feed", listing=listing).open()
                 for start in range(0, KEYS, 500):
                     await writer.update({f"k{i}": 0 for i in range(start, start + 500)})
-                reader = await AsyncStateStoreDict(mine, namespace="feed", listing=listing).open()
+                reader = await AsyncStateStoreDict[int](mine, namespace="feed", listing=listing).open()
                 async with reader.changes(scan_interval=0.2) as changes:  # started: every listed key watched
                     await writer.update({f"k{i}": 1 for i in range(KEYS)})
                     seen: set[str] = set()

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from sskv_mapping import AsyncStateStoreClient, AsyncStateStoreDict, StateStoreClient, StateStoreDict
+from sskv_mapping.mapping._listing import ListingMode
 from tests._support.waiting import eventually, eventually_sync
 
 N = 200
@@ -52,7 +53,7 @@ def expected(key: str) -> int:
 class Deleter:
     """The other process, driven over its stdin/stdout."""
 
-    def __init__(self, host: str, port: int, namespace: str, listing: str) -> None:
+    def __init__(self, host: str, port: int, namespace: str, listing: ListingMode) -> None:
         argv = [sys.executable, "-c", DELETER, host, str(port), namespace, listing, str(N), str(BATCHES)]
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None and self.proc.stdin is not None
@@ -86,13 +87,13 @@ class Deleter:
 
 @pytest.mark.parametrize("listing", ["index", "scan"])
 def test_sixteen_threads_iterate_while_another_process_deletes_half(
-    broker_address: tuple[str, int], listing: str
+    broker_address: tuple[str, int], listing: ListingMode
 ) -> None:
     host, port = broker_address
     namespace = f"v{uuid.uuid4().hex[:10]}"
     survivors = {f"k{i}": i for i in range(1, N, 2)}
     with StateStoreClient(host, port) as client:
-        d: StateStoreDict[Any] = StateStoreDict(client, namespace=namespace, listing=listing)  # type: ignore[arg-type]
+        d: StateStoreDict[Any] = StateStoreDict(client, namespace=namespace, listing=listing)
         d.update({f"k{i}": i for i in range(N)})
         deleter = Deleter(host, port, namespace, listing)
         try:
@@ -123,8 +124,12 @@ def test_sixteen_threads_iterate_while_another_process_deletes_half(
             windows = []
             for _ in range(BATCHES):
                 done = len(rounds)
+
                 # the readers go on iterating between batches (one that failed stops the wait: reported below)
-                eventually_sync(lambda done=done: len(rounds) >= done + READERS or bool(errors), timeout=DEADLINE)
+                def read_on(done: int = done) -> bool:
+                    return len(rounds) >= done + READERS or bool(errors)
+
+                eventually_sync(read_on, timeout=DEADLINE)
                 windows.append(deleter.delete_batch())
             deleter.wait_done()
             stop.set()
@@ -147,14 +152,14 @@ def test_sixteen_threads_iterate_while_another_process_deletes_half(
 
 @pytest.mark.parametrize("listing", ["index", "scan"])
 async def test_sixteen_tasks_iterate_the_async_dict_while_another_process_deletes_half(
-    broker_address: tuple[str, int], listing: str
+    broker_address: tuple[str, int], listing: ListingMode
 ) -> None:
     host, port = broker_address
     namespace = f"v{uuid.uuid4().hex[:10]}"
     survivors = {f"k{i}": i for i in range(1, N, 2)}
     async with (
         AsyncStateStoreClient(host, port) as client,
-        AsyncStateStoreDict(client, namespace=namespace, listing=listing) as d,  # type: ignore[arg-type]
+        AsyncStateStoreDict[int](client, namespace=namespace, listing=listing) as d,
     ):
         await d.update({f"k{i}": i for i in range(N)})
         deleter = await asyncio.to_thread(Deleter, host, port, namespace, listing)
@@ -175,7 +180,11 @@ async def test_sixteen_tasks_iterate_the_async_dict_while_another_process_delete
             windows = []
             for _ in range(BATCHES):
                 done = len(rounds)
-                await eventually(lambda done=done: len(rounds) >= done + READERS, timeout=DEADLINE)
+
+                def read_on(done: int = done) -> bool:
+                    return len(rounds) >= done + READERS
+
+                await eventually(read_on, timeout=DEADLINE)
                 windows.append(await asyncio.to_thread(deleter.delete_batch))
             await asyncio.to_thread(deleter.wait_done)
             stop.set()

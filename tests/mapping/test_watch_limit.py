@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sskv_mapping.mapping import StateStoreDict
+from sskv_mapping.mapping._listing import NamespaceListing
 from tests._support.waiting import eventually_sync as eventually
 
 DictFactory = Callable[..., StateStoreDict[Any]]
@@ -32,7 +33,7 @@ def test_watches_stay_bounded_by_the_cache_size(make_dict: DictFactory) -> None:
         most = max(most, len(store._watches))
     assert most <= limit + 1, f"{most} watches held at once for a cache of {CACHE_SIZE}"
     # the released watches' STOPs go out in the background: the client's registrations follow
-    assert store.index is not None
+    assert isinstance(store.index, NamespaceListing)
     expected = set(store._watches) | store.index.watched_keys()  # the index shards it loaded have theirs
     try:
         eventually(lambda: set(client.watched_keys) == expected, timeout=10)

@@ -15,12 +15,12 @@ import pytest
 
 from sskv_mapping.integrations.aiocache import StateStoreCache
 
-from ..utils import KEY_LOCK, Keys  # type: ignore[import-not-found]
-from .test_base import TestCache as _TestCache  # type: ignore[import-not-found]
-from .test_decorators import TestCached as _TestCached  # type: ignore[import-not-found]
+from ..utils import KEY_LOCK, Keys
+from .test_base import TestCache as _TestCache
+from .test_decorators import TestCached as _TestCached
 from .test_decorators import TestCachedStampede as _TestCachedStampede
 from .test_decorators import TestMultiCachedDecorator as _TestMultiCachedDecorator
-from .test_lock import TestOptimisticLock as _TestOptimisticLock  # type: ignore[import-not-found]
+from .test_lock import TestOptimisticLock as _TestOptimisticLock
 from .test_lock import TestRedLock as _TestRedLock
 from .test_lock import lock  # noqa: F401 - their fixture, used by the lock tests
 
@@ -57,25 +57,25 @@ def cache(request: pytest.FixtureRequest) -> StateStoreCache:
     return value
 
 
-class TestStateStoreCache(_TestCache):  # type: ignore[misc]
+class TestStateStoreCache(_TestCache):
     pass
 
 
-class TestStateStoreCached(_TestCached):  # type: ignore[misc]
+class TestStateStoreCached(_TestCached):
     pass
 
 
-class TestStateStoreCachedStampede(_TestCachedStampede):  # type: ignore[misc]
+class TestStateStoreCachedStampede(_TestCachedStampede):
     pass
 
 
-class TestStateStoreMultiCached(_TestMultiCachedDecorator):  # type: ignore[misc]
+class TestStateStoreMultiCached(_TestMultiCachedDecorator):
     pass
 
 
-class TestStateStoreRedLock(_TestRedLock):  # type: ignore[misc]
+class TestStateStoreRedLock(_TestRedLock):
     pass
 
 
-class TestStateStoreOptimisticLock(_TestOptimisticLock):  # type: ignore[misc]
+class TestStateStoreOptimisticLock(_TestOptimisticLock):
     pass

@@ -10,11 +10,11 @@ import os
 import uuid
 from typing import Any
 
-import conftest as cachelib_conftest  # type: ignore[import-not-found]
+import conftest as cachelib_conftest
 import pytest
-from clear import ClearTests  # type: ignore[import-not-found]
-from common import CommonTests  # type: ignore[import-not-found]
-from has import HasTests  # type: ignore[import-not-found]
+from clear import ClearTests
+from common import CommonTests
+from has import HasTests
 
 from sskv_mapping.integrations.flask_caching import StateStoreCache
 
@@ -40,5 +40,5 @@ else:
         _install_factory(request, None)
 
 
-class TestStateStoreCache(CommonTests, ClearTests, HasTests):  # type: ignore[misc]
+class TestStateStoreCache(CommonTests, ClearTests, HasTests):
     pass

@@ -11,12 +11,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from test_backend_cache import GenericCacheTests  # type: ignore[import-not-found]
+from test_backend_cache import GenericCacheTests
 
 from sskv_mapping.integrations.flask_caching import StateStoreCache
 
 
-class TestStateStoreCache(GenericCacheTests):  # type: ignore[misc]
+class TestStateStoreCache(GenericCacheTests):
     _can_use_fast_sleep = False  # the emulator's expiry clock is real, as Redis's is: their tests then sleep
 
     @pytest.fixture

@@ -33,12 +33,12 @@ _names = itertools.count()
 class StateStoreAsMemoryStore:
     """What ``MemoryStore()`` makes here: a fresh namespace of the state store."""
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> StateStoreStore:  # type: ignore[misc]
+    def __new__(cls, *args: Any, **kwargs: Any) -> StateStoreStore:  # type: ignore[misc]  # not an instance of cls
         return _root.with_namespace(f"s{next(_names)}")
 
 
-litestar.stores.memory.MemoryStore = StateStoreAsMemoryStore  # type: ignore[misc,assignment]
-litestar.stores.registry.MemoryStore = StateStoreAsMemoryStore  # type: ignore[misc,assignment]
+litestar.stores.memory.MemoryStore = StateStoreAsMemoryStore  # type: ignore[misc, assignment]  # our store in its place
+litestar.stores.registry.MemoryStore = StateStoreAsMemoryStore  # type: ignore[attr-defined, assignment]  # not re-exported there
 
 
 def pytest_unconfigure() -> None:

@@ -55,12 +55,12 @@ def run(url: str) -> int:
     from constance.base import Config
     from django.test.runner import DiscoverRunner
 
-    from tests.backends.test_redis import TestRedis, TestRedisAsync  # type: ignore[import-not-found]
+    from tests.backends.test_redis import TestRedis, TestRedisAsync
 
     def empty(config: Any) -> None:
         config._backend.state_store_dict.clear()
 
-    class TestStateStore(TestRedis):  # type: ignore[misc]
+    class TestStateStore(TestRedis):
         _BACKEND = BACKEND
 
         def setUp(self) -> None:
@@ -73,7 +73,7 @@ def run(url: str) -> int:
             empty(self.config)
             settings.BACKEND = self.old_backend
 
-    class TestStateStoreAsync(TestRedisAsync):  # type: ignore[misc]
+    class TestStateStoreAsync(TestRedisAsync):
         _BACKEND = BACKEND
 
         def setUp(self) -> None:

@@ -131,7 +131,7 @@ def run(url: str, exclusions: dict[str, str], mirror: bool = False, options: dic
         ROOT_URLCONF=None,
     )
     django.setup()
-    from cache.tests import BaseCacheTests, caches_setting_for_tests  # type: ignore[import-not-found]
+    from cache.tests import BaseCacheTests, caches_setting_for_tests
     from django.test import TestCase
     from django.test.runner import DiscoverRunner
     from django.test.utils import override_settings
@@ -141,7 +141,7 @@ def run(url: str, exclusions: dict[str, str], mirror: bool = False, options: dic
         alias["OPTIONS"] = {**alias.get("OPTIONS", {}), **(options or {})}
 
     @override_settings(CACHES=aliases)
-    class StateStoreCacheTests(BaseCacheTests, TestCase):  # type: ignore[misc]
+    class StateStoreCacheTests(BaseCacheTests, TestCase):
         pass
 
     for name, reason in exclusions.items():
@@ -151,7 +151,7 @@ def run(url: str, exclusions: dict[str, str], mirror: bool = False, options: dic
             )
 
     if mirror:
-        import cache.tests as their_module  # type: ignore[import-not-found]
+        import cache.tests as their_module
         from django.core.cache import cache as default_cache
         from django.core.cache import caches as all_caches
 

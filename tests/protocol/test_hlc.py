@@ -157,7 +157,7 @@ def test_equal_values_compare_equal_and_hash_equal() -> None:
 @pytest.mark.parametrize("other", [5, "1:2:n", None])
 def test_comparison_with_other_types_is_a_type_error(other: object) -> None:
     with pytest.raises(TypeError):
-        _ = H(1, 2, "n") < other  # type: ignore[operator]
+        _ = H(1, 2, "n") < other
     assert H(1, 2, "n") != other
 
 

@@ -110,7 +110,7 @@ def test_the_size_is_the_length_of_what_paho_writes(mix: dict[str, Any]) -> None
     client = paho_client.Client(paho_client.CallbackAPIVersion.VERSION2, protocol=paho_client.MQTTv5)
     written: list[bytes] = []
     client._sock = object()  # "connected": paho builds the packet and hands it to its queue, caught here
-    client._packet_queue = lambda command, packet, mid, qos, info=None: written.append(bytes(packet))  # type: ignore[method-assign]
+    client._packet_queue = lambda command, packet, mid, qos, info=None: written.append(bytes(packet))
     try:
         for n in (0, 121, 16_376):
             message = OutgoingMessage("a/b/é", b"p" * n, 1, **mix)

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from sskv_mapping._protocol import mqtt_packets as packets
-from sskv_mapping._protocol.mqtt_publish import MalformedPacketError, decode_publish, mqtt_str, publish_properties
+from sskv_mapping._protocol.mqtt_publish import (
+    MalformedPacketError,
+    decode_publish,
+    mqtt_str,
+    publish_properties,
+    varint,
+)
 
 
 def _packet(user: list[tuple[str, str]], *, raw_tail: bytes = b"", after: bytes = b"") -> bytes:
@@ -17,7 +22,7 @@ def _packet(user: list[tuple[str, str]], *, raw_tail: bytes = b"", after: bytes 
     body = props[1:] if props[0] < 0x80 else props[2:]  # the properties without their length, to extend them
     body += raw_tail + after
     head = mqtt_str("req/topic") + (7).to_bytes(2, "big")
-    return head + packets.varint(len(body)) + body + b"payload"
+    return head + varint(len(body)) + body + b"payload"
 
 
 def _user(body: bytes) -> tuple[tuple[str, str], ...]:

@@ -13,7 +13,7 @@ from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.mqtt_publish import publish_properties
 from sskv_mapping.errors import ConfigurationError
 
-node_ids = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=":\x00\ufeff"), max_size=300)
+node_ids = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters=":\x00\ufeff"), max_size=300)
 clocks = st.builds(HybridLogicalClock, st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), node_ids)
 
 

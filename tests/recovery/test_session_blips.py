@@ -154,10 +154,11 @@ async def test_cuts_under_load_fail_no_call(
                         continue
                     # each cut lands on a live connection under load: connected, and calls flowing on it
                     mark = calls[0]
-                    await eventually(
-                        lambda m=mark: client.state is ConnectionState.CONNECTED and calls[0] > m + CUT_AFTER_CALLS,
-                        timeout=20,
-                    )
+
+                    def flowing(m: int = mark) -> bool:
+                        return client.state is ConnectionState.CONNECTED and calls[0] > m + CUT_AFTER_CALLS
+
+                    await eventually(flowing, timeout=20)
                     relay.cut(reset=how == "reset")
                 await eventually(lambda: client.state is ConnectionState.CONNECTED, timeout=20)
                 mark = calls[0]

@@ -25,6 +25,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,10 +76,10 @@ class SecureBroker:
     def plain_port(self) -> int:
         return self.broker.port
 
-    def tls(self, **changes: object) -> TlsSettings:
+    def tls(self, **changes: Any) -> TlsSettings:
         """TLS settings that trust our CA (override any field)."""
-        fields: dict[str, object] = {"ca_file": self.pki.ca, **changes}
-        return TlsSettings(**fields)  # type: ignore[arg-type]
+        fields: dict[str, Any] = {"ca_file": self.pki.ca, **changes}
+        return TlsSettings(**fields)
 
     def client_cert_tls(self) -> TlsSettings:
         return self.tls(cert_file=self.pki.client.cert, key_file=self.pki.client.key)

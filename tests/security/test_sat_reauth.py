@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,8 +77,8 @@ async def kubelet(path: Path, rotations: list[float]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def background(*coros: object) -> AsyncIterator[None]:
-    tasks = [asyncio.ensure_future(c) for c in coros]  # type: ignore[call-overload]
+async def background(*coros: Awaitable[object]) -> AsyncIterator[None]:
+    tasks = [asyncio.ensure_future(c) for c in coros]
     try:
         yield
     finally:
@@ -222,7 +222,11 @@ async def test_a_token_that_is_not_a_jwt_is_re_sent_only_when_the_file_changes(
                 try:
                     with caplog.at_level(logging.DEBUG, logger="sskv_mapping"):
                         rotate(token_file, token)
-                        await front.wait_until(lambda n=n: front.auths_accepted >= n, timeout=10)  # type: ignore[misc]
+
+                        def accepted_n(n: int = n) -> bool:
+                            return front.auths_accepted >= n
+
+                        await front.wait_until(accepted_n, timeout=10)
                         await asyncio.wait_for(accepted.event.wait(), 10)
                 finally:
                     logging.getLogger("sskv_mapping.transport").removeHandler(accepted)
@@ -250,7 +254,11 @@ async def test_a_token_provider_is_asked_for_connect_and_re_authentication(broke
             for _ in range(EXPIRIES):
                 current[0] = make_jwt(LIFETIME)  # a fresh token from the user's source
                 accepted = front.auths_accepted
-                await front.wait_until(lambda a=accepted: front.auths_accepted > a, timeout=10)  # type: ignore[misc]
+
+                def accepted_again(a: int = accepted) -> bool:
+                    return front.auths_accepted > a
+
+                await front.wait_until(accepted_again, timeout=10)
                 await client.set("sat-provider", b"v")
             await front.wait_until(lambda: front.survived >= EXPIRIES - 1, timeout=10)
             assert client.reconnects == 0

@@ -77,7 +77,7 @@ def test_a_span_processor_that_raises_changes_no_result(
         assert entry is not None and entry.value == b"v1"
         assert client.delete(key)
         namespace = f"t{uuid.uuid4().hex[:10]}"
-        with StateStoreDict(client, namespace=namespace) as d:  # opening a dict sends requests too
+        with StateStoreDict[int](client, namespace=namespace) as d:  # opening a dict sends requests too
             d["a"] = 1
             assert d["a"] == 1 and len(d) == 1 and dict(d) == {"a": 1}
     assert raising.starts >= 4

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import uuid
+from typing import Any
 
 import pytest
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags, TraceState, use_span
@@ -52,7 +53,8 @@ async def test_each_command_has_a_client_span_with_the_conventions_attributes(
     assert ops == ["SET", "GET", "VDEL", "KEYNOTIFY", "KEYNOTIFY", "DEL"]
     for span in spans:
         assert span.kind is SpanKind.CLIENT
-        assert span.name == f"{span.attributes['db.operation.name']} {host}:{port}"
+        assert span.attributes is not None
+        assert span.name == f"{span.attributes['db.operation.name']!s} {host}:{port}"
         assert span.attributes["db.system.name"] == DB_SYSTEM
         assert span.attributes["server.address"] == host
         assert span.attributes["server.port"] == port
@@ -76,6 +78,7 @@ async def test_a_service_error_is_an_error_span_and_an_error_duration(
     failed = otel.finished()[-1]
     assert failed.status.status_code is StatusCode.ERROR
     assert failed.status.description == FencingTokenRequiredError.TEXT
+    assert failed.attributes is not None
     assert failed.attributes["error.type"] == "FencingTokenRequiredError"
     assert failed.attributes["db.response.status_code"] == "ERR"
     (point,) = otel.points("db.client.operation.duration", **{"error.type": "FencingTokenRequiredError"})
@@ -106,7 +109,7 @@ async def test_a_framework_span_is_the_parent_and_its_context_reaches_the_emulat
             async with AsyncStateStoreClient(fresh_mosquitto.host, fresh_mosquitto.port) as silent:
                 await silent.get(key)
 
-        def lines() -> list[dict]:
+        def lines() -> list[dict[str, Any]]:
             if not spans_file.exists():
                 return []
             return [json.loads(line) for line in spans_file.read_text().splitlines() if line.strip()]
@@ -125,6 +128,7 @@ async def test_a_framework_span_is_the_parent_and_its_context_reaches_the_emulat
     assert len(client_spans) == 6
     for span in client_spans[:4]:  # the requests sent with trace context
         ctx = span.context
+        assert span.attributes is not None
         child = by_parent[f"{ctx.span_id:016x}"]  # the emulator's server span is the client span's child
         assert child["trace_id"] == f"{ctx.trace_id:032x}"
         assert child["attributes"]["db.operation.name"] == span.attributes["db.operation.name"]
@@ -176,6 +180,7 @@ async def test_resends_and_reconnects_are_counted(otel: Otel, fresh_mosquitto) -
                 await pending
                 resends = client.undelivered_resends
                 span = otel.finished()[-1]
+                assert span.attributes is not None
                 assert span.attributes["db.operation.name"] == "GET"
                 assert span.attributes["sskv.request.resends"] == resends
                 assert otel.value("sskv.client.resends", **{"sskv.client.id": client.client_id}) == resends
@@ -197,7 +202,7 @@ async def test_resends_and_reconnects_are_counted(otel: Otel, fresh_mosquitto) -
 async def test_cache_counters_match_the_caches_own_stats(otel: Otel, broker_address: tuple[str, int]) -> None:
     namespace = f"o{uuid.uuid4().hex[:10]}"
     async with AsyncStateStoreClient(*broker_address) as client:
-        cache = AsyncStateStoreCache(client, namespace=namespace, local_cache_size=2)
+        cache: AsyncStateStoreCache[int] = AsyncStateStoreCache(client, namespace=namespace, local_cache_size=2)
         async with cache:
             await cache.set("a", 1)
             for key in ("a", "a", "a", "nope", "b"):
@@ -226,5 +231,6 @@ def test_a_blocking_clients_spans_are_children_of_the_callers_span(otel: Otel, b
     with StateStoreClient(*broker_address) as client, otel.tracer.start_as_current_span("GET /view") as view:
         client.set(_key(), b"v")
     (ours,) = [s for s in otel.finished() if s.kind is SpanKind.CLIENT]
+    assert ours.attributes is not None
     assert ours.attributes["db.operation.name"] == "SET"
     assert ours.parent is not None and ours.parent.span_id == view.get_span_context().span_id

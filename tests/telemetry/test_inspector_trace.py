@@ -36,8 +36,8 @@ async def test_the_feed_carries_the_trace_id_of_a_traced_request(otel: Otel, mon
             await client.set("untraced", b"v")
         monkeypatch.delenv(PROPAGATION_ENV)
         # the connection option, as every URL constructor and framework adapter takes it
-        quiet = ConnectionSettings.from_url("mqtt://127.0.0.1:1883", trace_context=False)
-        async with store.client(settings=quiet) as client:
+        quiet_settings = ConnectionSettings.from_url("mqtt://127.0.0.1:1883", trace_context=False)
+        async with store.client(settings=quiet_settings) as client:
             with otel.tracer.start_as_current_span("quiet request"):
                 await client.set("quiet", b"v")
         async with store.client() as client:

@@ -175,7 +175,7 @@ def test_the_session_settings_reach_the_connect() -> None:
 def test_clean_start_and_session_expiry_are_validated_in_code_too() -> None:
     for bad in ({"clean_start": "false"}, {"session_expiry": -1}, {"session_expiry": 2**32}, {"session_expiry": 1.5}):
         with pytest.raises(ConfigurationError):
-            ConnectionSettings(**bad)  # type: ignore[arg-type]
+            ConnectionSettings(**bad)
     plain = ConnectionSettings()
     assert (plain.clean_start, plain.session_expiry) == (False, 3600)  # the SDKs' persistent session
 

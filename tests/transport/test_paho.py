@@ -54,7 +54,7 @@ def paho_pack(
         "t", b"", 1, correlation_data, response_topic, user_properties, content_type, message_expiry
     )
     props = _publish_properties(message)
-    packed: bytes = props.pack()  # type: ignore[no-untyped-call]
+    packed: bytes = props.pack()
     return bytes(packed)
 
 

@@ -84,6 +84,7 @@ def test_ids_quota_order_and_every_token_back_exactly_once(quota: int, steps: li
             pid = sorted(by_id)[arg % len(by_id)]
             acked, reason = session.puback(_puback(pid))
             assert (acked, reason) == (by_id.pop(pid), 0)
+            assert acked is not None
             returned.append(acked)
             for packet, released in session.release(lambda t: False):
                 rid = _packet_id(packet)
@@ -100,6 +101,7 @@ def test_ids_quota_order_and_every_token_back_exactly_once(quota: int, steps: li
             pid = sorted(subs)[arg % len(subs)]
             got, codes = session.acknowledged_request(pid.to_bytes(2, "big") + b"\x00\x01")
             assert (got, codes) == (subs.pop(pid), [1])
+            assert got is not None
             returned.append(got)
         assert len(session.inflight) <= quota
         assert not session.queued or len(session.inflight) == quota

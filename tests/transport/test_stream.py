@@ -150,7 +150,7 @@ async def test_round_trip_with_properties(
             message_expiry=5,
         )
     )
-    await eventually(lambda: received)
+    await eventually(lambda: bool(received))
     [m] = received
     assert (m.topic, m.payload, m.correlation_data, m.response_topic) == (
         "t/stream/props",

@@ -17,10 +17,10 @@ from sskv_mapping.lock import AsyncLeasedLock
 
 async def main(host: str, port: int) -> None:
     async with AsyncStateStoreClient(host, port) as client:
-        orders = AsyncStateStoreDict(client, namespace="orders", listing="index")
+        orders: AsyncStateStoreDict[object] = AsyncStateStoreDict(client, namespace="orders", listing="index")
         for n, (item, qty) in enumerate([("espresso beans", 2), ("grinder", 1), ("filters", 10)], start=1001):
             await orders.set(str(n), {"item": item, "qty": qty, "status": "paid"})
-        web = AsyncStateStoreCache(client, namespace="web")
+        web: AsyncStateStoreCache[object] = AsyncStateStoreCache(client, namespace="web")
         await web.set("session:alice", {"user": "alice", "roles": ["admin"]}, ttl=300)
         await web.set("page:/home", "<h1>Welcome</h1>", ttl=60)
         await web.set("config", {"theme": "dark"}, ttl=None)

@@ -47,7 +47,8 @@ async def client(inspected: Inspected) -> AsyncIterator[AsyncStateStoreClient]:
 async def _keys(http: httpx.AsyncClient, prefix: str) -> dict[str, Any]:
     r = await http.get("/api/keys", params={"prefix": prefix})
     assert r.status_code == 200, r.text
-    return r.json()  # type: ignore[no-any-return]
+    found: dict[str, Any] = r.json()
+    return found
 
 
 async def test_the_page_is_served_and_names_itself(http: httpx.AsyncClient) -> None:
@@ -117,10 +118,10 @@ async def test_namespaces_of_a_dict_a_cache_and_a_lock_are_recognised(
     http: httpx.AsyncClient, client: AsyncStateStoreClient
 ) -> None:
     d_ns, c_ns = _ns(), _ns()
-    d = AsyncStateStoreDict(client, namespace=d_ns, listing="index")
+    d: AsyncStateStoreDict[object] = AsyncStateStoreDict(client, namespace=d_ns, listing="index")
     await d.set("alpha", {"n": 1})
     await d.set("beta", [1, 2, 3])
-    cache = AsyncStateStoreCache(client, namespace=c_ns)
+    cache: AsyncStateStoreCache[str] = AsyncStateStoreCache(client, namespace=c_ns)
     await cache.set("old", "x", ttl=None)
     await cache.clear()
     await cache.set("s1", "hello", ttl=60)
@@ -216,9 +217,10 @@ async def _read_events(response: httpx.Response, wanted: Any) -> dict[str, Any]:
         if line.startswith("event: "):
             event = line[7:]
         elif line.startswith("data: ") and event == "batch":
+            item: dict[str, Any]
             for item in json.loads(line[6:])["events"]:
                 if wanted(item):
-                    return item  # type: ignore[no-any-return]
+                    return item
     raise AssertionError("the stream ended")
 
 
