@@ -195,15 +195,17 @@ async def test_closing_the_dict_ends_its_streams_and_releases_their_watches(
 
 
 async def test_deleted_keys_keep_their_watches_only_up_to_a_bound_and_come_back_when_set_again(
-    store_backend: StoreBackend, namespace: str, listing: str, monkeypatch: pytest.MonkeyPatch
+    store_backend: StoreBackend, namespace: str, listing: ListingMode, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sskv_mapping.mapping import _changes
 
     monkeypatch.setattr(_changes, "_GONE_KEPT", 3)
-    mine = await AsyncStateStoreDict(
+    mine: AsyncStateStoreDict[object] = await AsyncStateStoreDict(
         await store_backend.async_client(), namespace=namespace, listing=listing, local_cache_size=0
     ).open()
-    theirs = await AsyncStateStoreDict(await store_backend.async_client(), namespace=namespace, listing=listing).open()
+    theirs: AsyncStateStoreDict[object] = await AsyncStateStoreDict(
+        await store_backend.async_client(), namespace=namespace, listing=listing
+    ).open()
     prefix = namespace.encode() + b"/"
 
     def watched() -> set[bytes]:

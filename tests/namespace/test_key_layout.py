@@ -19,7 +19,7 @@ from sskv_mapping.errors import ConfigurationError
 PACKAGE = Path(key_layout.__file__).resolve().parents[1]
 
 # text as the faces accept it: any character but a lone surrogate (not UTF-8)
-_TEXT = st.characters(exclude_categories=("Cs",))
+_TEXT = st.characters(exclude_categories=["Cs"])
 NAMESPACES = st.text(_TEXT, min_size=1).filter(lambda ns: "/" not in ns and "#" not in ns)
 HOSTILE_KEYS = ["", "/", "#", "a/b#c", "ü", "日本/語#", "\x00\n\t", "g.x/y", "index-lock/0001", "django-lock/x"]
 FIELDS: dict[str, st.SearchStrategy[Part]] = {
