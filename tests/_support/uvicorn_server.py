@@ -22,8 +22,9 @@ from typing import Self
 from sskv_mapping.emulator.broker import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-#: what uvicorn logs once the app's lifespan startup has finished (the store is connected by then)
-STARTED = "Application startup complete."
+#: what uvicorn logs once it listens: after the app's lifespan startup (the store is connected by then) and after
+#: binding the port ("Application startup complete." comes before the bind: a request right after it was refused)
+STARTED = "Uvicorn running on "
 STOPPED = "Application shutdown complete."
 
 
