@@ -12,6 +12,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .._namespace.fanout import gather_bounded
 from .._namespace.key_index import IndexEntry
@@ -72,6 +73,88 @@ def _same_kind(a: int | None, b: int | None) -> bool:
     return (a is None) == (b is None)
 
 
+class _Locking(NamedTuple):
+    """How an index takes its shard locks: ``lease`` (s), ``keep`` (s: a lock kept after a write, so that the next
+    write into the shard -- a loop of inserts, popitem after popitem -- is one SET; short, because another process
+    wanting the shard waits it out) and ``timeout`` (s to wait for one; ``None``: for ever)."""
+
+    lease: float
+    keep: float
+    timeout: float | None
+
+
+class _UsedShards:
+    """Which shards of an index hold (or held) entries: ``ns#index-used``, watched once needed and written under its
+    own lock, once per new shard, so that a listing of a small namespace reads a few shards, not all of them."""
+
+    def __init__(
+        self, client: AsyncStateStoreClient, keys: KeyLayout, locking: _Locking, notified: Callable[[], None]
+    ) -> None:
+        self.client = client
+        self._notified = notified  # called after a notification changed what is known
+        self.key = keys.index_used()
+        self._lock_key = keys.index_used_lock()
+        self._locking = locking
+        self.shard = _Shard()  # its entries: str(shard number) -> IndexEntry(0)
+        self.numbers: set[int] = set()  # the same, as shard numbers
+        self._pending: set[int] = set()
+        self._mutex = asyncio.Lock()
+
+    def _on_event(self, event: KeyEvent) -> None:
+        try:
+            used = {} if event.op is KeyOperation.DELETE else _decode_used(event.value)
+        except ProtocolError as exc:
+            log.warning("ignoring a malformed used-shards notification: %s", exc)
+            return
+        self._adopt(used, event.version)
+        self._notified()
+
+    def _adopt(self, used: dict[str, IndexEntry], version: HybridLogicalClock | None) -> None:
+        self.shard.adopt(used, version)
+        self.numbers = {int(k) for k in self.shard.entries}
+
+    async def _refresh(self) -> None:
+        entry = await self.client.get(self.key)
+        self._adopt(_decode_used(entry.value if entry else None), entry.version if entry else None)
+
+    async def load(self, *, refresh: bool = False) -> set[int]:
+        """The shard numbers in use (watched, and read once, or again with ``refresh``)."""
+        shard = self.shard
+        if shard.loaded and not refresh:
+            return self.numbers
+        if shard.sub is None:
+            shard.sub = await self.client.subscribe_key(self.key, self._on_event)
+        await self._refresh()
+        shard.loaded = True
+        return self.numbers
+
+    async def mark(self, shards: Iterable[int]) -> None:
+        """List ``shards`` (before anything is added to them), once per namespace. Shards asked for by tasks waiting
+        here ride along in the next write."""
+        await self.load()
+        new = set(shards) - self.numbers
+        if not new:
+            return
+        self._pending |= new
+        async with self._mutex:
+            if not new - self.numbers:
+                return  # an earlier batch carried them
+            batch, self._pending = self._pending, set()
+            locking = self._locking
+            used_lock = owned_lock(self.client, self._lock_key, lease=locking.lease, keep=locking.keep)
+            try:
+                async with used_lock.hold(locking.timeout) as lock:
+                    await self._refresh()
+                    merged = dict(self.shard.entries)
+                    merged.update({str(i): IndexEntry(0) for i in batch})
+                    if merged != self.shard.entries:
+                        result = await lock.set(self.key, _encode_used(merged))
+                        self._adopt(merged, result.version)
+            except BaseException:
+                self._pending |= batch - self.numbers
+                raise
+
+
 class StoredKeyIndex:
     """A namespace's key index, kept in the store in shards (see the module docstring)."""
 
@@ -96,24 +179,24 @@ class StoredKeyIndex:
         self._wanted_shards = shards
         self.shards = 0  # known once started: what the namespace's meta key says
         self.meta_key = keys.index_meta()
-        self.v1_key = keys.index_format1()
-        self._v1_lock = keys.index_format1_lock()
-        self._lease = lease
-        # how long a shard lock is kept after a write, so that the next write into the shard (a loop of inserts,
-        # popitem after popitem) is one SET; short, because another process wanting the shard waits it out
-        self._keep = keep
+        self._locking = _Locking(lease, keep, lock_timeout)
         self._grace_ms = grace_ms
-        self._lock_timeout = lock_timeout
         self._now_ms = now_ms
         self._shards: list[_Shard] = []
         self._started = False
         self._start_lock = asyncio.Lock()
         # which shards hold (or held) entries, so that a listing of a small namespace reads a few shards, not S
-        self.used_key = keys.index_used()
-        self._used = _Shard()  # its entries: str(shard number) -> IndexEntry(0)
-        self._used_set: set[int] = set()  # the same, as shard numbers
-        self._used_pending: set[int] = set()
-        self._used_mutex = asyncio.Lock()
+        self._used = _UsedShards(client, keys, self._locking, self._used_notified)
+
+    @property
+    def v1_key(self) -> bytes:
+        """The key of a format-1 (single-object) index of the namespace, migrated when found."""
+        return self._keys.index_format1()
+
+    @property
+    def used_key(self) -> bytes:
+        """The key listing the shards in use (``ns#index-used``)."""
+        return self._used.key
 
     # -- keys -------------------------------------------------------------------------------------------
 
@@ -121,7 +204,8 @@ class StoredKeyIndex:
         return self._keys.index_shard(i)
 
     def _lock(self, i: int) -> OwnedLock:
-        return owned_lock(self.client, self._keys.index_shard_lock(i), lease=self._lease, keep=self._keep)
+        locking = self._locking
+        return owned_lock(self.client, self._keys.index_shard_lock(i), lease=locking.lease, keep=locking.keep)
 
     # -- lifecycle --------------------------------------------------------------------------------------
 
@@ -161,8 +245,8 @@ class StoredKeyIndex:
 
     async def _create_or_migrate(self) -> int:
         """Write the meta key (migrating a format-1 index first, if there is one); returns the agreed shard count."""
-        v1_lock = owned_lock(self.client, self._v1_lock, lease=max(self._lease, 30.0))
-        async with v1_lock.hold(self._lock_timeout) as lock:
+        v1_lock = owned_lock(self.client, self._keys.index_format1_lock(), lease=max(self._locking.lease, 30.0))
+        async with v1_lock.hold(self._locking.timeout) as lock:
             shards = await self._read_meta()  # another process may have done it while we waited
             if shards is not None:
                 return shards
@@ -199,9 +283,9 @@ class StoredKeyIndex:
     async def close(self) -> None:
         # shard locks kept, and releases still under way
         names = {self._keys.index_shard_lock(i) for i in range(self.shards)}
-        await drain_owned(self.client, names | {self._keys.index_used_lock(), self._v1_lock})
-        subs = [s.sub for s in [*self._shards, self._used] if s.sub is not None]
-        for shard in [*self._shards, self._used]:
+        await drain_owned(self.client, names | {self._keys.index_used_lock(), self._keys.index_format1_lock()})
+        subs = [s.sub for s in [*self._shards, self._used.shard] if s.sub is not None]
+        for shard in [*self._shards, self._used.shard]:
             shard.sub = None
             shard.loaded = False
         for sub in subs:
@@ -211,7 +295,7 @@ class StoredKeyIndex:
     def watched_keys(self) -> set[bytes]:
         """The index keys this process watches (the shards it has needed so far, and the used-shards key)."""
         keys = {self.shard_key(i) for i, s in enumerate(self._shards) if s.sub is not None}
-        return keys | ({self.used_key} if self._used.sub is not None else set())
+        return keys | ({self._used.key} if self._used.shard.sub is not None else set())
 
     # -- shards -----------------------------------------------------------------------------------------
 
@@ -251,59 +335,14 @@ class StoredKeyIndex:
             shard.loading = None
         return shard
 
-    def _on_used_event(self, event: KeyEvent) -> None:
-        try:
-            used = {} if event.op is KeyOperation.DELETE else _decode_used(event.value)
-        except ProtocolError as exc:
-            log.warning("ignoring a malformed used-shards notification: %s", exc)
-            return
-        self._adopt_used(used, event.version)
-
-    def _adopt_used(self, used: dict[str, IndexEntry], version: HybridLogicalClock | None) -> None:
-        self._used.adopt(used, version)
-        self._used_set = {int(k) for k in self._used.entries}
-
-    async def _refresh_used(self) -> None:
-        entry = await self.client.get(self.used_key)
-        self._adopt_used(_decode_used(entry.value if entry else None), entry.version if entry else None)
+    def _used_notified(self) -> None:
+        """The shards in use changed, told by a notification (a subclass's hook)."""
 
     async def _load_used(self, *, refresh: bool = False) -> set[int]:
-        used = self._used
-        if used.loaded and not refresh:
-            return self._used_shards()
-        if used.sub is None:
-            used.sub = await self.client.subscribe_key(self.used_key, self._on_used_event)
-        await self._refresh_used()
-        used.loaded = True
-        return self._used_shards()
-
-    def _used_shards(self) -> set[int]:
-        return {i for i in self._used_set if i < self.shards}
+        return {i for i in await self._used.load(refresh=refresh) if i < self.shards}
 
     async def _mark_used(self, shards: Iterable[int]) -> None:
-        """List ``shards`` in ``ns#index-used`` (before anything is added to them), once per namespace. Shards
-        asked for by tasks waiting here ride along in the next write."""
-        await self._load_used()
-        new = set(shards) - self._used_set
-        if not new:
-            return
-        self._used_pending |= new
-        async with self._used_mutex:
-            if not new - self._used_set:
-                return  # an earlier batch carried them
-            batch, self._used_pending = self._used_pending, set()
-            used_lock = owned_lock(self.client, self._keys.index_used_lock(), lease=self._lease, keep=self._keep)
-            try:
-                async with used_lock.hold(self._lock_timeout) as lock:
-                    await self._refresh_used()
-                    merged = dict(self._used.entries)
-                    merged.update({str(i): IndexEntry(0) for i in batch})
-                    if merged != self._used.entries:
-                        result = await lock.set(self.used_key, _encode_used(merged))
-                        self._adopt_used(merged, result.version)
-            except BaseException:
-                self._used_pending |= batch - self._used_set
-                raise
+        await self._used.mark(shards)
 
     async def _refresh_shard(self, i: int) -> dict[str, IndexEntry]:
         entry = await self.client.get(self.shard_key(i))
@@ -313,7 +352,7 @@ class StoredKeyIndex:
 
     @contextlib.asynccontextmanager
     async def _locked(self, i: int) -> AsyncIterator[AsyncLeasedLock]:
-        async with self._lock(i).hold(self._lock_timeout) as lock:
+        async with self._lock(i).hold(self._locking.timeout) as lock:
             yield lock
 
     async def _watch(self, i: int) -> None:
@@ -335,7 +374,7 @@ class StoredKeyIndex:
         owned = self._lock(i)
         watching = None if shard.sub is not None else asyncio.ensure_future(self._watch(i))
         try:
-            async with owned.hold(self._lock_timeout) as lock:
+            async with owned.hold(self._locking.timeout) as lock:
                 if watching is not None:
                     await watching
                 try:

@@ -45,8 +45,7 @@ class _TellingIndex(StoredKeyIndex):
         super()._on_event(i, event)
         _tell(self.listeners, self._shards[i].entries)
 
-    def _on_used_event(self, event: KeyEvent) -> None:
-        super()._on_used_event(event)
+    def _used_notified(self) -> None:
         _tell(self.listeners, None)
 
 
