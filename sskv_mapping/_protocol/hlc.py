@@ -232,16 +232,32 @@ class HlcClock:
     def __init__(self, node_id: str, now_ms: Clock = system_clock_ms, max_drift_ms: int = MAX_DRIFT_MS):
         self._now = now_ms
         self._max_drift = max_drift_ms
-        self._value = HybridLogicalClock(0, 0, node_id)
+        self._node = HybridLogicalClock(0, 0, node_id).node_id  # (checked: no ':')
+        # the value as two ints (a request's tick and a response's merge change them, no object made); the
+        # HybridLogicalClock of them is made when asked for (``_value``: None until then)
+        self._wall = 0
+        self._counter = 0
+        self._value: HybridLogicalClock | None = None
         self._lock = threading.Lock()
 
     @property
     def node_id(self) -> str:
-        return self._value.node_id
+        return self._node
 
     @property
     def current(self) -> HybridLogicalClock:
-        return self._value
+        with self._lock:
+            return self._current()
+
+    def _current(self) -> HybridLogicalClock:
+        value = self._value
+        if value is None:
+            value = self._value = trusted(HybridLogicalClock, self._wall, self._counter, self._node)
+        return value
+
+    def _store(self, value: HybridLogicalClock) -> HybridLogicalClock:
+        self._wall, self._counter, self._value = value.wall_ms, value.counter, value
+        return value
 
     def now_ms(self) -> int:
         return self._now()
@@ -249,11 +265,59 @@ class HlcClock:
     def tick(self) -> HybridLogicalClock:
         """Advance for a send and return the new value; on drift error the clock is unchanged."""
         with self._lock:
-            self._value = self._value.ticked(self._now(), self._max_drift)
-            return self._value
+            self._advance()
+            return self._current()
+
+    def tick_text(self) -> str:
+        """:meth:`tick`, as its text (``str(self.tick())``) without the value object: one per request sent."""
+        with self._lock:
+            self._advance()
+            return f"{self._wall:015d}:{self._counter:05d}:{self._node}"
+
+    def _advance(self) -> None:
+        # HybridLogicalClock.ticked's arithmetic on the ints; what is not the usual case (a wall clock that is not
+        # an int, an overflow, a drift error to raise) goes through ticked itself, with its exact result
+        now = self._now()
+        wall = self._wall
+        if now > wall:
+            if type(now) is int and now <= _MAX_U64 and self._max_drift >= 0:
+                self._wall, self._counter, self._value = now, 0, None
+                return
+        elif self._counter < _MAX_U64 and wall - now <= self._max_drift:
+            self._counter += 1
+            self._value = None
+            return
+        self._store(self._current().ticked(now, self._max_drift))
 
     def update(self, other: HybridLogicalClock) -> HybridLogicalClock:
         """Merge a received HLC and return the new value; on drift error the clock is unchanged."""
         with self._lock:
-            self._value = self._value.merged(other, self._now(), self._max_drift)
-            return self._value
+            self._merge(other)
+            return self._current()
+
+    def merge(self, other: HybridLogicalClock) -> None:
+        """:meth:`update` without making the new value: one per response received."""
+        with self._lock:
+            self._merge(other)
+
+    def _merge(self, other: HybridLogicalClock) -> None:
+        # HybridLogicalClock.merged's arithmetic on the ints (the usual cases); anything else through merged
+        if other.node_id == self._node:
+            return
+        now = self._now()
+        wall, counter = self._wall, self._counter
+        other_wall = other.wall_ms
+        if now > wall and now > other_wall:
+            if type(now) is int and now <= _MAX_U64 and self._max_drift >= 0:
+                self._wall, self._counter, self._value = now, 0, None
+                return
+        else:
+            if wall == other_wall:
+                other_counter = other.counter
+                counter = counter if counter > other_counter else other_counter
+            elif wall < other_wall:
+                wall, counter = other_wall, other.counter
+            if counter < _MAX_U64 and wall - now <= self._max_drift:
+                self._wall, self._counter, self._value = wall, counter + 1, None
+                return
+        self._store(self._current().merged(other, now, self._max_drift))

@@ -209,7 +209,7 @@ class RequestSender:
             version = headers.check_response(message.user_properties, message.content_type)
             if version is not None:
                 try:
-                    self._hlc.update(version)
+                    self._hlc.merge(version)
                 except ClockDriftError as exc:
                     # The request was carried out: failing the call now would report an applied write as failed.
                     # The service's clock (the version it returned) is far ahead of ours; our clock stays as it
@@ -233,18 +233,20 @@ class RequestSender:
         """Publish the request; the message to publish with a wait when the write backlog has no room now (else
         ``None``). Raises :class:`_NotSent` when the connection is gone, :class:`ValueTooLargeError` when it is
         too large (nothing sent either way)."""
-        stamp = self._hlc.tick()
         telemetry = self.telemetry
         message: OutgoingMessage | None = None
+        text = ""  # the encoded way's __ts
         try:
             if telemetry is None and conn is self._encoded_conn:
                 # the stream transport: the properties encoded from this client's constant ones (RequestProperties),
-                # no OutgoingMessage to build and take apart again
+                # no OutgoingMessage to build and take apart again; the clock's tick as text (no value object)
                 assert self._encoded is not None and self._encode is not None
+                text = self._hlc.tick_text()
                 self._encoded(
-                    topics.REQUEST_TOPIC, payload, self._encode(corr, str(stamp), expiry, fencing_token, persist), fut
+                    topics.REQUEST_TOPIC, payload, self._encode(corr, text, expiry, fencing_token, persist), fut
                 )
                 return None
+            stamp = self._hlc.tick()
             props = headers.request_properties(self.settings.client_id, stamp, fencing_token, persist)
             if telemetry is not None:  # W3C trace context, and the request's resends counted
                 telemetry.published(props)
@@ -270,7 +272,8 @@ class RequestSender:
                     size=len(payload),
                     limit=limits.WRITE_BOUND,
                 ) from None
-            if message is None:  # from the encoded way (no telemetry there)
+            if message is None:  # from the encoded way (no telemetry there): the same __ts
+                stamp = HybridLogicalClock.parse(text)
                 props = headers.request_properties(self.settings.client_id, stamp, fencing_token, persist)
                 message = OutgoingMessage(
                     topics.REQUEST_TOPIC, payload, 1, corr, self.response_topic, props, headers.CONTENT_TYPE, expiry
