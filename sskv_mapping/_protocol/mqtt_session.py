@@ -140,7 +140,8 @@ class MqttSession(Generic[T]):
         if not qos:
             return packets.publish_packet(topic_field, payload, 0, 0, properties)
         inflight = self.inflight
-        if len(inflight) >= self.send_quota:
+        # behind those queued already (a read's PUBACKs release them at its end): in the order they were published
+        if self.queued or len(inflight) >= self.send_quota:
             self.queued.append((topic_field, payload, properties, token))
             self.queued_bytes += size + 2
             return None
@@ -234,14 +235,20 @@ class MqttSession(Generic[T]):
         """The queued publishes the broker's Receive Maximum now lets go, as ``(PUBLISH, token)``; those whose
         token is ``abandoned`` (their caller gave up) are dropped instead."""
         out: list[tuple[bytes, T]] = []
-        queued, inflight = self.queued, self.inflight
-        while queued and len(inflight) < self.send_quota:
+        queued, inflight, acks = self.queued, self.inflight, self._acks
+        room = self.send_quota - len(inflight)
+        while queued and room > 0:
             field, payload, props, token = queued.popleft()
             size = len(field) + len(payload) + len(props) + 2
             self.queued_bytes -= size
             if abandoned(token):
                 continue
-            packet_id = self._packet_id()
+            room -= 1
+            packet_id = self._next_id % 65_535 + 1  # _packet_id's usual case, inline
+            if packet_id in inflight or packet_id in acks:
+                packet_id = self._packet_id()
+            else:
+                self._next_id = packet_id
             if size < 0x4000:  # publish_packet's work, inline as in publish(): one per request past the quota
                 length = bytes((size,)) if size < 0x80 else bytes((size & 0x7F | 0x80, size >> 7))
                 packet = b"".join((b"\x32", length, field, packet_id.to_bytes(2, "big"), props, payload))

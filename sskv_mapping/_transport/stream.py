@@ -574,6 +574,7 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
         output = self._output
         output.dispatching = True  # what the handlers publish leaves at the end (output.read())
         output.answered = False
+        acked = False  # a PUBACK was read: the Receive Maximum may let queued publishes go (after the loop)
         try:
             for first, body in received:
                 kind = first >> 4
@@ -597,9 +598,7 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
                         token, reason = session.puback(body)
                     if token is not None and token is not _NOTHING_AWAITED:  # a reply's: nobody to tell
                         _acknowledged(token, reason)
-                    if session.queued:
-                        for packet, _ in session.release(_abandoned):
-                            output.send(packet)
+                    acked = True
                 elif kind in (packets.SUBACK, packets.UNSUBACK):
                     token, codes = session.acknowledged_request(body)
                     if token is not None and token[0] is not None and not token[0].done():
@@ -620,6 +619,15 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
                     return
                 else:  # AUTH (a re-authentication's answer: sat.py), or a packet only a broker receives
                     self._sat.received(first, body)
+            if acked and session.queued:
+                # what the read's PUBACKs freed of the broker's Receive Maximum lets the queued publishes go, in
+                # the order they were queued (session.publish queues behind them meanwhile): once per read, not
+                # once per PUBACK
+                out = output.out
+                for packet, _ in session.release(_abandoned):
+                    out.append(packet)
+                    output.out_bytes += len(packet)
+                    output.answered = True
         except MalformedPacketError as exc:
             self._protocol_error(str(exc))
         finally:
