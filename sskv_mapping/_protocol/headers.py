@@ -166,6 +166,12 @@ def check_response(
     protocol major other than 1, :class:`ProtocolError` for anything malformed (missing ``__stat``
     included: every SDK rejects such a response).
     """
+    if type(properties) is tuple and len(properties) == 3 and (content_type is None or content_type == CONTENT_TYPE):
+        # the usual response, as the service and the emulator order it: status 200, this protocol version, __ts --
+        # what the general way below finds in it, in three comparisons
+        first, second, last = properties
+        if first == _OK and second == _THIS_VERSION and last[0] == TIMESTAMP:
+            return _timestamp(last[1])
     # One pass over the pairs, keeping only the names read here; another name may repeat (harmless), one of
     # these may not (first-wins and last-wins readers would disagree about it).
     stat = message = version = supported = ts = None
@@ -218,6 +224,14 @@ def check_response(
         raise RpcStatusError(status, message or "")
     if ts is None:
         return None
+    return _timestamp(ts)
+
+
+_OK = (STATUS, "200")
+_THIS_VERSION = (PROT_VER, PROTOCOL_VERSION)
+
+
+def _timestamp(ts: str) -> HybridLogicalClock:
     global _LAST_TS
     last = _LAST_TS
     if last[0] == ts:  # a key read again: the version it had last time
