@@ -231,7 +231,8 @@ _OK = (STATUS, "200")
 _THIS_VERSION = (PROT_VER, PROTOCOL_VERSION)
 
 
-def _timestamp(ts: str) -> HybridLogicalClock:
+def _timestamp(ts: str) -> HybridLogicalClock | None:
+    """``ts`` parsed (the last one parsed kept: a key read again has the version it had)."""
     global _LAST_TS
     last = _LAST_TS
     if last[0] == ts:  # a key read again: the version it had last time

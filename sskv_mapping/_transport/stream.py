@@ -576,27 +576,29 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
         output.answered = False
         acked = False  # a PUBACK was read: the Receive Maximum may let queued publishes go (after the loop)
         try:
+            on_message = self._on_message
             for first, body in received:
                 kind = first >> 4
-                if kind == packets.PUBLISH:  # (_publish_received, inline: one per request served or response)
+                if kind == 3:  # PUBLISH (_publish_received, inline: one per request served or response)
                     if first & 0x06 > 0x02:
                         raise MalformedPacketError("a QoS 2 PUBLISH (this client subscribes at QoS 1 at most)")
                     message, packet_id = decode_publish(first, body)
                     try:
-                        self._on_message(message)
+                        on_message(message)
                     except Exception:
                         log.exception("message handler failed on topic %r", message.topic)
                     if first & 0x02:
                         output.out.append(
                             b"\x40\x02" + packet_id.to_bytes(2, "big")
                         )  # its PUBACK, with this read's output
-                elif kind == packets.PUBACK:
+                elif kind == 4:  # PUBACK
                     if len(body) == 2:  # the usual success form: session.puback's work, inline (one per reply)
                         entry = session.inflight.pop((body[0] << 8) | body[1], None)
                         token, reason = (None if entry is None else entry[0]), 0
                     else:
                         token, reason = session.puback(body)
-                    if token is not None and token is not _NOTHING_AWAITED:  # a reply's: nobody to tell
+                    # a reply's (_NOTHING_AWAITED): nobody to tell; a request's success: its response tells
+                    if token is not None and token is not _NOTHING_AWAITED and (reason or token[1]):
                         _acknowledged(token, reason)
                     acked = True
                 elif kind in (packets.SUBACK, packets.UNSUBACK):
@@ -624,9 +626,12 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
                 # the order they were queued (session.publish queues behind them meanwhile): once per read, not
                 # once per PUBACK
                 out = output.out
+                size = 0
                 for packet, _ in session.release(_abandoned):
                     out.append(packet)
-                    output.out_bytes += len(packet)
+                    size += len(packet)
+                if size:
+                    output.out_bytes += size
                     output.answered = True
         except MalformedPacketError as exc:
             self._protocol_error(str(exc))

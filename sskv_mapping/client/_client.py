@@ -629,7 +629,17 @@ class AsyncStateStoreClient:
     async def get(self, key: KeyLike, *, timeout: float | UnsetType | None = UNSET) -> Entry | None:
         """The key's value and version, or ``None`` if it does not exist."""
         cmd = Get(store_key(key))
-        payload, version = await self._request(cmd, timeout=self._timeout(timeout))
+        sender = self._sender
+        if sender.telemetry is None:
+            # _request's and _send_request's work for a GET, in this frame (one per read): the timeout checked, the
+            # request encoded and held to max_payload, then sent
+            seconds = self.timeout if timeout is UNSET else _check_timeout(timeout)
+            request = cmd.encode()
+            if self.max_payload is not None:
+                _check_max_payload(b"GET", request, self.max_payload)
+            payload, version = await sender.request(cmd, request, seconds, None, False)
+        else:
+            payload, version = await self._request(cmd, timeout=self._timeout(timeout))
         value = cmd.decode(payload)
         return None if value is None else Entry(value, version)
 
@@ -651,9 +661,21 @@ class AsyncStateStoreClient:
         if fencing_token is not None and not isinstance(fencing_token, HybridLogicalClock):
             raise ConfigurationError("fencing_token must be a HybridLogicalClock")
         cmd = Set(store_key(key), _value_bytes(value), condition, ttl_to_ms(ttl))
-        payload, version = await self._request(
-            cmd, timeout=self._timeout(timeout), fencing_token=fencing_token, persist=persist
-        )
+        sender = self._sender
+        if sender.telemetry is None:
+            # _request's and _send_request's work for a SET, in this frame (one per write): the timeout checked,
+            # the request encoded and held to max_payload and the key and value limits, then sent
+            seconds = self.timeout if timeout is UNSET else _check_timeout(timeout)
+            request = cmd.encode()
+            if self.max_payload is not None:
+                _check_max_payload(b"SET", request, self.max_payload)
+            conn = self._keeper.conn
+            _check_limits(cmd.key, cmd.value, conn.max_packet_size if conn is not None else None)
+            payload, version = await sender.request(cmd, request, seconds, fencing_token, persist)
+        else:
+            payload, version = await self._request(
+                cmd, timeout=self._timeout(timeout), fencing_token=fencing_token, persist=persist
+            )
         return SetResult(cmd.decode(payload), version)
 
     def check_set(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -133,9 +134,14 @@ class RequestSender:
         loop = asyncio.get_running_loop()
         if loop is not self.home and (wrong := not_home(self.settings.client_id, self.home)):
             raise wrong  # not this client's loop (client/_home_loop.py)
-        deadline = None if timeout is None else loop.time() + timeout
+        # the time read once for the deadline and, when nothing is awaited before the request is sent (the usual
+        # case: a slot free, connected), for its expiry too (``fresh``)
+        start = 0.0 if timeout is None else loop.time()
+        deadline = None if timeout is None else start + timeout
+        fresh = True
         gate = self._gate
         if not gate.try_enter():
+            fresh = False
             await gate.wait(deadline, lambda: f"{cmd.VERB.decode()} not sent: no slot within {timeout} s")
         try:
             resend: Backoff | None = None  # made on the first undelivered request only: not a cost of every call
@@ -145,6 +151,7 @@ class RequestSender:
             while True:
                 conn = keeper.conn
                 if conn is None or not keeper.connected:  # reconnecting: wait for it, within the call's deadline
+                    fresh = False
                     conn = await keeper.connection(None if deadline is None else max(deadline - loop.time(), 0.001))
                 # one attempt: published, then its response awaited
                 self.requests_sent += 1
@@ -155,11 +162,18 @@ class RequestSender:
                     else:
                         # the deadline goes in the pending table's heap (one loop timer for all calls), not a timer
                         # or an asyncio.timeout() per call: the request path's own cost is what bench_rpc measures
-                        now = loop.time()
-                        remaining = deadline - now
+                        if fresh:
+                            now, remaining = start, timeout  # (deadline - start: the timeout, without rounding)
+                        else:
+                            now = loop.time()
+                            remaining = deadline - now
+                        assert remaining is not None
                         if remaining < 0.001:
                             remaining = 0.001
-                        expiry = headers.expiry_seconds(remaining)
+                        # headers.expiry_seconds(remaining), inline: at least 1 (remaining is), at most 2**32 - 1
+                        expiry = math.ceil(remaining)
+                        if expiry > 0xFFFFFFFF:
+                            expiry = 0xFFFFFFFF
                         pending.expire_at(loop, now + remaining, corr, fut, _expire)
                     # No PUBACK wait: the response is what we wait for, and a connection that drops fails this call
                     # through the keeper. A refusing PUBACK (an ACL denial) or one that delivered to nobody (0x10)
@@ -179,6 +193,7 @@ class RequestSender:
                             f"{cmd.VERB.decode()} not sent within {timeout} s: not connected to {self.settings.url}"
                         ) from None
                     # a yield, not a wait: the keeper sees the drop within an iteration or two, then we wait for it
+                    fresh = False
                     await asyncio.sleep(0)
                     continue
                 except ServiceUnavailableError:
@@ -194,6 +209,7 @@ class RequestSender:
                         resend = Backoff(_RESEND_BACKOFF_INITIAL, _RESEND_BACKOFF_MAX, jitter=False)
                     if give_up is not None and now + resend.current >= give_up:
                         raise ServiceUnavailableError(_no_service(cmd, self.settings, self.service_answered)) from None
+                    fresh = False
                     await asyncio.sleep(resend.next())
                     self.undelivered_resends += 1
                     continue
