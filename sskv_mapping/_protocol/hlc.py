@@ -189,7 +189,11 @@ class HybridLogicalClock:
 
 
 _new_object = object.__new__
-_set_field = object.__setattr__
+# the slots' own setters (a frozen dataclass refuses setattr; these are what object.__setattr__ ends in, without
+# its name lookup and argument parsing)
+_set_wall = HybridLogicalClock.__dict__["wall_ms"].__set__
+_set_counter = HybridLogicalClock.__dict__["counter"].__set__
+_set_node = HybridLogicalClock.__dict__["node_id"].__set__
 
 
 def trusted(cls: type[HybridLogicalClock], wall_ms: int, counter: int, node_id: str) -> HybridLogicalClock:
@@ -197,9 +201,9 @@ def trusted(cls: type[HybridLogicalClock], wall_ms: int, counter: int, node_id: 
     ``':'``: those of a clock, or just parsed), without ``__post_init__``'s checks: the emulator makes one or two
     per request."""
     value = _new_object(cls)
-    _set_field(value, "wall_ms", wall_ms)
-    _set_field(value, "counter", counter)
-    _set_field(value, "node_id", node_id)
+    _set_wall(value, wall_ms)
+    _set_counter(value, counter)
+    _set_node(value, node_id)
     return value
 
 

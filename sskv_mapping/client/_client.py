@@ -294,6 +294,17 @@ class SetResult:
         return self.applied
 
 
+# How get and set make their command and result (one of each per call): a frozen dataclass's __init__ sets each field
+# through object.__setattr__; its slots' own setters do the same without the name lookup and argument parsing.
+_new = object.__new__
+_set_get_key = Get.__dict__["key"].__set__
+_set_set_fields = tuple(Set.__dict__[name].__set__ for name in ("key", "value", "condition", "expiry_ms"))
+_set_entry_value = Entry.__dict__["value"].__set__
+_set_entry_version = Entry.__dict__["version"].__set__
+_set_result_applied = SetResult.__dict__["applied"].__set__
+_set_result_version = SetResult.__dict__["version"].__set__
+
+
 def _renamed_clock(owner: str, wall_clock_ms: Clock, clock: Clock | None) -> Clock:
     """``wall_clock_ms=``, or the deprecated ``clock=`` (which wins, with a warning for the constructor's caller)."""
     if clock is None:
@@ -628,7 +639,8 @@ class AsyncStateStoreClient:
 
     async def get(self, key: KeyLike, *, timeout: float | UnsetType | None = UNSET) -> Entry | None:
         """The key's value and version, or ``None`` if it does not exist."""
-        cmd = Get(store_key(key))
+        cmd = _new(Get)  # Get(store_key(key))
+        _set_get_key(cmd, store_key(key))
         sender = self._sender
         if sender.telemetry is None:
             # _request's and _send_request's work for a GET, in this frame (one per read): the timeout checked, the
@@ -641,7 +653,12 @@ class AsyncStateStoreClient:
         else:
             payload, version = await self._request(cmd, timeout=self._timeout(timeout))
         value = cmd.decode(payload)
-        return None if value is None else Entry(value, version)
+        if value is None:
+            return None
+        entry = _new(Entry)  # Entry(value, version)
+        _set_entry_value(entry, value)
+        _set_entry_version(entry, version)
+        return entry
 
     async def set(
         self,
@@ -660,7 +677,12 @@ class AsyncStateStoreClient:
             raise ConfigurationError(f"condition must be a SetCondition or None, not {condition!r}")
         if fencing_token is not None and not isinstance(fencing_token, HybridLogicalClock):
             raise ConfigurationError("fencing_token must be a HybridLogicalClock")
-        cmd = Set(store_key(key), _value_bytes(value), condition, ttl_to_ms(ttl))
+        cmd = _new(Set)  # Set(store_key(key), _value_bytes(value), condition, ttl_to_ms(ttl))
+        set_key, set_value, set_condition, set_expiry = _set_set_fields
+        set_key(cmd, store_key(key))
+        set_value(cmd, _value_bytes(value))
+        set_condition(cmd, condition)
+        set_expiry(cmd, ttl_to_ms(ttl))
         sender = self._sender
         if sender.telemetry is None:
             # _request's and _send_request's work for a SET, in this frame (one per write): the timeout checked,
@@ -676,7 +698,10 @@ class AsyncStateStoreClient:
             payload, version = await self._request(
                 cmd, timeout=self._timeout(timeout), fencing_token=fencing_token, persist=persist
             )
-        return SetResult(cmd.decode(payload), version)
+        result = _new(SetResult)  # SetResult(cmd.decode(payload), version)
+        _set_result_applied(result, cmd.decode(payload))
+        _set_result_version(result, version)
+        return result
 
     def check_set(
         self,
