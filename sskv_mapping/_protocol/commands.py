@@ -92,8 +92,12 @@ class Get(_Base["bytes | None"]):
         return b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(key), key)
 
     def decode(self, payload: bytes) -> bytes | None:
-        reply = _reply(payload)
-        if reply is None or isinstance(reply, bytes):
+        reply = resp3.parse_reply(payload)  # _reply(payload), its call saved: one per read
+        if reply is None or type(reply) is bytes:
+            return reply
+        if isinstance(reply, resp3.ErrorReply):
+            raise service_error(reply.text)
+        if isinstance(reply, bytes):
             return reply
         raise _unexpected("GET", reply)
 

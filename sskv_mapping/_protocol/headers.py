@@ -116,7 +116,11 @@ class RequestProperties:
         if persist:
             body += _PERSIST
         size = len(body)
-        return (bytes((size,)) if size < 0x80 else varint(size)) + body
+        if size < 0x80:
+            return bytes((size,)) + body
+        if size < 0x4000:  # a request's usual size: varint's two bytes, without its call
+            return bytes((size & 0x7F | 0x80, size >> 7)) + body
+        return varint(size) + body
 
 
 _TS_NAME = b"\x26" + mqtt_str(TIMESTAMP)

@@ -275,7 +275,18 @@ class HlcClock:
     def tick_text(self) -> str:
         """:meth:`tick`, as its text (``str(self.tick())``) without the value object: one per request sent."""
         with self._lock:
-            self._advance()
+            # _advance's usual cases, inline (one per request): the wall clock moved on, or the counter goes up
+            now = self._now()
+            wall = self._wall
+            if now > wall:
+                if type(now) is int and now <= _MAX_U64 and self._max_drift >= 0:
+                    self._wall, self._counter, self._value = now, 0, None
+                    return f"{now:015d}:00000:{self._node}"
+            elif self._counter < _MAX_U64 and wall - now <= self._max_drift:
+                counter = self._counter = self._counter + 1
+                self._value = None
+                return f"{wall:015d}:{counter:05d}:{self._node}"
+            self._store(self._current().ticked(now, self._max_drift))
             return f"{self._wall:015d}:{self._counter:05d}:{self._node}"
 
     def _advance(self) -> None:

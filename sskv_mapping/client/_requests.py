@@ -10,6 +10,7 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from os import urandom
 from typing import Any
 
 from .._protocol import headers, limits, topics
@@ -148,6 +149,7 @@ class RequestSender:
             fail_fast: float | None = None
             keeper = self._keeper
             pending = self.pending
+            calls = pending.calls
             while True:
                 conn = keeper.conn
                 if conn is None or not keeper.connected:  # reconnecting: wait for it, within the call's deadline
@@ -155,7 +157,10 @@ class RequestSender:
                     conn = await keeper.connection(None if deadline is None else max(deadline - loop.time(), 0.001))
                 # one attempt: published, then its response awaited
                 self.requests_sent += 1
-                corr, fut = pending.open(loop)
+                # pending.open(loop), inline (one per request): 16 random bytes (see PendingCalls.open), a future
+                corr = urandom(16)
+                fut: asyncio.Future[InboundMessage] = loop.create_future()
+                calls[corr] = fut
                 try:
                     if deadline is None:
                         expiry = 3600
@@ -218,7 +223,12 @@ class RequestSender:
                         f"no response to {cmd.VERB.decode()} within {timeout} s from {self.settings.url}"
                     ) from None
                 finally:
-                    pending.close(corr, fut)
+                    # pending.close(corr, fut), inline
+                    calls.pop(corr, None)
+                    if not fut.done():
+                        fut.cancel()
+                    elif not fut.cancelled():
+                        fut.exception()  # retrieved: a failure nobody awaited is not worth a warning
                 break
             self.service_answered = True
             # the response's headers checked (errors raise here) and its version merged into this client's clock
