@@ -49,6 +49,8 @@ def store_key(key: object) -> bytes:
             return key.encode("utf-8")
         except UnicodeEncodeError:
             pass
+    elif type(key) is bytes and key:  # a dict's or cache's data key
+        return key
     return _str_or_bytes(
         key, "state store key", "state store keys are str or bytes", "state store keys may not be empty"
     )

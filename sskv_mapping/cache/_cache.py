@@ -479,16 +479,21 @@ class AsyncStateStoreCache(SharesCore[_CacheCore[V]]):
 
         A network failure raises a :class:`~sskv_mapping.TransportError`; it is never mistaken for a miss.
         """
-        key = text_key(key, "cache key")
+        if type(key) is not str or not key.isascii() or not key:  # (an ASCII str is a text key: no call for it)
+            key = text_key(key, "cache key")
         if not (self._opened and not self._closed and self._generation.live()):
             await self._ready()  # the usual case above costs no coroutine: get() is the face's hot path
-        with self._stats.timed("get"):
+        # self._stats.timed("get") and count(), in one step once the read is done (a failed read: timed only)
+        stats = self._stats
+        started = stats.clock()
+        try:
             entry = await self._store.read(key)
-        if entry.value is ABSENT:
-            self._stats.count(misses=1)
-            return default
-        self._stats.count(hits=1)
-        return entry.value
+        except BaseException:
+            stats.observe("get", stats.clock() - started)
+            raise
+        value = entry.value
+        stats.looked_up("get", stats.clock() - started, value is not ABSENT)
+        return default if value is ABSENT else value
 
     async def exists(self, key: str) -> bool:
         """Whether the key is in the cache now."""

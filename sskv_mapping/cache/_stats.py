@@ -93,6 +93,24 @@ class CacheCounters:
             rec[2] = max(rec[2], seconds)
             rec[3][bucket] += 1
 
+    def looked_up(self, op: str, seconds: float, hit: bool) -> None:
+        """``count(hits=1)`` or ``count(misses=1)`` and ``observe(op, seconds)`` in one step (one lock): a lookup
+        of one key (``get``), the cache's hot path."""
+        bucket = bisect.bisect_left(LATENCY_BUCKETS, seconds)
+        with self._lock:
+            if hit:
+                self.hits += 1
+            else:
+                self.misses += 1
+            rec = self._ops.get(op)
+            if rec is None:
+                rec = self._ops[op] = [0, 0.0, 0.0, [0] * (len(LATENCY_BUCKETS) + 1)]
+            rec[0] += 1
+            rec[1] += seconds
+            if seconds > rec[2]:
+                rec[2] = seconds
+            rec[3][bucket] += 1
+
     def timed(self, op: str) -> AbstractContextManager[None]:
         """Observe how long the ``with`` block took as one ``op``, also when it raises."""
         return _Timed(self, op)

@@ -338,10 +338,11 @@ class AsyncStateStoreDict(SharesCore[_DictCore[V]]):
 
     async def get(self, key: str, default: Any = None) -> Any:
         """``d.get(key, default)``; a network failure raises instead of returning the default."""
-        try:
-            return await self.getitem(key)
-        except KeyError:
+        # getitem's work in this coroutine (one per read), an absent key without a KeyError raised and caught
+        if (type(key) is not str or not key.isascii() or not key) and not is_text_key(key):
             return default
+        entry = await self._store.read(key)
+        return default if entry.value is ABSENT else entry.value
 
     async def contains(self, key: object) -> bool:
         """``key in d``."""
