@@ -124,6 +124,8 @@ class Set(_Base[bool]):
         return resp3.encode_request(*args)
 
     def decode(self, payload: bytes) -> bool:
+        if payload == b"+OK\r\n":  # the usual reply, as parse_reply reads it (to its OK): one per write
+            return True
         reply = _reply(payload)
         if _is_ok(reply):
             return True

@@ -679,10 +679,10 @@ class AsyncStateStoreClient:
             raise ConfigurationError("fencing_token must be a HybridLogicalClock")
         cmd = _new(Set)  # Set(store_key(key), _value_bytes(value), condition, ttl_to_ms(ttl))
         set_key, set_value, set_condition, set_expiry = _set_set_fields
-        set_key(cmd, store_key(key))
-        set_value(cmd, _value_bytes(value))
+        set_key(cmd, data_key := store_key(key))
+        set_value(cmd, data := value if type(value) is bytes else _value_bytes(value))
         set_condition(cmd, condition)
-        set_expiry(cmd, ttl_to_ms(ttl))
+        set_expiry(cmd, None if ttl is None else ttl_to_ms(ttl))
         sender = self._sender
         if sender.telemetry is None:
             # _request's and _send_request's work for a SET, in this frame (one per write): the timeout checked,
@@ -692,7 +692,12 @@ class AsyncStateStoreClient:
             if self.max_payload is not None:
                 _check_max_payload(b"SET", request, self.max_payload)
             conn = self._keeper.conn
-            _check_limits(cmd.key, cmd.value, conn.max_packet_size if conn is not None else None)
+            most = conn.max_packet_size if conn is not None else None
+            # _check_limits' two tests (limits.key_too_long, value_too_large), inline: it raises when one fails
+            bound = limits.WRITE_BOUND if most is None or most > limits.WRITE_BOUND else most
+            key_length = len(data_key)
+            if key_length > limits.MAX_KEY_BYTES or len(data) > bound - limits.NOTIFY_OVERHEAD - 2 * key_length:
+                _check_limits(data_key, data, most)
             payload, version = await sender.request(cmd, request, seconds, fencing_token, persist)
         else:
             payload, version = await self._request(
