@@ -625,11 +625,7 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
                 # what the read's PUBACKs freed of the broker's Receive Maximum lets the queued publishes go, in
                 # the order they were queued (session.publish queues behind them meanwhile): once per read, not
                 # once per PUBACK
-                out = output.out
-                size = 0
-                for packet, _ in session.release(_abandoned):
-                    out.append(packet)
-                    size += len(packet)
+                size = session.release_into(output.out, _abandoned)
                 if size:
                     output.out_bytes += size
                     output.answered = True
