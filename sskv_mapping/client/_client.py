@@ -838,8 +838,16 @@ class AsyncStateStoreClient:
             # before our first connect completes, nothing is ours: kept by the broker for a previous process
             self.previous_session_messages += 1
             return
-        if message.topic == self._sender.response_topic:
-            self._sender.pending.resolve(message)
+        sender = self._sender
+        if message.topic == sender.response_topic:
+            # sender.pending.resolve(message), inline (one per response): its call's future, if still waiting
+            pending = sender.pending
+            corr = message.correlation_data
+            fut = pending.calls.get(corr) if corr is not None else None
+            if fut is None or fut.done():
+                pending.unmatched += 1
+            else:
+                fut.set_result(message)
             return
         if message.topic.startswith(topics.NOTIFY_PREFIX):
             try:
