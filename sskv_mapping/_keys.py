@@ -44,6 +44,13 @@ def _str_or_bytes(value: object, what: str, wrong_type: str, empty: str) -> byte
 
 def store_key(key: object) -> bytes:
     """A client key: ``str`` (UTF-8) or bytes-like -> ``bytes``; anything else or empty -> ConfigurationError."""
+    if type(key) is str and key:  # the usual key, without the checks' calls (a lone surrogate: the way below)
+        try:
+            return key.encode("utf-8")
+        except UnicodeEncodeError:
+            pass
+    elif type(key) is bytes and key:  # a dict's or cache's data key
+        return key
     return _str_or_bytes(
         key, "state store key", "state store keys are str or bytes", "state store keys may not be empty"
     )

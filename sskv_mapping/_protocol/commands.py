@@ -92,8 +92,12 @@ class Get(_Base["bytes | None"]):
         return b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(key), key)
 
     def decode(self, payload: bytes) -> bytes | None:
-        reply = _reply(payload)
-        if reply is None or isinstance(reply, bytes):
+        reply = resp3.parse_reply(payload)  # _reply(payload), its call saved: one per read
+        if reply is None or type(reply) is bytes:
+            return reply
+        if isinstance(reply, resp3.ErrorReply):
+            raise service_error(reply.text)
+        if isinstance(reply, bytes):
             return reply
         raise _unexpected("GET", reply)
 
@@ -120,6 +124,8 @@ class Set(_Base[bool]):
         return resp3.encode_request(*args)
 
     def decode(self, payload: bytes) -> bool:
+        if payload == b"+OK\r\n":  # the usual reply, as parse_reply reads it (to its OK): one per write
+            return True
         reply = _reply(payload)
         if _is_ok(reply):
             return True

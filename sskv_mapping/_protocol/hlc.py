@@ -189,7 +189,11 @@ class HybridLogicalClock:
 
 
 _new_object = object.__new__
-_set_field = object.__setattr__
+# the slots' own setters (a frozen dataclass refuses setattr; these are what object.__setattr__ ends in, without
+# its name lookup and argument parsing)
+_set_wall = HybridLogicalClock.__dict__["wall_ms"].__set__
+_set_counter = HybridLogicalClock.__dict__["counter"].__set__
+_set_node = HybridLogicalClock.__dict__["node_id"].__set__
 
 
 def trusted(cls: type[HybridLogicalClock], wall_ms: int, counter: int, node_id: str) -> HybridLogicalClock:
@@ -197,9 +201,9 @@ def trusted(cls: type[HybridLogicalClock], wall_ms: int, counter: int, node_id: 
     ``':'``: those of a clock, or just parsed), without ``__post_init__``'s checks: the emulator makes one or two
     per request."""
     value = _new_object(cls)
-    _set_field(value, "wall_ms", wall_ms)
-    _set_field(value, "counter", counter)
-    _set_field(value, "node_id", node_id)
+    _set_wall(value, wall_ms)
+    _set_counter(value, counter)
+    _set_node(value, node_id)
     return value
 
 
@@ -232,16 +236,32 @@ class HlcClock:
     def __init__(self, node_id: str, now_ms: Clock = system_clock_ms, max_drift_ms: int = MAX_DRIFT_MS):
         self._now = now_ms
         self._max_drift = max_drift_ms
-        self._value = HybridLogicalClock(0, 0, node_id)
+        self._node = HybridLogicalClock(0, 0, node_id).node_id  # (checked: no ':')
+        # the value as two ints (a request's tick and a response's merge change them, no object made); the
+        # HybridLogicalClock of them is made when asked for (``_value``: None until then)
+        self._wall = 0
+        self._counter = 0
+        self._value: HybridLogicalClock | None = None
         self._lock = threading.Lock()
 
     @property
     def node_id(self) -> str:
-        return self._value.node_id
+        return self._node
 
     @property
     def current(self) -> HybridLogicalClock:
-        return self._value
+        with self._lock:
+            return self._current()
+
+    def _current(self) -> HybridLogicalClock:
+        value = self._value
+        if value is None:
+            value = self._value = trusted(HybridLogicalClock, self._wall, self._counter, self._node)
+        return value
+
+    def _store(self, value: HybridLogicalClock) -> HybridLogicalClock:
+        self._wall, self._counter, self._value = value.wall_ms, value.counter, value
+        return value
 
     def now_ms(self) -> int:
         return self._now()
@@ -249,11 +269,70 @@ class HlcClock:
     def tick(self) -> HybridLogicalClock:
         """Advance for a send and return the new value; on drift error the clock is unchanged."""
         with self._lock:
-            self._value = self._value.ticked(self._now(), self._max_drift)
-            return self._value
+            self._advance()
+            return self._current()
+
+    def tick_text(self) -> str:
+        """:meth:`tick`, as its text (``str(self.tick())``) without the value object: one per request sent."""
+        with self._lock:
+            # _advance's usual cases, inline (one per request): the wall clock moved on, or the counter goes up
+            now = self._now()
+            wall = self._wall
+            if now > wall:
+                if type(now) is int and now <= _MAX_U64 and self._max_drift >= 0:
+                    self._wall, self._counter, self._value = now, 0, None
+                    return f"{now:015d}:00000:{self._node}"
+            elif self._counter < _MAX_U64 and wall - now <= self._max_drift:
+                counter = self._counter = self._counter + 1
+                self._value = None
+                return f"{wall:015d}:{counter:05d}:{self._node}"
+            self._store(self._current().ticked(now, self._max_drift))
+            return f"{self._wall:015d}:{self._counter:05d}:{self._node}"
+
+    def _advance(self) -> None:
+        # HybridLogicalClock.ticked's arithmetic on the ints; what is not the usual case (a wall clock that is not
+        # an int, an overflow, a drift error to raise) goes through ticked itself, with its exact result
+        now = self._now()
+        wall = self._wall
+        if now > wall:
+            if type(now) is int and now <= _MAX_U64 and self._max_drift >= 0:
+                self._wall, self._counter, self._value = now, 0, None
+                return
+        elif self._counter < _MAX_U64 and wall - now <= self._max_drift:
+            self._counter += 1
+            self._value = None
+            return
+        self._store(self._current().ticked(now, self._max_drift))
 
     def update(self, other: HybridLogicalClock) -> HybridLogicalClock:
         """Merge a received HLC and return the new value; on drift error the clock is unchanged."""
         with self._lock:
-            self._value = self._value.merged(other, self._now(), self._max_drift)
-            return self._value
+            self._merge(other)
+            return self._current()
+
+    def merge(self, other: HybridLogicalClock) -> None:
+        """:meth:`update` without making the new value: one per response received."""
+        with self._lock:
+            self._merge(other)
+
+    def _merge(self, other: HybridLogicalClock) -> None:
+        # HybridLogicalClock.merged's arithmetic on the ints (the usual cases); anything else through merged
+        if other.node_id == self._node:
+            return
+        now = self._now()
+        wall, counter = self._wall, self._counter
+        other_wall = other.wall_ms
+        if now > wall and now > other_wall:
+            if type(now) is int and now <= _MAX_U64 and self._max_drift >= 0:
+                self._wall, self._counter, self._value = now, 0, None
+                return
+        else:
+            if wall == other_wall:
+                other_counter = other.counter
+                counter = counter if counter > other_counter else other_counter
+            elif wall < other_wall:
+                wall, counter = other_wall, other.counter
+            if counter < _MAX_U64 and wall - now <= self._max_drift:
+                self._wall, self._counter, self._value = wall, counter + 1, None
+                return
+        self._store(self._current().merged(other, now, self._max_drift))

@@ -321,13 +321,17 @@ def decode_publish(header: int, packet: bytes | bytearray) -> tuple[InboundMessa
                     seen_single = _SEEN_HEAD
                     pos = stop
                     head = None
+        # the user properties from which on they are looked up whole: after a request's first; all of them when
+        # no response topic came before them (a response, a notification)
+        tail_from = 0 if response_topic is None else 1
         while pos < end:
             ident = buf[pos]
             pos += 1
             if ident == 0x26:  # User Property (may repeat): read_utf8 twice, inline (five or more per request)
-                if tail_at == -1 and len(user) == 1:
+                if tail_at == -1 and len(user) == tail_from:
                     # the properties after a request's first (its __ts) are the same bytes on each of its client's
-                    # requests: decoded once, then looked up (see _USER_TAILS)
+                    # requests, and a response's or notification's (no response topic before them) often all are:
+                    # decoded once, then looked up (see _USER_TAILS)
                     tail = _USER_TAILS.get(buf[pos - 1 : end])
                     if tail is not None:
                         user.extend(tail)
@@ -405,6 +409,7 @@ def decode_publish(header: int, packet: bytes | bytearray) -> tuple[InboundMessa
                 if "\x00" in response_topic or "\ufeff" in response_topic:
                     raise MalformedPacketError("[MQTT-1.5.4-2] Null or U+FEFF found in UTF-8 data")
                 pos = stop
+                tail_from = 1  # a request's: its user properties from the second on are looked up
             elif ident == 0x03:  # Content Type
                 content_type, pos = read_utf8(buf, pos, end)
             elif ident == 0x02:  # Message Expiry Interval
@@ -425,7 +430,7 @@ def decode_publish(header: int, packet: bytes | bytearray) -> tuple[InboundMessa
         if tail_at >= 0 and end - tail_at <= _USER_TAIL_BYTES:
             if len(_USER_TAILS) >= _USER_TAILS_MAX:
                 _USER_TAILS.clear()
-            _USER_TAILS[buf[tail_at:end]] = tuple(user[1:])
+            _USER_TAILS[buf[tail_at:end]] = tuple(user[tail_from:])
         if head is not None and expiry is not None and response_topic is not None:  # both read from head's bytes
             if len(_HEADS) >= _USER_TAILS_MAX:
                 _HEADS.clear()

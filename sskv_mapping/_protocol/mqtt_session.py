@@ -78,8 +78,9 @@ class MqttSession(Generic[T]):
         #: QoS 1 publishes: packet id -> (token, the PUBLISH as sent), until the PUBACK; insertion order is the
         #: order they left in, the order a resumed session sends them again in
         self.inflight: dict[int, tuple[T, bytes]] = {}
-        #: QoS 1 publishes beyond the broker's Receive Maximum: (topic field, payload, properties, token)
-        self.queued: collections.deque[tuple[bytes, bytes, bytes, T]] = collections.deque()
+        #: QoS 1 publishes beyond the broker's Receive Maximum: (topic field, payload, properties, token, the
+        #: PUBLISH's Remaining Length)
+        self.queued: collections.deque[tuple[bytes, bytes, bytes, T, int]] = collections.deque()
         #: the size of what ``queued`` holds (the transport counts it in its write backlog)
         self.queued_bytes = 0
         self._acks: dict[int, T] = {}  # SUBSCRIBE/UNSUBSCRIBE packet id -> token
@@ -140,8 +141,9 @@ class MqttSession(Generic[T]):
         if not qos:
             return packets.publish_packet(topic_field, payload, 0, 0, properties)
         inflight = self.inflight
-        if len(inflight) >= self.send_quota:
-            self.queued.append((topic_field, payload, properties, token))
+        # behind those queued already (a read's PUBACKs release them at its end): in the order they were published
+        if self.queued or len(inflight) >= self.send_quota:
+            self.queued.append((topic_field, payload, properties, token, size + 2))
             self.queued_bytes += size + 2
             return None
         # the next packet id (_packet_id's usual case, inline) and the PUBLISH (publish_packet's, inline when its
@@ -233,23 +235,39 @@ class MqttSession(Generic[T]):
     def release(self, abandoned: Callable[[T], bool]) -> list[tuple[bytes, T]]:
         """The queued publishes the broker's Receive Maximum now lets go, as ``(PUBLISH, token)``; those whose
         token is ``abandoned`` (their caller gave up) are dropped instead."""
-        out: list[tuple[bytes, T]] = []
-        queued, inflight = self.queued, self.inflight
-        while queued and len(inflight) < self.send_quota:
-            field, payload, props, token = queued.popleft()
-            size = len(field) + len(payload) + len(props) + 2
+        out: list[bytes] = []
+        tokens: list[T] = []
+        self.release_into(out, abandoned, tokens)
+        return list(zip(out, tokens, strict=True))
+
+    def release_into(self, out: list[bytes], abandoned: Callable[[T], bool], tokens: list[T] | None = None) -> int:
+        """:meth:`release`, the PUBLISHes appended to ``out`` (their tokens to ``tokens``, if given); returns their
+        size in bytes. A transport's read calls it once after the read's PUBACKs."""
+        queued, inflight, acks = self.queued, self.inflight, self._acks
+        room = self.send_quota - len(inflight)
+        added = 0
+        while queued and room > 0:
+            field, payload, props, token, size = queued.popleft()
             self.queued_bytes -= size
             if abandoned(token):
                 continue
-            packet_id = self._packet_id()
+            room -= 1
+            packet_id = self._next_id % 65_535 + 1  # _packet_id's usual case, inline
+            if packet_id in inflight or packet_id in acks:
+                packet_id = self._packet_id()
+            else:
+                self._next_id = packet_id
             if size < 0x4000:  # publish_packet's work, inline as in publish(): one per request past the quota
                 length = bytes((size,)) if size < 0x80 else bytes((size & 0x7F | 0x80, size >> 7))
                 packet = b"".join((b"\x32", length, field, packet_id.to_bytes(2, "big"), props, payload))
             else:
                 packet = packets.publish_packet(field, payload, 1, packet_id, props)
             inflight[packet_id] = (token, packet)
-            out.append((packet, token))
-        return out
+            out.append(packet)
+            added += len(packet)
+            if tokens is not None:
+                tokens.append(token)
+        return added
 
     def acknowledged_request(self, body: bytes) -> tuple[T | None, list[int]]:
         """A SUBACK/UNSUBACK: ``(the token of that request, or None, the reason codes)``."""
@@ -324,12 +342,12 @@ class MqttSession(Generic[T]):
                 del self.inflight[packet_id]
                 out.append(token)
         if self.queued and not all(keep(entry[3]) for entry in self.queued):
-            kept: collections.deque[tuple[bytes, bytes, bytes, T]] = collections.deque()
+            kept: collections.deque[tuple[bytes, bytes, bytes, T, int]] = collections.deque()
             for entry in self.queued:
                 if keep(entry[3]):
                     kept.append(entry)
                 else:
-                    self.queued_bytes -= len(entry[0]) + len(entry[1]) + len(entry[2]) + 2
+                    self.queued_bytes -= entry[4]
                     out.append(entry[3])
             self.queued = kept
         self.splitter = packets.PacketSplitter(self.max_inbound_packet_size)

@@ -574,32 +574,33 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
         output = self._output
         output.dispatching = True  # what the handlers publish leaves at the end (output.read())
         output.answered = False
+        acked = False  # a PUBACK was read: the Receive Maximum may let queued publishes go (after the loop)
         try:
+            on_message = self._on_message
             for first, body in received:
                 kind = first >> 4
-                if kind == packets.PUBLISH:  # (_publish_received, inline: one per request served or response)
+                if kind == 3:  # PUBLISH (_publish_received, inline: one per request served or response)
                     if first & 0x06 > 0x02:
                         raise MalformedPacketError("a QoS 2 PUBLISH (this client subscribes at QoS 1 at most)")
                     message, packet_id = decode_publish(first, body)
                     try:
-                        self._on_message(message)
+                        on_message(message)
                     except Exception:
                         log.exception("message handler failed on topic %r", message.topic)
                     if first & 0x02:
                         output.out.append(
                             b"\x40\x02" + packet_id.to_bytes(2, "big")
                         )  # its PUBACK, with this read's output
-                elif kind == packets.PUBACK:
+                elif kind == 4:  # PUBACK
                     if len(body) == 2:  # the usual success form: session.puback's work, inline (one per reply)
                         entry = session.inflight.pop((body[0] << 8) | body[1], None)
                         token, reason = (None if entry is None else entry[0]), 0
                     else:
                         token, reason = session.puback(body)
-                    if token is not None and token is not _NOTHING_AWAITED:  # a reply's: nobody to tell
+                    # a reply's (_NOTHING_AWAITED): nobody to tell; a request's success: its response tells
+                    if token is not None and token is not _NOTHING_AWAITED and (reason or token[1]):
                         _acknowledged(token, reason)
-                    if session.queued:
-                        for packet, _ in session.release(_abandoned):
-                            output.send(packet)
+                    acked = True
                 elif kind in (packets.SUBACK, packets.UNSUBACK):
                     token, codes = session.acknowledged_request(body)
                     if token is not None and token[0] is not None and not token[0].done():
@@ -620,6 +621,14 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
                     return
                 else:  # AUTH (a re-authentication's answer: sat.py), or a packet only a broker receives
                     self._sat.received(first, body)
+            if acked and session.queued:
+                # what the read's PUBACKs freed of the broker's Receive Maximum lets the queued publishes go, in
+                # the order they were queued (session.publish queues behind them meanwhile): once per read, not
+                # once per PUBACK
+                size = session.release_into(output.out, _abandoned)
+                if size:
+                    output.out_bytes += size
+                    output.answered = True
         except MalformedPacketError as exc:
             self._protocol_error(str(exc))
         finally:

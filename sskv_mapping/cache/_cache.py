@@ -419,7 +419,8 @@ class AsyncStateStoreCache(SharesCore[_CacheCore[V]]):
 
         A network failure raises a :class:`~sskv_mapping.TransportError`; it is never mistaken for a miss.
         """
-        key = text_key(key, "cache key")
+        if type(key) is not str or not key.isascii() or not key:  # (an ASCII str is a text key: no call for it)
+            key = text_key(key, "cache key")
         if not (self._opened and not self._closed and self._generation.live()):
             await self._ready()  # the usual case above costs no coroutine: get() is the face's hot path
         store, stats = self._store, self._stats

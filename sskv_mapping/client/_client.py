@@ -293,6 +293,17 @@ class SetResult:
         return self.applied
 
 
+# How get and set make their command and result (one of each per call): a frozen dataclass's __init__ sets each field
+# through object.__setattr__; its slots' own setters do the same without the name lookup and argument parsing.
+_new = object.__new__
+_set_get_key = Get.__dict__["key"].__set__
+_set_set_fields = tuple(Set.__dict__[name].__set__ for name in ("key", "value", "condition", "expiry_ms"))
+_set_entry_value = Entry.__dict__["value"].__set__
+_set_entry_version = Entry.__dict__["version"].__set__
+_set_result_applied = SetResult.__dict__["applied"].__set__
+_set_result_version = SetResult.__dict__["version"].__set__
+
+
 class AsyncStateStoreClient:
     """Async client of the Azure IoT Operations state store.
 
@@ -612,10 +623,26 @@ class AsyncStateStoreClient:
 
     async def get(self, key: KeyLike, *, timeout: float | UnsetType | None = UNSET) -> Entry | None:
         """The key's value and version, or ``None`` if it does not exist."""
-        cmd = Get(store_key(key))
-        payload, version = await self._request(cmd, timeout=self._timeout(timeout))
+        cmd = _new(Get)  # Get(store_key(key))
+        _set_get_key(cmd, store_key(key))
+        sender = self._sender
+        if sender.telemetry is None:
+            # _request's and _send_request's work for a GET, in this frame (one per read): the timeout checked, the
+            # request encoded and held to max_payload, then sent
+            seconds = self.timeout if timeout is UNSET else _check_timeout(timeout)
+            request = cmd.encode()
+            if self.max_payload is not None:
+                _check_max_payload(b"GET", request, self.max_payload)
+            payload, version = await sender.request(cmd, request, seconds, None, False)
+        else:
+            payload, version = await self._request(cmd, timeout=self._timeout(timeout))
         value = cmd.decode(payload)
-        return None if value is None else Entry(value, version)
+        if value is None:
+            return None
+        entry = _new(Entry)  # Entry(value, version)
+        _set_entry_value(entry, value)
+        _set_entry_version(entry, version)
+        return entry
 
     async def set(
         self,
@@ -634,11 +661,36 @@ class AsyncStateStoreClient:
             raise ConfigurationError(f"condition must be a SetCondition or None, not {condition!r}")
         if fencing_token is not None and not isinstance(fencing_token, HybridLogicalClock):
             raise ConfigurationError("fencing_token must be a HybridLogicalClock")
-        cmd = Set(store_key(key), _value_bytes(value), condition, ttl_to_ms(ttl))
-        payload, version = await self._request(
-            cmd, timeout=self._timeout(timeout), fencing_token=fencing_token, persist=persist
-        )
-        return SetResult(cmd.decode(payload), version)
+        cmd = _new(Set)  # Set(store_key(key), _value_bytes(value), condition, ttl_to_ms(ttl))
+        set_key, set_value, set_condition, set_expiry = _set_set_fields
+        set_key(cmd, data_key := store_key(key))
+        set_value(cmd, data := value if type(value) is bytes else _value_bytes(value))
+        set_condition(cmd, condition)
+        set_expiry(cmd, None if ttl is None else ttl_to_ms(ttl))
+        sender = self._sender
+        if sender.telemetry is None:
+            # _request's and _send_request's work for a SET, in this frame (one per write): the timeout checked,
+            # the request encoded and held to max_payload and the key and value limits, then sent
+            seconds = self.timeout if timeout is UNSET else _check_timeout(timeout)
+            request = cmd.encode()
+            if self.max_payload is not None:
+                _check_max_payload(b"SET", request, self.max_payload)
+            conn = self._keeper.conn
+            most = conn.max_packet_size if conn is not None else None
+            # _check_limits' two tests (limits.key_too_long, value_too_large), inline: it raises when one fails
+            bound = limits.WRITE_BOUND if most is None or most > limits.WRITE_BOUND else most
+            key_length = len(data_key)
+            if key_length > limits.MAX_KEY_BYTES or len(data) > bound - limits.NOTIFY_OVERHEAD - 2 * key_length:
+                _check_limits(data_key, data, most)
+            payload, version = await sender.request(cmd, request, seconds, fencing_token, persist)
+        else:
+            payload, version = await self._request(
+                cmd, timeout=self._timeout(timeout), fencing_token=fencing_token, persist=persist
+            )
+        result = _new(SetResult)  # SetResult(cmd.decode(payload), version)
+        _set_result_applied(result, cmd.decode(payload))
+        _set_result_version(result, version)
+        return result
 
     def check_set(
         self,
@@ -770,8 +822,16 @@ class AsyncStateStoreClient:
             # before our first connect completes, nothing is ours: kept by the broker for a previous process
             self.previous_session_messages += 1
             return
-        if message.topic == self._sender.response_topic:
-            self._sender.pending.resolve(message)
+        sender = self._sender
+        if message.topic == sender.response_topic:
+            # sender.pending.resolve(message), inline (one per response): its call's future, if still waiting
+            pending = sender.pending
+            corr = message.correlation_data
+            fut = pending.calls.get(corr) if corr is not None else None
+            if fut is None or fut.done():
+                pending.unmatched += 1
+            else:
+                fut.set_result(message)
             return
         if message.topic.startswith(topics.NOTIFY_PREFIX):
             try:

@@ -29,7 +29,9 @@ class PendingCalls:
     """
 
     def __init__(self) -> None:
-        self._pending: dict[bytes, asyncio.Future[InboundMessage]] = {}
+        #: the futures of the calls in flight, by correlation data (the request path opens and closes its entry
+        #: itself, as open() and close() do, without their calls)
+        self.calls: dict[bytes, asyncio.Future[InboundMessage]] = {}
         #: responses that matched no pending call (late after a timeout, duplicates, foreign)
         self.unmatched = 0
         self._deadlines: list[tuple[float, bytes, asyncio.Future[Any], Callable[[asyncio.Future[Any]], None]]] = []
@@ -38,7 +40,7 @@ class PendingCalls:
         self._timer_loop: asyncio.AbstractEventLoop | None = None
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return len(self.calls)
 
     def open(self, loop: asyncio.AbstractEventLoop) -> tuple[bytes, asyncio.Future[InboundMessage]]:
         """Register a call: ``(correlation_data, future)``. Its owner calls :meth:`close` in a ``finally``."""
@@ -46,7 +48,7 @@ class PendingCalls:
         # (a flipped bit, a truncation) matches no other call in flight, as a counter's neighbour would
         corr = os.urandom(16)
         fut: asyncio.Future[InboundMessage] = loop.create_future()
-        self._pending[corr] = fut
+        self.calls[corr] = fut
         return corr, fut
 
     def expire_at(
@@ -66,7 +68,7 @@ class PendingCalls:
             self._timer = loop.call_at(when, self._fire, loop)
             self._timer_at = when
             self._timer_loop = loop
-        elif len(deadlines) > len(self._pending) + _SLACK:
+        elif len(deadlines) > len(self.calls) + _SLACK:
             self._compact()
 
     def _compact(self) -> None:
@@ -91,7 +93,7 @@ class PendingCalls:
 
     def close(self, corr: bytes, fut: asyncio.Future[InboundMessage]) -> None:
         """Unregister a call (answered, failed, timed out or cancelled)."""
-        self._pending.pop(corr, None)
+        self.calls.pop(corr, None)
         if not fut.done():
             fut.cancel()
         elif not fut.cancelled():
@@ -109,7 +111,7 @@ class PendingCalls:
     def resolve(self, message: InboundMessage) -> bool:
         """Deliver a response to its call; returns False (and counts it) when nothing waits for it."""
         corr = message.correlation_data
-        fut = self._pending.get(corr) if corr is not None else None
+        fut = self.calls.get(corr) if corr is not None else None
         if fut is None or fut.done():
             self.unmatched += 1
             return False
@@ -119,7 +121,7 @@ class PendingCalls:
     def fail_all(self, exc: BaseException) -> int:
         """Fail every in-flight call (the connection dropped); returns how many there were."""
         n = 0
-        for fut in list(self._pending.values()):
+        for fut in list(self.calls.values()):
             if not fut.done():
                 fut.set_exception(exc)
                 n += 1

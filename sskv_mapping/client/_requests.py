@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from os import urandom
 from typing import Any
 
 from .._protocol import headers, limits, topics
@@ -133,33 +135,50 @@ class RequestSender:
         loop = asyncio.get_running_loop()
         if loop is not self.home and (wrong := not_home(self.settings.client_id, self.home)):
             raise wrong  # not this client's loop (client/_home_loop.py)
-        deadline = None if timeout is None else loop.time() + timeout
+        # the time read once for the deadline and, when nothing is awaited before the request is sent (the usual
+        # case: a slot free, connected), for its expiry too (``fresh``)
+        start = 0.0 if timeout is None else loop.time()
+        deadline = None if timeout is None else start + timeout
+        fresh = True
         gate = self._gate
         if not gate.try_enter():
+            fresh = False
             await gate.wait(deadline, lambda: f"{cmd.VERB.decode()} not sent: no slot within {timeout} s")
         try:
             resend: Backoff | None = None  # made on the first undelivered request only: not a cost of every call
             fail_fast: float | None = None
             keeper = self._keeper
             pending = self.pending
+            calls = pending.calls
             while True:
                 conn = keeper.conn
                 if conn is None or not keeper.connected:  # reconnecting: wait for it, within the call's deadline
+                    fresh = False
                     conn = await keeper.connection(None if deadline is None else max(deadline - loop.time(), 0.001))
                 # one attempt: published, then its response awaited
                 self.requests_sent += 1
-                corr, fut = pending.open(loop)
+                # pending.open(loop), inline (one per request): 16 random bytes (see PendingCalls.open), a future
+                corr = urandom(16)
+                fut: asyncio.Future[InboundMessage] = loop.create_future()
+                calls[corr] = fut
                 try:
                     if deadline is None:
                         expiry = 3600
                     else:
                         # the deadline goes in the pending table's heap (one loop timer for all calls), not a timer
                         # or an asyncio.timeout() per call: the request path's own cost is what bench_rpc measures
-                        now = loop.time()
-                        remaining = deadline - now
+                        if fresh:
+                            now, remaining = start, timeout  # (deadline - start: the timeout, without rounding)
+                        else:
+                            now = loop.time()
+                            remaining = deadline - now
+                        assert remaining is not None
                         if remaining < 0.001:
                             remaining = 0.001
-                        expiry = headers.expiry_seconds(remaining)
+                        # headers.expiry_seconds(remaining), inline: at least 1 (remaining is), at most 2**32 - 1
+                        expiry = math.ceil(remaining)
+                        if expiry > 0xFFFFFFFF:
+                            expiry = 0xFFFFFFFF
                         pending.expire_at(loop, now + remaining, corr, fut, _expire)
                     # No PUBACK wait: the response is what we wait for, and a connection that drops fails this call
                     # through the keeper. A refusing PUBACK (an ACL denial) or one that delivered to nobody (0x10)
@@ -179,6 +198,7 @@ class RequestSender:
                             f"{cmd.VERB.decode()} not sent within {timeout} s: not connected to {self.settings.url}"
                         ) from None
                     # a yield, not a wait: the keeper sees the drop within an iteration or two, then we wait for it
+                    fresh = False
                     await asyncio.sleep(0)
                     continue
                 except ServiceUnavailableError:
@@ -194,6 +214,7 @@ class RequestSender:
                         resend = Backoff(_RESEND_BACKOFF_INITIAL, _RESEND_BACKOFF_MAX, jitter=False)
                     if give_up is not None and now + resend.current >= give_up:
                         raise ServiceUnavailableError(_no_service(cmd, self.settings, self.service_answered)) from None
+                    fresh = False
                     await asyncio.sleep(resend.next())
                     self.undelivered_resends += 1
                     continue
@@ -202,14 +223,19 @@ class RequestSender:
                         f"no response to {cmd.VERB.decode()} within {timeout} s from {self.settings.url}"
                     ) from None
                 finally:
-                    pending.close(corr, fut)
+                    # pending.close(corr, fut), inline
+                    calls.pop(corr, None)
+                    if not fut.done():
+                        fut.cancel()
+                    elif not fut.cancelled():
+                        fut.exception()  # retrieved: a failure nobody awaited is not worth a warning
                 break
             self.service_answered = True
             # the response's headers checked (errors raise here) and its version merged into this client's clock
             version = headers.check_response(message.user_properties, message.content_type)
             if version is not None:
                 try:
-                    self._hlc.update(version)
+                    self._hlc.merge(version)
                 except ClockDriftError as exc:
                     # The request was carried out: failing the call now would report an applied write as failed.
                     # The service's clock (the version it returned) is far ahead of ours; our clock stays as it
@@ -233,18 +259,20 @@ class RequestSender:
         """Publish the request; the message to publish with a wait when the write backlog has no room now (else
         ``None``). Raises :class:`_NotSent` when the connection is gone, :class:`ValueTooLargeError` when it is
         too large (nothing sent either way)."""
-        stamp = self._hlc.tick()
         telemetry = self.telemetry
         message: OutgoingMessage | None = None
+        text = ""  # the encoded way's __ts
         try:
             if telemetry is None and conn is self._encoded_conn:
                 # the stream transport: the properties encoded from this client's constant ones (RequestProperties),
-                # no OutgoingMessage to build and take apart again
+                # no OutgoingMessage to build and take apart again; the clock's tick as text (no value object)
                 assert self._encoded is not None and self._encode is not None
+                text = self._hlc.tick_text()
                 self._encoded(
-                    topics.REQUEST_TOPIC, payload, self._encode(corr, str(stamp), expiry, fencing_token, persist), fut
+                    topics.REQUEST_TOPIC, payload, self._encode(corr, text, expiry, fencing_token, persist), fut
                 )
                 return None
+            stamp = self._hlc.tick()
             props = headers.request_properties(self.settings.client_id, stamp, fencing_token, persist)
             if telemetry is not None:  # W3C trace context, and the request's resends counted
                 telemetry.published(props)
@@ -270,7 +298,8 @@ class RequestSender:
                     size=len(payload),
                     limit=limits.WRITE_BOUND,
                 ) from None
-            if message is None:  # from the encoded way (no telemetry there)
+            if message is None:  # from the encoded way (no telemetry there): the same __ts
+                stamp = HybridLogicalClock.parse(text)
                 props = headers.request_properties(self.settings.client_id, stamp, fencing_token, persist)
                 message = OutgoingMessage(
                     topics.REQUEST_TOPIC, payload, 1, corr, self.response_topic, props, headers.CONTENT_TYPE, expiry

@@ -306,7 +306,8 @@ class AsyncStateStoreDict(SharesCore[_DictCore[V]]):
 
     async def get(self, key: str, default: Any = None) -> Any:
         """``d.get(key, default)``; a network failure raises instead of returning the default."""
-        if not is_text_key(key):
+        # getitem's work in this coroutine (one per read), an absent key without a KeyError raised and caught
+        if (type(key) is not str or not key.isascii() or not key) and not is_text_key(key):
             return default
         store = self._store
         value = await store.value_of(store.prefix + key.encode())  # a checked key encodes as UTF-8

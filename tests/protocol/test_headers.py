@@ -16,7 +16,13 @@ from sskv_mapping._protocol.headers import (
     response_properties,
 )
 from sskv_mapping._protocol.hlc import HybridLogicalClock
-from sskv_mapping.errors import ProtocolError, RpcStatusError, ServiceError, UnsupportedVersionError
+from sskv_mapping.errors import (
+    ProtocolError,
+    RpcStatusError,
+    ServiceError,
+    StateStoreError,
+    UnsupportedVersionError,
+)
 
 from ._strategies import FAST, FUZZ, hlcs
 
@@ -269,3 +275,33 @@ def test_check_response_raises_only_protocol_or_rpc_errors(
     assert d["__stat"] in ("200", "204")
     assert "__protVer" not in d or int(d["__protVer"].split(".")[0]) == 1
     assert ts == (H.parse(d["__ts"]) if "__ts" in d else None)
+
+
+_names = st.sampled_from(["__stat", "__protVer", "__ts", "__stMsg", "__supProtMajVer", "other"])
+_values = st.sampled_from(["200", "204", "404", "1.0", "2.0", "1.5", "", "x", "1696374425000:1:StateStore", "12:0:n"])
+
+
+@FAST
+@given(
+    st.lists(st.tuples(_names, _values), min_size=3, max_size=3),
+    st.sampled_from([None, "application/octet-stream", "text/plain"]),
+)
+@example([("__stat", "200"), ("__protVer", "1.0"), ("__ts", "1696374425000:1:StateStore")], None)
+@example([("__stat", "404"), ("__protVer", "1.0"), ("__ts", "1696374425000:1:StateStore")], None)
+@example([("other", "200"), ("__protVer", "1.0"), ("__ts", "1696374425000:1:StateStore")], None)
+@example([("__stat", "200"), ("__protVer", "2.0"), ("__ts", "1696374425000:1:StateStore")], None)
+@example([("__stat", "200"), ("__protVer", "1.0"), ("__ts", "1:2")], "application/octet-stream")
+@example([("__stat", "200"), ("__protVer", "1.0"), ("__ts", "1:2:n")], "text/plain")
+def test_a_received_responses_headers_check_as_the_general_way(
+    pairs: list[tuple[str, str]], content_type: str | None
+) -> None:
+    """A received message's three properties (a tuple: the quick test for the usual response) give what the same
+    pairs in a list give (the one pass over the names), errors included."""
+
+    def outcome(props: tuple[tuple[str, str], ...] | list[tuple[str, str]]) -> object:
+        try:
+            return check_response(props, content_type)
+        except StateStoreError as exc:  # ProtocolError and RpcStatusError among them
+            return (type(exc), str(exc))
+
+    assert outcome(tuple(pairs)) == outcome(list(pairs))

@@ -15,6 +15,7 @@ from ._strategies import FAST, FUZZ, U64_MAX, garbage, hlcs, node_ids
 
 H = HybridLogicalClock
 NOW = 1_696_374_425_000
+_MAX = 2**64 - 1
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -480,6 +481,51 @@ def test_hlc_clock_only_moves_forward(steps: list[tuple[int, HybridLogicalClock 
             assert after.wall_ms - wall.now <= MAX_DRIFT_MS
         else:
             assert after == before
+
+
+@FAST
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(-70_000, 70_000) | st.just(_MAX),
+            st.none() | _near | st.builds(H, wall_ms=st.just(NOW), counter=st.just(_MAX), node_id=st.just("svc")),
+            st.booleans(),
+        ),
+        max_size=30,
+    ),
+    st.sampled_from([MAX_DRIFT_MS, 5, 0, -1]),
+)
+def test_hlc_clock_steps_as_the_pure_functions(
+    steps: list[tuple[int, HybridLogicalClock | None, bool]], max_drift: int
+) -> None:
+    """The running clock's tick, tick_text, update and merge (arithmetic on ints) give what ``ticked`` and
+    ``merged`` give on its value, errors included, and a failed step leaves the clock as it was."""
+    wall = FakeClock(NOW)
+    clock = HlcClock("me", now_ms=wall, max_drift_ms=max_drift)
+    value = H(0, 0, "me")
+    for delta, received, as_text in steps:
+        wall.now = delta if delta == _MAX else NOW + delta
+        try:
+            expected: HybridLogicalClock | None = (
+                value.ticked(wall.now, max_drift) if received is None else value.merged(received, wall.now, max_drift)
+            )
+        except ClockDriftError:
+            expected = None
+        try:
+            if received is None:
+                got = HybridLogicalClock.parse(clock.tick_text()) if as_text else clock.tick()
+            elif as_text:
+                clock.merge(received)
+                got = clock.current
+            else:
+                got = clock.update(received)
+        except ClockDriftError:
+            assert expected is None
+            assert clock.current == value
+            continue
+        assert got == expected
+        assert clock.current == expected
+        value = expected
 
 
 @given(st.text(alphabet="0123456789+:-ab\u00e9\u0663\u00b2 ", max_size=30))

@@ -62,3 +62,35 @@ def test_a_tail_followed_by_another_property_decodes_every_time() -> None:
     again = _packet(user, after=b"\x01\x01\x01\x00")  # the indicator twice: refused, whatever was kept before
     with pytest.raises(MalformedPacketError, match="more than once"):
         decode_publish(0x32, again)
+
+
+def _response(user: list[tuple[str, str]], *, raw_tail: bytes = b"", corr: bytes = b"corr") -> bytes:
+    """A response's PUBLISH body: no response topic, so its user properties are looked up whole."""
+    props = publish_properties(corr, None, user, None, None)
+    body = (props[1:] if props[0] < 0x80 else props[2:]) + raw_tail
+    head = mqtt_str("clients/c/response") + (9).to_bytes(2, "big")
+    return head + varint(len(body)) + body + b"reply"
+
+
+def test_a_responses_user_properties_decode_the_same_whether_read_or_looked_up() -> None:
+    user = [("__stat", "200"), ("__protVer", "1.0"), ("__ts", "001700000000000:00001:Whole")]
+    for corr in (b"one", b"two", b"one"):  # the same properties after other correlation data: looked up
+        message = decode_publish(0x32, _response(user, corr=corr))[0]
+        assert message.user_properties == tuple(user)
+        assert message.correlation_data == corr and message.payload == b"reply"
+    other = [("__stat", "200"), ("__protVer", "1.0"), ("__ts", "001700000000000:00002:Whole")]
+    assert _user(_response(other)) == tuple(other)  # one byte apart: read afresh
+    assert _user(_response(user)) == tuple(user)
+
+
+def test_a_malformed_response_run_is_refused_every_time() -> None:
+    bad = b"\x26" + mqtt_str("name") + b"\x00\x02\xff\xfe"  # a value that is not UTF-8
+    body = _response([("__stat", "200")], raw_tail=bad)
+    for _ in range(2):
+        with pytest.raises(MalformedPacketError, match="not UTF-8"):
+            decode_publish(0x32, body)
+    followed = _response([("__stat", "200"), ("__protVer", "1.0")], raw_tail=b"\x01\x01")
+    for _ in range(2):  # a run followed by another property: decoded each time, the indicator checked
+        assert _user(followed) == (("__stat", "200"), ("__protVer", "1.0"))
+    with pytest.raises(MalformedPacketError, match="more than once"):
+        decode_publish(0x32, _response([("__stat", "200"), ("__protVer", "1.0")], raw_tail=b"\x01\x01\x01\x00"))
