@@ -67,6 +67,9 @@ class Watches:
         self._timeout = timeout
         self._backoff = backoff
         self._registrations: dict[bytes, _Registration] = {}
+        #: connection drops so far: a KEYNOTIFY answered after a drop may have been applied on the connection that
+        #: ended (its reply kept in the session), and the service dropped it with that connection
+        self._drops = 0
         #: notifications dropped as duplicates (a version not newer than one already delivered for the key)
         self.duplicate_notifications = 0
         #: re-reads after a reconnect not delivered: a notification as new or newer came first
@@ -95,9 +98,11 @@ class Watches:
         reg.sinks.append(sink)
         try:
             async with reg.lock:
-                if not reg.registered:
+                while not reg.registered:
+                    drops = self._drops
                     await self.keynotify(key, timeout=timeout)
-                    reg.registered = True
+                    # registered unless the connection dropped meanwhile: then ask again on the current one
+                    reg.registered = self._drops == drops
         except BaseException:
             await self.remove(key, sink)
             raise
@@ -126,6 +131,7 @@ class Watches:
 
     def dropped(self) -> None:
         """The connection dropped: the service forgot every registration, and changes will be missed."""
+        self._drops += 1
         for reg in self._registrations.values():
             reg.registered = False
             reg.resync = True
@@ -154,6 +160,7 @@ class Watches:
         try would leave the caches above it fed by no notification at all, serving old values forever.
         """
         conn = self._connection()
+        drops = self._drops
         backoff = self._backoff()
         while True:
             failed = False
@@ -166,8 +173,10 @@ class Watches:
                             continue
                         if not reg.registered:
                             await self.keynotify(reg.key, timeout=self._timeout())
+                            if self._drops != drops:
+                                return  # applied on the connection that dropped (and dropped with it): the next one's
                             reg.registered = True
-                        await self._resync(reg)
+                        await self._resync(reg, drops)
                 except StateStoreError as exc:
                     failed = True
                     log.warning("could not restore the watch on %r yet: %s", reg.key, exc)
@@ -175,11 +184,13 @@ class Watches:
                 return
             await asyncio.sleep(backoff.next())
 
-    async def _resync(self, reg: _Registration) -> None:
+    async def _resync(self, reg: _Registration, drops: int) -> None:
         cmd = Get(reg.key)
         newest_before = reg.newest
         payload, version = await self._request(cmd, timeout=self._timeout())
         value = cmd.decode(payload)
+        if self._drops != drops:
+            return  # dropped again meanwhile: the next restore registers and re-reads the key
         reg.resync = False
         overtaken = reg.newest != newest_before
         if overtaken and (version is None or (reg.newest is not None and version <= reg.newest)):
