@@ -34,6 +34,66 @@ def _packet(first: int, body: bytes) -> bytes:
     return bytes([first]) + _varint(len(body)) + body
 
 
+def publish_packet(
+    topic: bytes, payload: bytes, pid: int, response_topic: bytes | None, corr: bytes | None, user: bytes
+) -> bytes:
+    """A QoS 1 PUBLISH; ``user``: user properties already encoded (:func:`user_properties`)."""
+    props = b""
+    if response_topic is not None:
+        props += b"\x08" + _str(response_topic)
+    if corr is not None:
+        props += b"\x09" + _str(corr)
+    props += user
+    body = _str(topic) + struct.pack("!H", pid) + _varint(len(props)) + props + payload
+    return _packet(0x32, body)
+
+
+def parse_publish(first: int, body: bytes) -> tuple[bytes, int | None, dict[int, bytes], bytes]:
+    """A PUBLISH's topic, packet id (``None`` at QoS 0), the properties a round trip reads (response topic 0x08,
+    correlation data 0x09, content type 0x03; the rest skipped) and payload."""
+    tlen = struct.unpack_from("!H", body)[0]
+    topic = body[2 : 2 + tlen]
+    pos = 2 + tlen
+    pid = None
+    if (first >> 1) & 3:
+        pid = struct.unpack_from("!H", body, pos)[0]
+        pos += 2
+    plen, mult = 0, 1
+    while True:
+        b = body[pos]
+        pos += 1
+        plen += (b & 0x7F) * mult
+        mult *= 128
+        if not b & 0x80:
+            break
+    end = pos + plen
+    props: dict[int, bytes] = {}
+    while pos < end:
+        pid_ = body[pos]
+        pos += 1
+        if pid_ in (0x08, 0x09, 0x03):
+            n = struct.unpack_from("!H", body, pos)[0]
+            props[pid_] = body[pos + 2 : pos + 2 + n]
+            pos += 2 + n
+        elif pid_ == 0x26:
+            n = struct.unpack_from("!H", body, pos)[0]
+            m = struct.unpack_from("!H", body, pos + 2 + n)[0]
+            pos += 4 + n + m
+        elif pid_ == 0x01:
+            pos += 1
+        elif pid_ == 0x02:
+            pos += 4
+        elif pid_ == 0x23:
+            pos += 2
+        elif pid_ == 0x0B:
+            while body[pos] & 0x80:
+                pos += 1
+            pos += 1
+        else:
+            raise ValueError(f"unexpected property {pid_:#x}")
+    return topic, pid, props, body[end:]
+
+
 class RawMqtt:
     """One MQTT 5 connection; ``on_publish(topic, payload, props)`` is called for every inbound PUBLISH."""
 
@@ -85,14 +145,7 @@ class RawMqtt:
     ) -> None:
         """QoS 1 publish; the PUBACK is consumed by the read loop and not waited for. ``user``: user properties
         already encoded (:func:`user_properties`)."""
-        props = b""
-        if response_topic is not None:
-            props += b"\x08" + _str(response_topic)
-        if corr is not None:
-            props += b"\x09" + _str(corr)
-        props += user
-        body = _str(topic) + struct.pack("!H", self._packet_id()) + _varint(len(props)) + props + payload
-        self.writer.write(_packet(0x32, body))
+        self.writer.write(publish_packet(topic, payload, self._packet_id(), response_topic, corr, user))
 
     async def _read_packet(self) -> tuple[int, bytes]:
         first = (await self.reader.readexactly(1))[0]
@@ -121,48 +174,10 @@ class RawMqtt:
                     fut.set_result(None)
 
     def _handle_publish(self, first: int, body: bytes) -> None:
-        qos = (first >> 1) & 3
-        tlen = struct.unpack_from("!H", body)[0]
-        topic = body[2 : 2 + tlen]
-        pos = 2 + tlen
-        if qos:
-            pid = struct.unpack_from("!H", body, pos)[0]
-            pos += 2
+        topic, pid, props, payload = parse_publish(first, body)
+        if pid is not None:
             self.writer.write(_packet(0x40, struct.pack("!H", pid)))
-        plen, mult = 0, 1
-        while True:
-            b = body[pos]
-            pos += 1
-            plen += (b & 0x7F) * mult
-            mult *= 128
-            if not b & 0x80:
-                break
-        end = pos + plen
-        props: dict[int, bytes] = {}
-        while pos < end:
-            pid_ = body[pos]
-            pos += 1
-            if pid_ in (0x08, 0x09, 0x03):
-                n = struct.unpack_from("!H", body, pos)[0]
-                props[pid_] = body[pos + 2 : pos + 2 + n]
-                pos += 2 + n
-            elif pid_ == 0x26:
-                n = struct.unpack_from("!H", body, pos)[0]
-                m = struct.unpack_from("!H", body, pos + 2 + n)[0]
-                pos += 4 + n + m
-            elif pid_ == 0x01:
-                pos += 1
-            elif pid_ == 0x02:
-                pos += 4
-            elif pid_ == 0x23:
-                pos += 2
-            elif pid_ == 0x0B:
-                while body[pos] & 0x80:
-                    pos += 1
-                pos += 1
-            else:
-                raise ValueError(f"unexpected property {pid_:#x}")
-        self.on_publish(topic, body[end:], props)
+        self.on_publish(topic, payload, props)
 
     async def close(self) -> None:
         self.writer.write(_packet(0xE0, b"\x00" + _varint(0)))

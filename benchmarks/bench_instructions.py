@@ -434,6 +434,37 @@ def _count_perf(name: str, ops: int, workdir: Path) -> int:
     raise RuntimeError(f"perf stat gave no instruction count for {name}:\n{proc.stderr[-2000:]}")
 
 
+#: the system calls ``--tool syscalls`` counts, by what they are to an event loop
+_SYSCALLS = {
+    "turns": ("epoll_wait", "epoll_pwait", "epoll_pwait2"),
+    "reads": ("recvfrom", "recvmsg", "read"),
+    "writes": ("sendto", "sendmsg", "write", "writev"),
+}
+
+
+def _count_syscalls(name: str, ops: int, workdir: Path) -> dict[str, int]:
+    """The child's event-loop turns (``epoll_wait`` calls), reads and writes, counted by ``strace -c``; a file read
+    at start-up counts in both runs alike and cancels out."""
+    out = workdir / f"{name}-{ops}.strace"
+    calls = ",".join(c for group in _SYSCALLS.values() for c in group)
+    cmd = ["strace", "-f", "-c", "-U", "calls,name", "-e", f"trace={calls}", "-o", str(out)]
+    proc = subprocess.run(
+        [*cmd, sys.executable, __file__, "--child", name, "--ops", str(ops)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} ({ops} ops) failed under strace:\n{proc.stderr[-2000:]}")
+    seen: dict[str, int] = {}
+    for line in out.read_text().splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[0].isdigit():
+            seen[fields[1]] = int(fields[0])
+    return {group: sum(seen.get(c, 0) for c in names) for group, names in _SYSCALLS.items()}
+
+
 def _perf_works() -> bool:
     if shutil.which("perf") is None:
         return False
@@ -451,13 +482,24 @@ def main() -> int:
     ap.add_argument("--large", type=int, default=600, help="operations in the longer run (default 600)")
     ap.add_argument("--socket-small", type=int, default=200, help="socket-* requests in the shorter run (200)")
     ap.add_argument("--socket-large", type=int, default=1200, help="socket-* requests in the longer run (1,200)")
-    ap.add_argument("--tool", choices=["callgrind", "perf"], default="callgrind", help="how to count instructions")
+    ap.add_argument(
+        "--tool",
+        choices=["callgrind", "perf", "syscalls"],
+        default="callgrind",
+        help="how to count instructions (syscalls: the event loop's turns, reads and writes per op, by strace)",
+    )
+    ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio", help="the children's event loop")
     ap.add_argument("--list", action="store_true", help="list the measures and exit")
     ap.add_argument("--child", choices=list(MEASURES), help=argparse.SUPPRESS)
     ap.add_argument("--ops", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        asyncio.run(_child(args.child, args.ops))
+        if os.environ.get("SSKV_BENCH_LOOP") == "uvloop":
+            import uvloop
+
+            uvloop.run(_child(args.child, args.ops))
+        else:
+            asyncio.run(_child(args.child, args.ops))
         return 0
     if args.list:
         for name, what in MEASURES.items():
@@ -473,6 +515,12 @@ def main() -> int:
             "`perf stat -e instructions:u` does not work here (no perf, or no counters in this VM): nothing measured."
         )
         return 0
+    if args.tool == "syscalls" and shutil.which("strace") is None:
+        print("strace is not installed (e.g. `apt-get install strace`): nothing measured.")
+        return 0
+    os.environ["SSKV_BENCH_LOOP"] = args.loop
+    if args.tool == "syscalls":
+        return _syscall_table(args)
     count = _count_callgrind if args.tool == "callgrind" else _count_perf
     names = args.only or (list(SOCKET_MEASURES) if args.socket else list(MEASURES))
     sockets = [name for name in names if name in SOCKET_MEASURES]
@@ -481,7 +529,8 @@ def main() -> int:
         print(no_redis)
         names = [name for name in names if "-redis-" not in name]
     print(
-        f"python {platform.python_version()} on {platform.machine()}; {args.tool}; per op = (I({args.large}) - ", end=""
+        f"python {platform.python_version()} on {platform.machine()} ({args.loop}); {args.tool}; per op = (I({args.large}) - ",
+        end="",
     )
     print(f"I({args.small})) / {args.large - args.small}", end="")
     if sockets:
@@ -514,6 +563,33 @@ def main() -> int:
             print(f"| {name}: {MEASURES[name]} | {per_op:,.0f} | {ratio} |")
     if any(name in SOCKET_MEASURES for name in results):
         print_socket_table(results)
+    return 0
+
+
+def _syscall_table(args: argparse.Namespace) -> int:
+    """``--tool syscalls``: the socket measures' event-loop turns, reads and writes per request."""
+    names = [n for n in (args.only or list(SOCKET_MEASURES)) if n in SOCKET_MEASURES]
+    no_redis = _redis_ready()
+    if no_redis is not None:
+        print(no_redis)
+        names = [name for name in names if "-redis-" not in name]
+    small, large = args.socket_small, args.socket_large
+    print(
+        f"python {platform.python_version()} ({args.loop}); strace -c; per request = (N({large}) - N({small})) ", end=""
+    )
+    print(f"/ {large - small}", flush=True)
+    rows: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="sskv-sys-") as tmp, contextlib.ExitStack() as servers:
+        _socket_servers(servers, redis=any("-redis-" in name for name in names))
+        for name in names:
+            big, few = _count_syscalls(name, large, Path(tmp)), _count_syscalls(name, small, Path(tmp))
+            rows[name] = {k: (big[k] - few[k]) / (large - small) for k in _SYSCALLS}
+            print(f"  {name}: " + ", ".join(f"{v:.2f} {k}" for k, v in rows[name].items()), flush=True)
+    print()
+    print("| the requester's process, per request | loop turns | reads | writes |")
+    print("|---|---:|---:|---:|")
+    for name, row in rows.items():
+        print(f"| {name} | {row['turns']:.2f} | {row['reads']:.2f} | {row['writes']:.2f} |")
     return 0
 
 
