@@ -495,24 +495,21 @@ class DjangoRedisExtras:
             return self._ttl(timeout)
         return _as_seconds(timeout) * scale  # type: ignore[arg-type]
 
-    def expire(self, key: str, timeout: float | timedelta, version: int | None = None) -> bool:
-        """Restart the key's expiry at ``timeout`` seconds (``<= 0``: delete it; ``DEFAULT_TIMEOUT``: the
-        backend's ``TIMEOUT``); whether the key exists."""
+    def _expire(self, key: str, version: int | None, seconds: float | None) -> bool:
         made = self.make_and_validate_key(key, version=version)
-        seconds = self._expiry_seconds(timeout)
         done = self._cache().expire(made, seconds)
         if done:
             self._remember(made, seconds)
         return done
 
+    def expire(self, key: str, timeout: float | timedelta, version: int | None = None) -> bool:
+        """Restart the key's expiry at ``timeout`` seconds (``<= 0``: delete it; ``DEFAULT_TIMEOUT``: the
+        backend's ``TIMEOUT``); whether the key exists."""
+        return self._expire(key, version, self._expiry_seconds(timeout))
+
     def pexpire(self, key: str, timeout: int, version: int | None = None) -> bool:
         """:meth:`expire` in milliseconds."""
-        made = self.make_and_validate_key(key, version=version)
-        seconds = self._expiry_seconds(timeout, 1 / 1000)
-        done = self._cache().expire(made, seconds)
-        if done:
-            self._remember(made, seconds)
-        return done
+        return self._expire(key, version, self._expiry_seconds(timeout, 1 / 1000))
 
     def expire_at(self, key: str, when: datetime | float, version: int | None = None) -> bool:
         """Make the key expire at ``when`` (a datetime, naive = local time, or a Unix time); in the past: delete."""
@@ -524,11 +521,7 @@ class DjangoRedisExtras:
 
     def persist(self, key: str, version: int | None = None) -> bool:
         """Remove the key's expiry; whether the key exists."""
-        made = self.make_and_validate_key(key, version=version)
-        done = self._cache().expire(made, None)
-        if done:
-            self._remember(made, None)
-        return done
+        return self._expire(key, version, None)
 
     # -- locks -----------------------------------------------------------------------------------------------
 
@@ -612,15 +605,17 @@ class DjangoRedisExtras:
         acache = await self._acache()
         return self._remaining_ms(made, await self._aon_loop(acache.exists(made)))
 
-    async def aexpire(self, key: str, timeout: float | timedelta, version: int | None = None) -> bool:
-        """Like :meth:`expire`."""
+    async def _aexpire(self, key: str, version: int | None, seconds: float | None) -> bool:
         made = self.make_and_validate_key(key, version=version)
-        seconds = self._expiry_seconds(timeout)
         acache = await self._acache()
         done = await self._aon_loop(acache.expire(made, seconds))
         if done:
             self._remember(made, seconds)
         return done
+
+    async def aexpire(self, key: str, timeout: float | timedelta, version: int | None = None) -> bool:
+        """Like :meth:`expire`."""
+        return await self._aexpire(key, version, self._expiry_seconds(timeout))
 
     async def apexpire(self, key: str, timeout: int, version: int | None = None) -> bool:
         """Like :meth:`pexpire`."""
@@ -638,12 +633,7 @@ class DjangoRedisExtras:
 
     async def apersist(self, key: str, version: int | None = None) -> bool:
         """Like :meth:`persist`."""
-        made = self.make_and_validate_key(key, version=version)
-        acache = await self._acache()
-        done = await self._aon_loop(acache.expire(made, None))
-        if done:
-            self._remember(made, None)
-        return done
+        return await self._aexpire(key, version, None)
 
     def alock(
         self,
