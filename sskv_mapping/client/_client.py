@@ -195,11 +195,6 @@ KeyLike = str | bytes | bytearray | memoryview
 F = TypeVar("F")
 
 
-#: Default ``max_payload``: ``None``, no limit of the client's own -- what the broker says is the limit: the
-#: transport refuses a PUBLISH packet (command, topic and properties together) larger than the broker's
-#: Maximum Packet Size from CONNACK with :class:`ValueTooLargeError`, before sending anything.
-DEFAULT_MAX_PAYLOAD: int | None = None
-
 #: A listing's default time budget (``scan(timeout=UNSET)``): this many times the client's request timeout.
 SCAN_TIMEOUT_FACTOR = 6
 
