@@ -424,21 +424,15 @@ class DjangoRedisExtras:
     def make_pattern(self, pattern: str, version: int | None = None) -> tuple[bytes, bytes]:
         """The store glob matching ``pattern`` (a glob over this backend's keys: ``*``, ``?``, ``[...]``) with
         ``KEY_PREFIX``/``VERSION`` applied, and the literal part every match starts with."""
-        if not isinstance(pattern, str) or not pattern:
-            raise ConfigurationError(f"a key pattern must be a non-empty str, not {pattern!r}")
-        marker = "\x00sskv-pattern\x00"
-        head, found, tail = self.make_key(marker, version=version).partition(marker)
-        if not found:
-            raise ConfigurationError("KEY_FUNCTION does not keep the key in the key it makes: no pattern can be built")
-        prefix = self._cache().data_key("x")[:-1] + head.encode("utf-8")
-        return escape_glob(prefix) + pattern.encode("utf-8") + escape_glob(tail.encode("utf-8")), prefix
+        head, tail = _around_key(self, pattern, version)
+        prefix = self._cache().data_key("x")[:-1] + head
+        return escape_glob(prefix) + pattern.encode("utf-8") + tail, prefix
 
     def _unmade(self, store_key: bytes, prefix: bytes, tail: int) -> str:
         return store_key[len(prefix) : len(store_key) - tail].decode("utf-8", "replace")
 
     def _tail(self, version: int | None) -> int:
-        marker = "\x00sskv-pattern\x00"
-        return len(self.make_key(marker, version=version).partition(marker)[2].encode("utf-8"))
+        return len(self.make_key(_MARKER, version=version).partition(_MARKER)[2].encode("utf-8"))
 
     def iter_keys(self, search: str, itersize: int | None = None, version: int | None = None) -> Iterator[str]:
         """The keys matching the glob ``search``, lazily, one service page at a time (SCAN). ``itersize`` is
@@ -665,17 +659,25 @@ def _itersize(itersize: int | None) -> int:
     return itersize
 
 
+_MARKER = "\x00sskv-pattern\x00"
+
+
+def _around_key(host: DjangoRedisExtras, pattern: str, version: int | None) -> tuple[bytes, bytes]:
+    """What KEY_FUNCTION puts before a key (encoded) and after it (escaped for a glob); ``pattern`` checked first."""
+    if not isinstance(pattern, str) or not pattern:
+        raise ConfigurationError(f"a key pattern must be a non-empty str, not {pattern!r}")
+    head, found, tail = host.make_key(_MARKER, version=version).partition(_MARKER)
+    if not found:
+        raise ConfigurationError("KEY_FUNCTION does not keep the key in the key it makes: no pattern can be built")
+    return head.encode("utf-8"), escape_glob(tail.encode("utf-8"))
+
+
 async def _pattern_on_loop(
     acache: core.AsyncStateStoreCache[Any], host: DjangoRedisExtras, pattern: str, version: int | None
 ) -> tuple[bytes, bytes]:
-    if not isinstance(pattern, str) or not pattern:
-        raise ConfigurationError(f"a key pattern must be a non-empty str, not {pattern!r}")
-    marker = "\x00sskv-pattern\x00"
-    head, found, tail = host.make_key(marker, version=version).partition(marker)
-    if not found:
-        raise ConfigurationError("KEY_FUNCTION does not keep the key in the key it makes: no pattern can be built")
-    prefix = (await acache.data_key("x"))[:-1] + head.encode("utf-8")
-    return escape_glob(prefix) + pattern.encode("utf-8") + escape_glob(tail.encode("utf-8")), prefix
+    head, tail = _around_key(host, pattern, version)
+    prefix = (await acache.data_key("x"))[:-1] + head
+    return escape_glob(prefix) + pattern.encode("utf-8") + tail, prefix
 
 
 async def _delete_matching(
