@@ -587,12 +587,7 @@ class AsyncStateStoreClient:
         persist: bool = False,
     ) -> Coroutine[Any, Any, tuple[bytes, HybridLogicalClock | None]]:
         """Send one command: the coroutine giving ``(reply payload, response __ts)``; header errors raise there.
-
-        One concern per step, as httpx's ``send`` chain: the arguments are checked here (nothing sent when the
-        request cannot be right: a :class:`ConfigurationError` or :class:`ValueTooLargeError` raises at once), then
-        :meth:`RequestSender.request` takes a slot (the in-flight bound), waits out a reconnect, resends what
-        reached nobody, and checks the response and merges its clock -- one coroutine for all of that."""
-        # Argument errors first: nothing may be sent (nor waited for) when the request cannot be right.
+        The arguments are checked here, at once; :meth:`RequestSender.request` does the rest (architecture.md)."""
         if fencing_token is not None and not isinstance(fencing_token, HybridLogicalClock):
             raise ConfigurationError(f"fencing_token must be a HybridLogicalClock, not {type(fencing_token).__name__}")
         payload = cmd.encode()
