@@ -29,51 +29,7 @@ from .client._client import (
 )
 from .codecs import Codec, JsonCodec, MsgpackCodec, PickleCodec, RawCodec, StrCodec
 from .election import AsyncLeaderElection, LeaderElection, LeadershipChange
-from .errors import (
-    BrokerConnectError,
-    ClientStateError,
-    ClockDriftError,
-    CodecError,
-    ConfigurationError,
-    ConnectionLostError,
-    CredentialsRefusedError,
-    DecodeError,
-    EncodeError,
-    FencingTokenLowerVersionError,
-    FencingTokenRequiredError,
-    FencingTokenSkewError,
-    KeyLengthZeroError,
-    LockError,
-    MalformedTimestampError,
-    MissingTimestampError,
-    NotAuthorizedError,
-    OverloadedError,
-    PickleEncodeError,
-    ProtocolError,
-    PublishRefusedError,
-    QuotaExceededError,
-    ReauthenticationError,
-    ReentrantCallError,
-    RequestSyntaxError,
-    RequestTimeoutError,
-    RequestTooLargeError,
-    ResponseTooLargeError,
-    RpcStatusError,
-    ServiceError,
-    ServiceUnavailableError,
-    SessionLostError,
-    SessionTakenOverError,
-    StateStoreError,
-    StateStoreStartError,
-    TimestampSkewError,
-    TransportError,
-    UnknownCommandError,
-    UnsupportedCommandError,
-    UnsupportedVersionError,
-    ValueTooLargeError,
-    WriteBufferFullError,
-    WrongNumberOfArgumentsError,
-)
+from .errors import *
 from .local_cache import ABSENT, CachedEntry, CacheStats, LocalCache, ReadTicket
 from .lock import AsyncLeasedLock, LeasedLock
 from .mapping._changes import AsyncChangeStream, Change, ChangeStream

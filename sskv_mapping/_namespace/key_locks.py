@@ -212,43 +212,20 @@ class OwnedLock:
             await asyncio.gather(*self._releasing, return_exceptions=True)
 
 
-class _Mutex:
-    __slots__ = ("lock", "users")
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.users = 0
-
-
 class KeyLocks:
-    """The store locks ``<ns>#<kind>/<key>`` of one namespace, and the in-process queue in front of them."""
+    """The store locks ``<ns>#<kind>/<key>`` of one namespace."""
 
     def __init__(self, client: AsyncStateStoreClient, keys: KeyLayout, *, lease: float, timeout: float | None) -> None:
         self.client = client
         self._keys = keys
         self.lease = lease
         self.timeout = timeout
-        self._mutexes: dict[str, _Mutex] = {}
 
     def name(self, kind: LockKind, key: str) -> bytes:
         return self._keys.key_lock(kind, key)
 
     def lock(self, kind: LockKind, key: str, *, auto_renew: bool = False) -> AsyncLeasedLock:
         return AsyncLeasedLock(self.client, self.name(kind, key), lease=self.lease, auto_renew=auto_renew)
-
-    @contextlib.asynccontextmanager
-    async def _queued(self, key: str) -> AsyncIterator[None]:
-        mutex = self._mutexes.get(key)
-        if mutex is None:
-            mutex = self._mutexes[key] = _Mutex()
-        mutex.users += 1
-        try:
-            async with mutex.lock:
-                yield
-        finally:
-            mutex.users -= 1
-            if mutex.users == 0 and self._mutexes.get(key) is mutex:
-                del self._mutexes[key]
 
     @contextlib.asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[AsyncLeasedLock]:

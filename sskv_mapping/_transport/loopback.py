@@ -71,11 +71,6 @@ class LoopbackBroker:
             word = "disconnected" if clean else "closed its connection"
             self._log("N", f"Client {conn.client_id} {word}.")
 
-    def disconnect_all(self) -> None:
-        """Drop every connection, as a broker restart would."""
-        for conn in list(self._sessions.values()):
-            conn.drop()
-
     def route(self, message: OutgoingMessage) -> None:
         self.published += 1
         topic, payload = message.topic, bytes(message.payload)

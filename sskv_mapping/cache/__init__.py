@@ -3,24 +3,5 @@
 Its private parts, one algorithm each: docs/design/namespaces.md.
 """
 
-from ._cache import (
-    DEFAULT_TTL,
-    LATENCY_BUCKETS,
-    AsyncStateStoreCache,
-    OpLatency,
-    StateStoreCache,
-    StateStoreCacheStats,
-    TtlConvention,
-    translate_ttl,
-)
-
-__all__ = [
-    "DEFAULT_TTL",
-    "LATENCY_BUCKETS",
-    "AsyncStateStoreCache",
-    "OpLatency",
-    "StateStoreCache",
-    "StateStoreCacheStats",
-    "TtlConvention",
-    "translate_ttl",
-]
+from ._cache import *  # noqa: F403 (the names of ``_cache.__all__``, one list)
+from ._cache import __all__ as __all__

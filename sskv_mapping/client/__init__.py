@@ -3,36 +3,5 @@
 Its private parts: docs/design/architecture.md, "The client's parts".
 """
 
-from ._client import (
-    UNSET,
-    AsyncKeyWatch,
-    AsyncStateStoreClient,
-    Connecting,
-    ConnectionState,
-    Entry,
-    KeySubscription,
-    KeyWatch,
-    SetResult,
-    StateStoreClient,
-    TlsSettings,
-    UnsetType,
-    escape_glob,
-    ttl_to_ms,
-)
-
-__all__ = [
-    "UNSET",
-    "AsyncKeyWatch",
-    "AsyncStateStoreClient",
-    "Connecting",
-    "ConnectionState",
-    "Entry",
-    "KeySubscription",
-    "KeyWatch",
-    "SetResult",
-    "StateStoreClient",
-    "TlsSettings",
-    "UnsetType",
-    "escape_glob",
-    "ttl_to_ms",
-]
+from ._client import *  # noqa: F403 (the names of ``_client.__all__``, one list)
+from ._client import __all__ as __all__

@@ -24,10 +24,10 @@ from .._protocol.commands import Delete, Get, KeyNotify, Set, SetCondition, VDel
 from .._protocol.hlc import Clock, HlcClock, HybridLogicalClock, system_clock_ms
 from .._protocol.hlc import HybridLogicalClock as Hlc
 from .._protocol.mqtt_publish import OutgoingMessage, message_size
-from .._protocol.notifications import KeyEvent, parse_notification
+from .._protocol.notifications import KeyEvent
 from .._telemetry import attach as attach_telemetry
 from .._transport.backoff import Backoff
-from .._transport.base import Connection, ConnectionFactory, InboundMessage
+from .._transport.base import ConnectionFactory
 from .._transport.factory import new_connection
 from .._transport.settings import (
     DEFAULT_URL,
@@ -45,12 +45,12 @@ from ..errors import (
     ClientStateError,
     ClockDriftError,
     ConfigurationError,
-    ProtocolError,
     StateStoreError,
     ValueTooLargeError,
 )
 from ._home_loop import close_from_elsewhere
 from ._in_flight import DEFAULT_MAX_IN_FLIGHT, InFlightGate
+from ._inbound import InboundRouter
 from ._keeper import ConnectionKeeper, ConnectionState, StateListener
 from ._requests import RequestSender
 from ._scan import ScanSupport, keys_of, scan_pages
@@ -74,7 +74,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("sskv_mapping.client")
-_CONNECTING = ConnectionState.CONNECTING  # (a module constant: read on every message received)
 
 R = TypeVar("R")
 
@@ -195,11 +194,6 @@ def connect_blocking_face(
 KeyLike = str | bytes | bytearray | memoryview
 F = TypeVar("F")
 
-
-#: Default ``max_payload``: ``None``, no limit of the client's own -- what the broker says is the limit: the
-#: transport refuses a PUBLISH packet (command, topic and properties together) larger than the broker's
-#: Maximum Packet Size from CONNACK with :class:`ValueTooLargeError`, before sending anything.
-DEFAULT_MAX_PAYLOAD: int | None = None
 
 #: A listing's default time budget (``scan(timeout=UNSET)``): this many times the client's request timeout.
 SCAN_TIMEOUT_FACTOR = 6
@@ -386,17 +380,15 @@ class AsyncStateStoreClient:
         self.in_flight = InFlightGate(max_in_flight)  #: requests awaiting an answer (``.in_flight``), the bound
         self.timeout = timeout
         self.max_payload = max_payload
-        self._backoff = (backoff_initial, backoff_max)
         self._reconnect = reconnect
-        self._factory = connection_factory
         self.hlc = HlcClock(settings.client_id, wall_clock_ms)
-        self._notify_filter = topics.notification_filter(settings.client_id)
+        factory = connection_factory if connection_factory is not None else new_connection
         self._keeper = ConnectionKeeper(
-            self._new_connection,
-            [topics.response_topic(settings.client_id), self._notify_filter],
+            lambda: factory(settings, self._inbound.on_message),
+            [topics.response_topic(settings.client_id), topics.notification_filter(settings.client_id)],
             url=settings.url,
             reconnect=reconnect,
-            backoff=self._new_backoff,
+            backoff=functools.partial(Backoff, backoff_initial, backoff_max),
             on_drop=self._dropped,
             on_reconnect=self._reconnected,
             name=settings.client_id,
@@ -407,15 +399,16 @@ class AsyncStateStoreClient:
             connected=lambda: self._keeper.connected,
             connection=lambda: self._keeper.conn,
             timeout=lambda: self.timeout,
-            backoff=self._watch_backoff,
+            # restoring watches on a live connection: a service that answers again is met within 2 s, whatever the cap
+            backoff=functools.partial(
+                Backoff, backoff_initial, max(backoff_initial, min(backoff_max, _WATCH_RESTORE_CAP))
+            ),
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sender = RequestSender(settings, self.hlc, self._keeper, self.in_flight, self._clock_behind)
+        self._inbound = InboundRouter(settings.client_id, self.hlc, self._keeper, self._sender, self._watches)
         #: responses whose version was too far ahead of this machine's clock to merge (its clock is behind)
         self.clock_drift_warnings = 0
-        self.bad_notifications = 0
-        #: messages kept in the session for a previous process with this client id: dropped, never matched
-        self.previous_session_messages = 0
         self._scan = ScanSupport(self._keeper)
         self._closed = asyncio.Event()
         in_child_after_fork(self._forget_parent_connection)
@@ -478,6 +471,16 @@ class AsyncStateStoreClient:
         return self._keeper.sessions_lost
 
     @property
+    def bad_notifications(self) -> int:
+        """Malformed notifications received (each dropped and logged at WARNING)."""
+        return self._inbound.bad_notifications
+
+    @property
+    def previous_session_messages(self) -> int:
+        """Messages the broker kept in the session for a previous process with this client id: dropped, counted."""
+        return self._inbound.previous_session_messages
+
+    @property
     def failure(self) -> StateStoreError | None:
         """Why the client stopped for good (state ``FAILED``): :class:`SessionTakenOverError` (another process
         uses this client id) or :class:`CredentialsRefusedError`; ``None`` otherwise."""
@@ -509,18 +512,6 @@ class AsyncStateStoreClient:
     def _forget_parent_connection(self) -> None:
         # in a forked child the connection (its socket) is the parent's: never write to it (sskv_mapping._fork)
         self._keeper.abandon()
-
-    def _new_connection(self) -> Connection:
-        factory = self._factory if self._factory is not None else new_connection
-        return factory(self.settings, self._on_message)
-
-    def _new_backoff(self) -> Backoff:
-        return Backoff(*self._backoff)
-
-    def _watch_backoff(self) -> Backoff:
-        # restoring watches on a live connection: a service that answers again is met within 2 s, whatever the cap
-        initial, cap = self._backoff
-        return Backoff(initial, max(initial, min(cap, _WATCH_RESTORE_CAP)))
 
     async def connect(self) -> None:
         """Connect; raises :class:`BrokerConnectError` if the broker cannot be reached or refuses us."""
@@ -596,12 +587,7 @@ class AsyncStateStoreClient:
         persist: bool = False,
     ) -> Coroutine[Any, Any, tuple[bytes, HybridLogicalClock | None]]:
         """Send one command: the coroutine giving ``(reply payload, response __ts)``; header errors raise there.
-
-        One concern per step, as httpx's ``send`` chain: the arguments are checked here (nothing sent when the
-        request cannot be right: a :class:`ConfigurationError` or :class:`ValueTooLargeError` raises at once), then
-        :meth:`RequestSender.request` takes a slot (the in-flight bound), waits out a reconnect, resends what
-        reached nobody, and checks the response and merges its clock -- one coroutine for all of that."""
-        # Argument errors first: nothing may be sent (nor waited for) when the request cannot be right.
+        The arguments are checked here, at once; :meth:`RequestSender.request` does the rest (architecture.md)."""
         if fencing_token is not None and not isinstance(fencing_token, HybridLogicalClock):
             raise ConfigurationError(f"fencing_token must be a HybridLogicalClock, not {type(fencing_token).__name__}")
         payload = cmd.encode()
@@ -814,40 +800,6 @@ class AsyncStateStoreClient:
     def duplicate_notifications(self) -> int:
         """Notifications dropped as duplicates (a version not newer than one already delivered for the key)."""
         return self._watches.duplicate_notifications
-
-    # -- inbound ------------------------------------------------------------------------------------------
-
-    def _on_message(self, message: InboundMessage) -> None:
-        if self._keeper.state is _CONNECTING:
-            # before our first connect completes, nothing is ours: kept by the broker for a previous process
-            self.previous_session_messages += 1
-            return
-        sender = self._sender
-        if message.topic == sender.response_topic:
-            # sender.pending.resolve(message), inline (one per response): its call's future, if still waiting
-            pending = sender.pending
-            corr = message.correlation_data
-            fut = pending.calls.get(corr) if corr is not None else None
-            if fut is None or fut.done():
-                pending.unmatched += 1
-            else:
-                fut.set_result(message)
-            return
-        if message.topic.startswith(topics.NOTIFY_PREFIX):
-            try:
-                client_id, event = parse_notification(
-                    message.topic, message.payload, message.user_property(headers.TIMESTAMP)
-                )
-            except ProtocolError as exc:
-                self.bad_notifications += 1
-                log.warning("dropping a malformed notification on %r: %s", message.topic, exc)
-                return
-            if client_id != self.client_id:
-                return
-            if event.version is not None:
-                with contextlib.suppress(StateStoreError):
-                    self.hlc.update(event.version)
-            self._watches.notify(event)
 
 
 # -------------------------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Final, Literal, Self
 
 from ..errors import ConfigurationError
@@ -430,12 +429,7 @@ class MosquittoBroker:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # -- internals ---------------------------------------------------------------------------------

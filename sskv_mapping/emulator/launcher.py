@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from types import TracebackType
 from typing import Self
 
 from ..errors import StateStoreStartError
@@ -208,12 +207,7 @@ class EmulatorProcess:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

@@ -424,21 +424,15 @@ class DjangoRedisExtras:
     def make_pattern(self, pattern: str, version: int | None = None) -> tuple[bytes, bytes]:
         """The store glob matching ``pattern`` (a glob over this backend's keys: ``*``, ``?``, ``[...]``) with
         ``KEY_PREFIX``/``VERSION`` applied, and the literal part every match starts with."""
-        if not isinstance(pattern, str) or not pattern:
-            raise ConfigurationError(f"a key pattern must be a non-empty str, not {pattern!r}")
-        marker = "\x00sskv-pattern\x00"
-        head, found, tail = self.make_key(marker, version=version).partition(marker)
-        if not found:
-            raise ConfigurationError("KEY_FUNCTION does not keep the key in the key it makes: no pattern can be built")
-        prefix = self._cache().data_key("x")[:-1] + head.encode("utf-8")
-        return escape_glob(prefix) + pattern.encode("utf-8") + escape_glob(tail.encode("utf-8")), prefix
+        head, tail = _around_key(self, pattern, version)
+        prefix = self._cache().data_key("x")[:-1] + head
+        return escape_glob(prefix) + pattern.encode("utf-8") + tail, prefix
 
     def _unmade(self, store_key: bytes, prefix: bytes, tail: int) -> str:
         return store_key[len(prefix) : len(store_key) - tail].decode("utf-8", "replace")
 
     def _tail(self, version: int | None) -> int:
-        marker = "\x00sskv-pattern\x00"
-        return len(self.make_key(marker, version=version).partition(marker)[2].encode("utf-8"))
+        return len(self.make_key(_MARKER, version=version).partition(_MARKER)[2].encode("utf-8"))
 
     def iter_keys(self, search: str, itersize: int | None = None, version: int | None = None) -> Iterator[str]:
         """The keys matching the glob ``search``, lazily, one service page at a time (SCAN). ``itersize`` is
@@ -495,24 +489,21 @@ class DjangoRedisExtras:
             return self._ttl(timeout)
         return _as_seconds(timeout) * scale  # type: ignore[arg-type]
 
-    def expire(self, key: str, timeout: float | timedelta, version: int | None = None) -> bool:
-        """Restart the key's expiry at ``timeout`` seconds (``<= 0``: delete it; ``DEFAULT_TIMEOUT``: the
-        backend's ``TIMEOUT``); whether the key exists."""
+    def _expire(self, key: str, version: int | None, seconds: float | None) -> bool:
         made = self.make_and_validate_key(key, version=version)
-        seconds = self._expiry_seconds(timeout)
         done = self._cache().expire(made, seconds)
         if done:
             self._remember(made, seconds)
         return done
 
+    def expire(self, key: str, timeout: float | timedelta, version: int | None = None) -> bool:
+        """Restart the key's expiry at ``timeout`` seconds (``<= 0``: delete it; ``DEFAULT_TIMEOUT``: the
+        backend's ``TIMEOUT``); whether the key exists."""
+        return self._expire(key, version, self._expiry_seconds(timeout))
+
     def pexpire(self, key: str, timeout: int, version: int | None = None) -> bool:
         """:meth:`expire` in milliseconds."""
-        made = self.make_and_validate_key(key, version=version)
-        seconds = self._expiry_seconds(timeout, 1 / 1000)
-        done = self._cache().expire(made, seconds)
-        if done:
-            self._remember(made, seconds)
-        return done
+        return self._expire(key, version, self._expiry_seconds(timeout, 1 / 1000))
 
     def expire_at(self, key: str, when: datetime | float, version: int | None = None) -> bool:
         """Make the key expire at ``when`` (a datetime, naive = local time, or a Unix time); in the past: delete."""
@@ -524,11 +515,7 @@ class DjangoRedisExtras:
 
     def persist(self, key: str, version: int | None = None) -> bool:
         """Remove the key's expiry; whether the key exists."""
-        made = self.make_and_validate_key(key, version=version)
-        done = self._cache().expire(made, None)
-        if done:
-            self._remember(made, None)
-        return done
+        return self._expire(key, version, None)
 
     # -- locks -----------------------------------------------------------------------------------------------
 
@@ -612,15 +599,17 @@ class DjangoRedisExtras:
         acache = await self._acache()
         return self._remaining_ms(made, await self._aon_loop(acache.exists(made)))
 
-    async def aexpire(self, key: str, timeout: float | timedelta, version: int | None = None) -> bool:
-        """Like :meth:`expire`."""
+    async def _aexpire(self, key: str, version: int | None, seconds: float | None) -> bool:
         made = self.make_and_validate_key(key, version=version)
-        seconds = self._expiry_seconds(timeout)
         acache = await self._acache()
         done = await self._aon_loop(acache.expire(made, seconds))
         if done:
             self._remember(made, seconds)
         return done
+
+    async def aexpire(self, key: str, timeout: float | timedelta, version: int | None = None) -> bool:
+        """Like :meth:`expire`."""
+        return await self._aexpire(key, version, self._expiry_seconds(timeout))
 
     async def apexpire(self, key: str, timeout: int, version: int | None = None) -> bool:
         """Like :meth:`pexpire`."""
@@ -638,12 +627,7 @@ class DjangoRedisExtras:
 
     async def apersist(self, key: str, version: int | None = None) -> bool:
         """Like :meth:`persist`."""
-        made = self.make_and_validate_key(key, version=version)
-        acache = await self._acache()
-        done = await self._aon_loop(acache.expire(made, None))
-        if done:
-            self._remember(made, None)
-        return done
+        return await self._aexpire(key, version, None)
 
     def alock(
         self,
@@ -675,17 +659,25 @@ def _itersize(itersize: int | None) -> int:
     return itersize
 
 
+_MARKER = "\x00sskv-pattern\x00"
+
+
+def _around_key(host: DjangoRedisExtras, pattern: str, version: int | None) -> tuple[bytes, bytes]:
+    """What KEY_FUNCTION puts before a key (encoded) and after it (escaped for a glob); ``pattern`` checked first."""
+    if not isinstance(pattern, str) or not pattern:
+        raise ConfigurationError(f"a key pattern must be a non-empty str, not {pattern!r}")
+    head, found, tail = host.make_key(_MARKER, version=version).partition(_MARKER)
+    if not found:
+        raise ConfigurationError("KEY_FUNCTION does not keep the key in the key it makes: no pattern can be built")
+    return head.encode("utf-8"), escape_glob(tail.encode("utf-8"))
+
+
 async def _pattern_on_loop(
     acache: core.AsyncStateStoreCache[Any], host: DjangoRedisExtras, pattern: str, version: int | None
 ) -> tuple[bytes, bytes]:
-    if not isinstance(pattern, str) or not pattern:
-        raise ConfigurationError(f"a key pattern must be a non-empty str, not {pattern!r}")
-    marker = "\x00sskv-pattern\x00"
-    head, found, tail = host.make_key(marker, version=version).partition(marker)
-    if not found:
-        raise ConfigurationError("KEY_FUNCTION does not keep the key in the key it makes: no pattern can be built")
-    prefix = (await acache.data_key("x"))[:-1] + head.encode("utf-8")
-    return escape_glob(prefix) + pattern.encode("utf-8") + escape_glob(tail.encode("utf-8")), prefix
+    head, tail = _around_key(host, pattern, version)
+    prefix = (await acache.data_key("x"))[:-1] + head
+    return escape_glob(prefix) + pattern.encode("utf-8") + tail, prefix
 
 
 async def _delete_matching(

@@ -193,11 +193,6 @@ class StoredKeyIndex:
         """The key of a format-1 (single-object) index of the namespace, migrated when found."""
         return self._keys.index_format1()
 
-    @property
-    def used_key(self) -> bytes:
-        """The key listing the shards in use (``ns#index-used``)."""
-        return self._used.key
-
     # -- keys -------------------------------------------------------------------------------------------
 
     def shard_key(self, i: int) -> bytes:

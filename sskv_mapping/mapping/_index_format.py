@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from .._namespace.key_index import IndexEntry
 from ..errors import ProtocolError
@@ -25,14 +26,18 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _json(raw: bytes, what: str) -> Any:
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"{what} is not valid JSON: {exc}") from exc
+
+
 def decode_shard(raw: bytes | None) -> dict[str, IndexEntry]:
     """A shard's entries from its stored bytes (``None`` or empty: no entries)."""
     if raw is None or raw == b"":
         return {}
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(f"an index shard is not valid JSON: {exc}") from exc
+    data = _json(raw, "an index shard")
     if not isinstance(data, dict):
         raise ProtocolError("an index shard is not a JSON object")
     out: dict[str, IndexEntry] = {}
@@ -56,10 +61,7 @@ def decode_used(raw: bytes | None) -> dict[str, IndexEntry]:
     """The used-shards key as the shard-like map ``StoredKeyIndex`` keeps it in: ``str(i) -> IndexEntry(0)``."""
     if raw is None or raw == b"":
         return {}
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(f"the used-shards key is not valid JSON: {exc}") from exc
+    data = _json(raw, "the used-shards key")
     if not isinstance(data, list) or not all(_is_int(i) for i in data):
         raise ProtocolError("the used-shards key is not a JSON list of shard numbers")
     return {str(i): IndexEntry(0) for i in data}
@@ -72,10 +74,7 @@ def encode_used(used: dict[str, IndexEntry]) -> bytes:
 
 def decode_v1(raw: bytes) -> dict[str, int]:
     """A single-object namespace index (format 1: ``{key: added_ms}``), read once to migrate it into shards."""
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(f"the single-object namespace index (format 1) is not valid JSON: {exc}") from exc
+    data = _json(raw, "the single-object namespace index (format 1)")
     if not isinstance(data, dict) or not all(isinstance(v, int) for v in data.values()):
         raise ProtocolError("the single-object namespace index (format 1) is not a JSON object of key -> int")
     return data
