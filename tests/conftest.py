@@ -47,8 +47,8 @@ from hypothesis import settings
 from sskv_mapping._blocking import get_loop_thread
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker, MosquittoStartError, live_brokers
-from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.errors import ConfigurationError, StateStoreStartError
+from sskv_mapping.testing import InProcessStore
 from sskv_mapping.testing._server import live_servers
 from tests._support.procs import (
     EmulatorProcess,
@@ -267,12 +267,12 @@ def namespace() -> str:
 
 
 @pytest.fixture(scope="module")
-def loopback_store() -> Iterator[InProcessStateStore]:
+def loopback_store() -> Iterator[InProcessStore]:
+    """An in-process store on the loop thread's event loop, on the real clock (the blocking clients' loop)."""
     portal = get_loop_thread()
-    store = InProcessStateStore()
-    portal.run(store.start())
+    store = portal.run(InProcessStore().astart())
     yield store
-    portal.run(store.stop())
+    portal.run(store.aclose())
 
 
 # -- one implementation of the store, loopback or broker (dict, cache, lock and election tests) --------------------

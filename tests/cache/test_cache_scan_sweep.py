@@ -14,24 +14,22 @@ import pytest
 
 from sskv_mapping.cache import AsyncStateStoreCache
 from sskv_mapping.client import AsyncStateStoreClient
-from sskv_mapping.emulator.inprocess import InProcessStateStore
+from sskv_mapping.testing import InProcessStore
 
 
 @pytest.fixture(params=[True, False], ids=["scan", "no-scan"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[InProcessStateStore]:
-    s = InProcessStateStore(scan=request.param)
-    await s.start()
-    yield s
-    await s.stop()
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[InProcessStore]:
+    async with InProcessStore(scan=request.param) as s:
+        yield s
 
 
-async def _client(store: InProcessStateStore) -> AsyncStateStoreClient:
+async def _client(store: InProcessStore) -> AsyncStateStoreClient:
     client = AsyncStateStoreClient(connection_factory=store.broker.connection, timeout=10)
     await client.connect()
     return client
 
 
-async def test_a_ttl_less_write_is_one_set_where_scan_answers(store: InProcessStateStore) -> None:
+async def test_a_ttl_less_write_is_one_set_where_scan_answers(store: InProcessStore) -> None:
     namespace = f"cs{uuid.uuid4().hex[:8]}"
     client = await _client(store)
     try:
@@ -55,7 +53,7 @@ async def test_a_ttl_less_write_is_one_set_where_scan_answers(store: InProcessSt
         await client.close()
 
 
-async def test_ttl_less_writes_racing_clears_leave_nothing_behind(store: InProcessStateStore) -> None:
+async def test_ttl_less_writes_racing_clears_leave_nothing_behind(store: InProcessStore) -> None:
     namespace = f"cs{uuid.uuid4().hex[:8]}"
     a, b = await _client(store), await _client(store)
     try:

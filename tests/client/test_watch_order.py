@@ -21,7 +21,7 @@ from sskv_mapping._transport.base import InboundMessage, MessageHandler, Outgoin
 from sskv_mapping._transport.loopback import LoopbackBroker, LoopbackConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
-from sskv_mapping.emulator.inprocess import InProcessStateStore
+from sskv_mapping.testing import InProcessStore
 
 KEY = "watched"
 WAIT = 5.0
@@ -76,13 +76,13 @@ class HeldConnection(LoopbackConnection):
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[InProcessStateStore]:
-    async with InProcessStateStore() as s:
+async def store() -> AsyncIterator[InProcessStore]:
+    async with InProcessStore() as s:
         yield s
 
 
 async def reconnect_with_the_reread_held(
-    a: AsyncStateStoreClient, gate: Gate, store: InProcessStateStore, while_away: Any
+    a: AsyncStateStoreClient, gate: Gate, store: InProcessStore, while_away: Any
 ) -> None:
     """Cut ``a`` off, run ``while_away()`` while it cannot come back, then let it reconnect; returns once its
     re-read of KEY was answered and that answer is held."""
@@ -98,11 +98,11 @@ async def reconnect_with_the_reread_held(
     await asyncio.wait_for(gate.holding.wait(), WAIT)
 
 
-async def test_a_reread_older_than_a_notification_is_not_delivered(store: InProcessStateStore) -> None:
+async def test_a_reread_older_than_a_notification_is_not_delivered(store: InProcessStore) -> None:
     gate = Gate(store.broker)
     async with (
-        store.client(connection_factory=gate.factory) as a,
-        store.client() as b,
+        store.async_client(connection_factory=gate.factory) as a,
+        store.async_client() as b,
         a.watch(KEY) as changes,
     ):
         await b.set(KEY, b"1")
@@ -117,11 +117,11 @@ async def test_a_reread_older_than_a_notification_is_not_delivered(store: InProc
         assert a._watches.stale_catch_ups == 1
 
 
-async def test_a_reread_of_an_absent_key_after_a_notification_is_not_delivered(store: InProcessStateStore) -> None:
+async def test_a_reread_of_an_absent_key_after_a_notification_is_not_delivered(store: InProcessStore) -> None:
     gate = Gate(store.broker)
     async with (
-        store.client(connection_factory=gate.factory) as a,
-        store.client() as b,
+        store.async_client(connection_factory=gate.factory) as a,
+        store.async_client() as b,
         a.watch(KEY) as changes,
     ):
         await b.set(KEY, b"1")
@@ -136,12 +136,12 @@ async def test_a_reread_of_an_absent_key_after_a_notification_is_not_delivered(s
         assert a._watches.stale_catch_ups == 1
 
 
-async def test_a_reread_newer_than_what_was_delivered_is_delivered(store: InProcessStateStore) -> None:
+async def test_a_reread_newer_than_what_was_delivered_is_delivered(store: InProcessStore) -> None:
     """The other side of the rule: with no newer notification first, the change missed while away is reported."""
     gate = Gate(store.broker)
     async with (
-        store.client(connection_factory=gate.factory) as a,
-        store.client() as b,
+        store.async_client(connection_factory=gate.factory) as a,
+        store.async_client() as b,
         a.watch(KEY) as changes,
     ):
         await b.set(KEY, b"1")

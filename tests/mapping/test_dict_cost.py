@@ -19,10 +19,10 @@ import pytest
 from sskv_mapping._namespace.key_locks import drain_owned
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
-from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.emulator.scan import DEFAULT_SCAN_PAGE_SIZE
 from sskv_mapping.mapping import AsyncStateStoreDict
 from sskv_mapping.mapping._listing import ListingMode
+from sskv_mapping.testing import InProcessStore
 
 MODES = ["scan", "index"]
 #: the most requests one single-key operation may take (a new key in index mode, on a shard not yet used: list
@@ -31,20 +31,18 @@ ONE_KEY_BOUND = 14
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[InProcessStateStore]:
-    s = InProcessStateStore()
-    await s.start()
-    yield s
-    await s.stop()
+async def store() -> AsyncIterator[InProcessStore]:
+    async with InProcessStore() as s:
+        yield s
 
 
-async def _client(store: InProcessStateStore) -> AsyncStateStoreClient:
+async def _client(store: InProcessStore) -> AsyncStateStoreClient:
     client = AsyncStateStoreClient(connection_factory=store.broker.connection, timeout=30)
     await client.connect()
     return client
 
 
-async def _filled(store: InProcessStateStore, listing: ListingMode, n: int) -> str:
+async def _filled(store: InProcessStore, listing: ListingMode, n: int) -> str:
     namespace = f"c{uuid.uuid4().hex[:10]}"
     client = await _client(store)
     try:
@@ -93,7 +91,7 @@ async def _costs(client: AsyncStateStoreClient, d: AsyncStateStoreDict[int]) -> 
 
 @pytest.mark.parametrize("listing", MODES)
 async def test_a_single_key_operation_costs_the_same_at_10_and_10k_keys(
-    store: InProcessStateStore, listing: ListingMode
+    store: InProcessStore, listing: ListingMode
 ) -> None:
     costs: dict[int, dict[str, int]] = {}
     for n in (10, 10_000):
@@ -141,7 +139,7 @@ async def _empty_with_popitem(client: AsyncStateStoreClient, d: AsyncStateStoreD
 
 @pytest.mark.parametrize("listing", MODES)
 async def test_emptying_a_1000_key_dict_with_popitem_costs_a_constant_per_call(
-    store: InProcessStateStore, listing: ListingMode
+    store: InProcessStore, listing: ListingMode
 ) -> None:
     namespace = await _filled(store, listing, 1_000)
     client = await _client(store)
