@@ -36,26 +36,13 @@ async def store() -> AsyncIterator[InProcessStore]:
         yield s
 
 
-async def _client(store: InProcessStore) -> AsyncStateStoreClient:
-    client = AsyncStateStoreClient(connection_factory=store.broker.connection, timeout=30)
-    await client.connect()
-    return client
-
-
 async def _filled(store: InProcessStore, listing: ListingMode, n: int) -> str:
     namespace = f"c{uuid.uuid4().hex[:10]}"
-    client = await _client(store)
-    try:
-        d: AsyncStateStoreDict[int] = AsyncStateStoreDict(
-            client,
-            namespace=namespace,
-            local_cache_size=0,
-            listing=listing,
-        )
-        async with d:
-            await d.update({f"k{i}": i for i in range(n)})
-    finally:
-        await client.close()
+    async with (
+        store.async_client(timeout=30) as client,
+        AsyncStateStoreDict(client, namespace=namespace, local_cache_size=0, listing=listing) as d,
+    ):
+        await d.update({f"k{i}": i for i in range(n)})
     return namespace
 
 
@@ -96,18 +83,12 @@ async def test_a_single_key_operation_costs_the_same_at_10_and_10k_keys(
     costs: dict[int, dict[str, int]] = {}
     for n in (10, 10_000):
         namespace = await _filled(store, listing, n)
-        client = await _client(store)
-        try:
-            d: AsyncStateStoreDict[int] = AsyncStateStoreDict(
-                client,
-                namespace=namespace,
-                listing=listing,
-            )
-            async with d:
-                assert await d.len() == n  # warm: the listing is known (index) / the mode decided (scan)
-                costs[n] = await _costs(client, d)
-        finally:
-            await client.close()
+        async with (
+            store.async_client(timeout=30) as client,
+            AsyncStateStoreDict[int](client, namespace=namespace, listing=listing) as d,
+        ):
+            assert await d.len() == n  # warm: the listing is known (index) / the mode decided (scan)
+            costs[n] = await _costs(client, d)
     small, big = costs[10], costs[10_000]
     for op in small:
         if op in ("len", "keys"):
@@ -142,18 +123,12 @@ async def test_emptying_a_1000_key_dict_with_popitem_costs_a_constant_per_call(
     store: InProcessStore, listing: ListingMode
 ) -> None:
     namespace = await _filled(store, listing, 1_000)
-    client = await _client(store)
-    try:
-        d: AsyncStateStoreDict[int] = AsyncStateStoreDict(
-            client,
-            namespace=namespace,
-            listing=listing,
-        )
-        async with d:
-            per_call = await _empty_with_popitem(client, d, 1_000)
-            assert await d.len() == 0
-    finally:
-        await client.close()
+    async with (
+        store.async_client(timeout=30) as client,
+        AsyncStateStoreDict[int](client, namespace=namespace, listing=listing) as d,
+    ):
+        per_call = await _empty_with_popitem(client, d, 1_000)
+        assert await d.len() == 0
     # not the whole listing per call (1,000 keys over hundreds of shards): a few requests, whatever is left
     assert max(per_call) <= ONE_KEY_BOUND, max(per_call)
     assert sum(per_call) <= 10 * 1_000
