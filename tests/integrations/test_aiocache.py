@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -22,17 +22,10 @@ from aiocache.lock import OptimisticLock, OptimisticLockError, RedLock
 from aiocache.serializers import PickleSerializer, StringSerializer
 
 from sskv_mapping import AsyncStateStoreClient, ConnectionSettings, KeyOperation
-from sskv_mapping.integrations._common import close_shared_clients
 from sskv_mapping.integrations.aiocache import StateStoreCache
 from tests._support.waiting import Notified
 
 CacheFactory = Callable[..., StateStoreCache]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_shared_connection() -> Iterator[None]:
-    yield
-    close_shared_clients()
 
 
 @pytest.fixture

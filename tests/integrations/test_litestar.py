@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import string
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -36,11 +35,6 @@ from sskv_mapping import (
 )
 from sskv_mapping.integrations.litestar import StateStoreStore
 from tests._support.waiting import Notified, eventually
-
-
-@pytest.fixture
-def namespace() -> str:
-    return f"ls{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture
