@@ -179,11 +179,8 @@ def untuned_mosquitto() -> Iterator[MosquittoBroker]:
 @pytest.fixture(scope="session")
 def untuned_emulator(untuned_mosquitto: MosquittoBroker) -> Iterator[EmulatorProcess]:
     """The emulator process serving the untuned broker (shared: do not stop it)."""
-    proc = _start_emulator(untuned_mosquitto)
-    try:
+    with _start_emulator(untuned_mosquitto) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture
@@ -195,21 +192,15 @@ def untuned_broker_address(untuned_mosquitto: MosquittoBroker, untuned_emulator:
 @pytest.fixture(scope="session")
 def emulator(mosquitto: MosquittoBroker) -> Iterator[EmulatorProcess]:
     """The emulator process serving the session broker (shared: do not stop it)."""
-    proc = _start_emulator(mosquitto)
-    try:
+    with _start_emulator(mosquitto) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture
 def fresh_emulator(fresh_mosquitto: MosquittoBroker) -> Iterator[EmulatorProcess]:
     """An emulator process for this test only, serving ``fresh_mosquitto``."""
-    proc = _start_emulator(fresh_mosquitto)
-    try:
+    with _start_emulator(fresh_mosquitto) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(scope="session", autouse=True)
