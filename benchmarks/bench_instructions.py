@@ -8,8 +8,8 @@ Each measure runs in a child process of its own (this script with ``--child NAME
 operation ``--small`` times and once ``--large`` times, after the same set-up and warm-up. The difference of the two
 totals divided by ``large - small`` is the cost of one operation: the interpreter's start-up, the imports and the
 set-up are the same in both runs and cancel out. Everything runs in one process over the in-process store
-(:class:`~sskv_mapping.emulator.inprocess.InProcessStateStore`: the real client, emulator server and core on the
-loopback broker, no sockets), so a round trip's figure is the client's work plus the emulator's, with no broker.
+(:class:`~sskv_mapping.testing.InProcessStore` on the running loop: the real client, emulator server and core on
+the loopback broker, no sockets), so a round trip's figure is the client's work plus the emulator's, with no broker.
 
 The counts are exact for a given interpreter and build and repeat to within a fraction of a percent (hash seeds
 are fixed); wall-clock time on a shared machine moves by tens of percent. They are the measure to quote for "did
@@ -95,13 +95,13 @@ async def _setup(name: str, stack: AsyncExitStack) -> Op:
     from sskv_mapping._protocol.hlc import HybridLogicalClock, system_clock_ms
     from sskv_mapping._protocol.mqtt_publish import InboundMessage
     from sskv_mapping.cache import AsyncStateStoreCache
-    from sskv_mapping.emulator.inprocess import InProcessStateStore
     from sskv_mapping.mapping import AsyncStateStoreDict
+    from sskv_mapping.testing import InProcessStore
 
-    store = await stack.enter_async_context(InProcessStateStore())
+    store = await stack.enter_async_context(InProcessStore())
     # a fixed client id: the loopback's topic-filter order (and so the count) depends on it; random, the counts
     # moved by +-15k instructions from one run to the next
-    client = await stack.enter_async_context(store.client(client_id=BENCH_CLIENT_ID))
+    client = await stack.enter_async_context(store.async_client(client_id=BENCH_CLIENT_ID))
     await client.set("bench", b"x" * 16)
 
     if name == "client-get":

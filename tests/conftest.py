@@ -47,8 +47,8 @@ from hypothesis import settings
 from sskv_mapping._blocking import get_loop_thread
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker, MosquittoStartError, live_brokers
-from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.errors import ConfigurationError, StateStoreStartError
+from sskv_mapping.testing import InProcessStore
 from sskv_mapping.testing._server import live_servers
 from tests._support.procs import (
     EmulatorProcess,
@@ -179,11 +179,8 @@ def untuned_mosquitto() -> Iterator[MosquittoBroker]:
 @pytest.fixture(scope="session")
 def untuned_emulator(untuned_mosquitto: MosquittoBroker) -> Iterator[EmulatorProcess]:
     """The emulator process serving the untuned broker (shared: do not stop it)."""
-    proc = _start_emulator(untuned_mosquitto)
-    try:
+    with _start_emulator(untuned_mosquitto) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture
@@ -195,21 +192,15 @@ def untuned_broker_address(untuned_mosquitto: MosquittoBroker, untuned_emulator:
 @pytest.fixture(scope="session")
 def emulator(mosquitto: MosquittoBroker) -> Iterator[EmulatorProcess]:
     """The emulator process serving the session broker (shared: do not stop it)."""
-    proc = _start_emulator(mosquitto)
-    try:
+    with _start_emulator(mosquitto) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture
 def fresh_emulator(fresh_mosquitto: MosquittoBroker) -> Iterator[EmulatorProcess]:
     """An emulator process for this test only, serving ``fresh_mosquitto``."""
-    proc = _start_emulator(fresh_mosquitto)
-    try:
+    with _start_emulator(fresh_mosquitto) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -267,12 +258,12 @@ def namespace() -> str:
 
 
 @pytest.fixture(scope="module")
-def loopback_store() -> Iterator[InProcessStateStore]:
+def loopback_store() -> Iterator[InProcessStore]:
+    """An in-process store on the loop thread's event loop, on the real clock (the blocking clients' loop)."""
     portal = get_loop_thread()
-    store = InProcessStateStore()
-    portal.run(store.start())
+    store = portal.run(InProcessStore().astart())
     yield store
-    portal.run(store.stop())
+    portal.run(store.aclose())
 
 
 # -- one implementation of the store, loopback or broker (dict, cache, lock and election tests) --------------------

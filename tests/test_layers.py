@@ -268,7 +268,6 @@ MUST_NOT_IMPORT: dict[str, set[str]] = {
     "emulator.broker": _above("protocol"),
     "emulator.core": {"_transport", "client"},  # sans-IO: bytes in, bytes out
     "emulator.duplicates": {"_transport"} | NO_IO,  # its clock is a number handed in
-    "emulator.inprocess": {"mapping", "cache"},
     "emulator.store_view": {"_transport", "client", "mapping", "cache"},
     "emulator.inspector": {"client", "mapping", "cache"},
     "emulator.scan": {"_transport", "client"},

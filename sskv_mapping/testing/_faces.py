@@ -8,7 +8,6 @@ from ..cache._cache import StateStoreCache
 from ..client._client import AsyncStateStoreClient, StateStoreClient
 from ..lock import LeasedLock
 from ..mapping._dict import StateStoreDict
-from ._clock import FakeClock
 
 __all__ = ["StoreFaces"]
 
@@ -17,13 +16,11 @@ class StoreFaces:
     """Connected clients and ready faces on one store, in the test's namespace; :meth:`close` closes them all.
 
     Subclasses say how a client reaches the store (:meth:`_client_kwargs`, :meth:`_async_client_kwargs`) and
-    which monotonic clock the faces read (:attr:`clock`, ``None``: the real one).
+    what the faces take besides (:meth:`_face_kwargs`: a fake clock's ``monotonic``; none: the real clock).
     """
 
     #: the test's own namespace: the faces use it unless told another
     namespace: str
-    #: the fake clock the faces and clients read; ``None`` on a real store (real time)
-    clock: FakeClock | None = None
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
@@ -37,7 +34,7 @@ class StoreFaces:
         raise NotImplementedError
 
     def _face_kwargs(self) -> dict[str, Any]:
-        return {} if self.clock is None else {"monotonic": self.clock.monotonic}
+        return {}
 
     @property
     def client(self) -> StateStoreClient:

@@ -120,6 +120,9 @@ class LiveStore(StoreFaces):
     settings for this store and namespace.
     """
 
+    #: no fake clock: a live store runs on real time
+    clock: None = None
+
     def __init__(self, server: StateStoreServer, namespace: str) -> None:
         super().__init__(namespace)
         self.server = server

@@ -65,11 +65,11 @@ def _telemetry_problems() -> list[str]:
     import asyncio
 
     from sskv_mapping.cache import AsyncStateStoreCache
-    from sskv_mapping.emulator.inprocess import InProcessStateStore
+    from sskv_mapping.testing import InProcessStore
 
     async def run() -> list[str]:
         found = []
-        async with InProcessStateStore() as store, store.client() as client:
+        async with InProcessStore() as store, store.async_client() as client:
             if client._sender.telemetry is not None:
                 found.append("a client without the otel extra has telemetry")
             async with AsyncStateStoreCache[int](client, namespace="bare", local_cache_size=8) as cache:

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import pytest
 
 from sskv_mapping.client import AsyncStateStoreClient, StateStoreClient
-from sskv_mapping.emulator.inprocess import InProcessStateStore
+from sskv_mapping.testing import InProcessStore
 
 BackendName = Literal["loopback", "broker"]
 NAMES: tuple[BackendName, ...] = ("loopback", "broker")
@@ -40,8 +40,8 @@ class StoreBackend:
         self._request = request
         self._async_test = inspect.iscoroutinefunction(getattr(request, "function", None))
         self._broker_kwargs: dict[str, Any] | None = None
-        self._thread_store: InProcessStateStore | None = None  # loopback, for blocking clients (the loop thread)
-        self._loop_store: InProcessStateStore | None = None  # loopback, for async clients on the test's loop
+        self._thread_store: InProcessStore | None = None  # loopback, for blocking clients (the loop thread)
+        self._loop_store: InProcessStore | None = None  # loopback, for async clients on the test's loop
         self._clients: list[StateStoreClient] = []
         self._async_clients: list[AsyncStateStoreClient] = []
         if name == "broker":
@@ -96,14 +96,14 @@ class StoreBackend:
         for client in self._clients:
             client.close()
         if self._loop_store is not None:
-            await self._loop_store.stop()
+            await self._loop_store.aclose()
 
     def _blocking_kwargs(self) -> dict[str, Any]:
         if self._thread_store is None:  # an async test that also wants a blocking client
             self._thread_store = self._request.getfixturevalue("loopback_store")
         return {"connection_factory": self._thread_store.broker.connection}
 
-    async def _store_on_this_loop(self) -> InProcessStateStore:
+    async def _store_on_this_loop(self) -> InProcessStore:
         if self._loop_store is None:
-            self._loop_store = await InProcessStateStore().start()
+            self._loop_store = await InProcessStore().astart()
         return self._loop_store

@@ -3,14 +3,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import signal
-import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,6 +15,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from .procs import ServerProcess
 
 __all__ = ["UVICORN_WORKER_CONF", "Gunicorn", "forked_workers", "gunicorn_config"]
 
@@ -86,63 +85,15 @@ def forked_workers(n: int, work: Callable[[], dict[str, Any]], timeout: float = 
     return reports
 
 
-class Gunicorn:
+class Gunicorn(ServerProcess):
     """``gunicorn --preload -w 2`` serving ``app`` on a free loopback port; its access log names each worker."""
 
     def __init__(self, app: str, cwd: Path, env: dict[str, str], *extra: str) -> None:
-        self._args = [
+        argv = [
             sys.executable, "-m", "gunicorn", "--preload", "-w", "2", "-b", "127.0.0.1:0",
             "--access-logfile", "-", "--access-logformat", "ACCESS %(p)s %(s)s %(m)s %(U)s", *extra, app,
         ]  # fmt: skip
-        self._cwd = cwd
-        self._env = {**env, "PYTHONUNBUFFERED": "1"}
-        self._lines: list[str] = []
-        self._up = threading.Event()
-        self.url = ""
-        self._process: subprocess.Popen[str] | None = None
-
-    @property
-    def output(self) -> str:
-        return "".join(self._lines)
-
-    def __enter__(self) -> Gunicorn:
-        self._process = subprocess.Popen(
-            self._args, cwd=self._cwd, env=self._env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-        threading.Thread(target=self._read, name="gunicorn-output", daemon=True).start()
-        self._up.wait(60)
-        if not self.url:
-            self.__exit__()
-            raise RuntimeError(f"gunicorn did not start:\n{self.output}")
-        return self
-
-    def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
-        try:
-            for line in self._process.stdout:
-                self._lines.append(line)
-                found = re.search(r"Listening at: (http://127\.0\.0\.1:\d+)", line)
-                if found:
-                    self.url = found.group(1)
-                    self._up.set()
-        finally:
-            self._up.set()
-
-    def __exit__(self, *exc: object) -> None:
-        process = self._process
-        if process is None:
-            return
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if process.stdout is not None:
-            with contextlib.suppress(OSError):
-                process.stdout.close()
+        super().__init__(argv, cwd=cwd, env=env, listening=r"Listening at: (http://127\.0\.0\.1:\d+)")
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, str]:
         data = None if body is None else json.dumps(body).encode()

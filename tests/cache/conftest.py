@@ -10,16 +10,15 @@ thread). Either client comes from ``store_backend``, which closes it at teardown
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 
-from sskv_mapping._protocol.notifications import KeyEvent, KeyOperation
 from sskv_mapping.cache import AsyncStateStoreCache, StateStoreCache
 from sskv_mapping.client import AsyncStateStoreClient
 from tests._support.store_backend import StoreBackend
+from tests._support.waiting import Notified
 
 CacheFactory = Callable[..., Awaitable[AsyncStateStoreCache[Any]]]
 SyncCacheFactory = Callable[..., StateStoreCache[Any]]
@@ -45,27 +44,6 @@ async def make_cache(store_backend: StoreBackend, namespace: str) -> AsyncIterat
 @pytest.fixture
 async def cache(make_cache: CacheFactory) -> AsyncStateStoreCache[Any]:
     return await make_cache()
-
-
-class Notified:
-    """Waits for a key's notifications (``client.subscribe_key``), e.g. the DELETE of an expiry."""
-
-    def __init__(self) -> None:
-        self.events: list[KeyEvent] = []
-        self._changed = asyncio.Event()
-
-    def __call__(self, event: KeyEvent) -> None:
-        self.events.append(event)
-        self._changed.set()
-
-    async def wait_for(self, op: KeyOperation, timeout: float = 5.0) -> KeyEvent:
-        async with asyncio.timeout(timeout):
-            while True:
-                for event in self.events:
-                    if event.op is op:
-                        return event
-                self._changed.clear()
-                await self._changed.wait()
 
 
 @pytest.fixture

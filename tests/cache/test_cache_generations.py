@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -73,11 +72,6 @@ class Worker:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
         self.proc.stdin.close()
-
-
-@pytest.fixture
-def namespace() -> str:
-    return f"gen{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping.client import StateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker, MosquittoStartError, free_port
 from sskv_mapping.lock import LeasedLock
-from tests._support.procs import REPO_ROOT, EmulatorProcess, start_emulator
+from tests._support.procs import REPO_ROOT, start_emulator
 
 pytestmark = pytest.mark.broker
 
@@ -83,22 +83,6 @@ def one_line_error(done: subprocess.CompletedProcess[bytes]) -> str:
 
 def new_key(tag: str = "") -> str:
     return f"cli{tag}-{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture
-def url(mosquitto: MosquittoBroker, emulator: EmulatorProcess) -> str:
-    return mosquitto.url
-
-
-@pytest.fixture
-def store(mosquitto: MosquittoBroker, emulator: EmulatorProcess) -> Iterator[StateStoreClient]:
-    """A library client on the same broker: what the CLI wrote, as the store has it."""
-    client = StateStoreClient(mosquitto.host, mosquitto.port, timeout=10)
-    client.connect()
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 # -- help ---------------------------------------------------------------------------------------------------

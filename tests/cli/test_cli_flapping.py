@@ -33,14 +33,6 @@ FLAPPING: Flapping = {"timeout": 700, "jitter": 400}
 
 
 @pytest.fixture
-def clis() -> Iterator[list[Cli]]:
-    made: list[Cli] = []
-    yield made
-    for cli in made:
-        cli.cleanup()
-
-
-@pytest.fixture
 def flapping(mosquitto: MosquittoBroker, emulator: object) -> Iterator[FaultProxy]:
     with FaultProxy((mosquitto.host, mosquitto.port)) as proxy:
         yield proxy

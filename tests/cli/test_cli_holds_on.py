@@ -100,14 +100,6 @@ class Cli:
 
 
 @pytest.fixture
-def clis() -> Iterator[list[Cli]]:
-    made: list[Cli] = []
-    yield made
-    for cli in made:
-        cli.cleanup()
-
-
-@pytest.fixture
 def restartable(fresh_mosquitto: MosquittoBroker, fresh_emulator: EmulatorProcess) -> Iterator[StateStoreClient]:
     """A broker of this test's own (restart it at will) with its emulator, and a library client on it."""
     client = StateStoreClient(fresh_mosquitto.host, fresh_mosquitto.port, timeout=10)

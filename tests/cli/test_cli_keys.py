@@ -7,33 +7,17 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from sskv_mapping import escape_glob
 from sskv_mapping.client import StateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker, free_port
-from tests._support.procs import EmulatorProcess, start_emulator
+from tests._support.procs import start_emulator
 
 from .test_cli import EXIT_CONNECTION, EXIT_OK, EXIT_SERVICE, EXIT_USAGE, one_line_error, run_all, sskv
 
 pytestmark = pytest.mark.broker
-
-
-@pytest.fixture
-def url(mosquitto: MosquittoBroker, emulator: EmulatorProcess) -> str:
-    return mosquitto.url
-
-
-@pytest.fixture
-def store(mosquitto: MosquittoBroker, emulator: EmulatorProcess) -> Iterator[StateStoreClient]:
-    client = StateStoreClient(mosquitto.host, mosquitto.port, timeout=10)
-    client.connect()
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 def test_keys_lists_one_key_a_line_and_counts(url: str, store: StateStoreClient) -> None:

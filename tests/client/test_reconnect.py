@@ -15,7 +15,7 @@ from sskv_mapping._transport.paho import PahoConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 from sskv_mapping.errors import SessionLostError
-from tests._support.waiting import eventually
+from tests._support.waiting import StateWatcher, eventually
 
 from .conftest import Stack
 
@@ -24,25 +24,6 @@ pytestmark = pytest.mark.broker
 
 def unique(prefix: str = "k") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-class StateWatcher:
-    """Records state changes of a client and lets a test wait for one."""
-
-    def __init__(self, client: AsyncStateStoreClient) -> None:
-        self.seen: list[ConnectionState] = []
-        self._changed = asyncio.Event()
-        client.add_state_listener(self._on)
-
-    def _on(self, state: ConnectionState) -> None:
-        self.seen.append(state)
-        self._changed.set()
-
-    async def wait_for(self, state: ConnectionState, count: int = 1, timeout: float = 10) -> None:
-        async with asyncio.timeout(timeout):
-            while self.seen.count(state) < count:
-                self._changed.clear()
-                await self._changed.wait()
 
 
 async def test_broker_restart_mid_traffic(stack: Stack, stack_url: tuple[str, int]) -> None:

@@ -24,10 +24,10 @@ from sskv_mapping import (
 )
 from sskv_mapping._protocol.commands import Scan, parse_command
 from sskv_mapping._transport.base import InboundMessage
-from sskv_mapping.emulator.inprocess import InProcessStateStore
+from sskv_mapping.testing import InProcessStore
 
 
-def drop_requests(store: InProcessStateStore, should_drop: Callable[[Scan], bool]) -> list[Scan]:
+def drop_requests(store: InProcessStore, should_drop: Callable[[Scan], bool]) -> list[Scan]:
     """Make the service ignore (never answer) the SCAN requests ``should_drop`` picks; returns every SCAN seen."""
     seen: list[Scan] = []
     handle = store.server._handle_request
@@ -55,7 +55,7 @@ async def fill(client: AsyncStateStoreClient, prefix: str, n: int) -> list[bytes
 
 @pytest.mark.parametrize("bad", ["", b"", None, 3, ["*"], "\udc80"])
 async def test_a_bad_pattern_fails_at_the_call_before_any_io(bad: Any) -> None:
-    async with InProcessStateStore() as store, store.client() as client:
+    async with InProcessStore() as store, store.async_client() as client:
         sent = client.requests_sent
         with pytest.raises(ConfigurationError):
             client.scan(bad)
@@ -67,7 +67,7 @@ async def test_a_bad_pattern_fails_at_the_call_before_any_io(bad: Any) -> None:
 
 
 async def test_pages_and_keys() -> None:
-    async with InProcessStateStore(scan_page_size=4, scan_empty_pages=1) as store, store.client() as client:
+    async with InProcessStore(scan_page_size=4, scan_empty_pages=1) as store, store.async_client() as client:
         keys = await fill(client, "pk/", 10)
         await fill(client, "other/", 3)
         pages = [p async for p in client.scan_pages("pk/*")]
@@ -78,7 +78,7 @@ async def test_pages_and_keys() -> None:
 
 
 async def test_a_timed_out_page_is_asked_again_with_the_same_token() -> None:
-    async with InProcessStateStore(scan_page_size=3) as store, store.client() as client:
+    async with InProcessStore(scan_page_size=3) as store, store.async_client() as client:
         keys = await fill(client, "rt/", 10)
         dropped: list[bytes] = []
 
@@ -99,7 +99,7 @@ async def test_a_timed_out_page_is_asked_again_with_the_same_token() -> None:
 
 
 async def test_the_listing_has_a_time_bound() -> None:
-    async with InProcessStateStore(scan_page_size=2) as store, store.client() as client:
+    async with InProcessStore(scan_page_size=2) as store, store.async_client() as client:
         await fill(client, "tb/", 5)
         drop_requests(store, lambda cmd: cmd.token is not None)  # later pages never answered
         pages = client.scan_pages(b"tb/*", page_timeout=0.1, timeout=0.6)
@@ -110,7 +110,7 @@ async def test_the_listing_has_a_time_bound() -> None:
 
 async def test_a_slow_consumer_does_not_spend_the_listing_time() -> None:
     # the budget counts the pager's own waiting, not the caller's time between pages
-    async with InProcessStateStore(scan_page_size=1) as store, store.client() as client:
+    async with InProcessStore(scan_page_size=1) as store, store.async_client() as client:
         keys = await fill(client, "slow/", 3)
         got = []
         gate = asyncio.Event()
@@ -124,7 +124,7 @@ async def test_a_slow_consumer_does_not_spend_the_listing_time() -> None:
 
 
 async def test_an_older_service_raises_unsupported_once_then_without_asking() -> None:
-    async with InProcessStateStore(scan=False) as store, store.client() as client:
+    async with InProcessStore(scan=False) as store, store.async_client() as client:
         assert client.supports_scan is None
         with pytest.raises(UnsupportedCommandError):
             [k async for k in client.scan(b"*")]
@@ -136,7 +136,7 @@ async def test_an_older_service_raises_unsupported_once_then_without_asking() ->
 
 
 async def test_supports_scan_is_forgotten_on_reconnect() -> None:
-    async with InProcessStateStore() as store, store.client(backoff_initial=0.01) as client:
+    async with InProcessStore() as store, store.async_client(backoff_initial=0.01) as client:
         assert [k async for k in client.scan(b"nothing/*")] == []
         assert client.supports_scan is True
         reconnected = asyncio.Event()
@@ -150,7 +150,7 @@ async def test_supports_scan_is_forgotten_on_reconnect() -> None:
 
 
 async def test_closing_a_listing_early_sends_no_more_pages() -> None:
-    async with InProcessStateStore(scan_page_size=2) as store, store.client() as client:
+    async with InProcessStore(scan_page_size=2) as store, store.async_client() as client:
         await fill(client, "early/", 9)
         seen = drop_requests(store, lambda cmd: False)
         async with contextlib.aclosing(client.scan(b"early/*")) as keys:  # type: ignore[type-var]  # typed an iterator
@@ -160,7 +160,7 @@ async def test_closing_a_listing_early_sends_no_more_pages() -> None:
 
 
 async def test_escape_glob_lists_a_namespace_with_glob_characters_exactly() -> None:
-    async with InProcessStateStore(scan_page_size=3) as store, store.client() as client:
+    async with InProcessStore(scan_page_size=3) as store, store.async_client() as client:
         mine = await fill(client, "n[s]*?/", 7)
         await fill(client, "ns*?/", 3)  # what "n[s]*?/*" unescaped would also match
         await fill(client, "n[s]x?/", 2)
@@ -171,7 +171,7 @@ async def test_escape_glob_lists_a_namespace_with_glob_characters_exactly() -> N
 
 async def test_a_lost_connection_that_cannot_come_back_fails_the_listing_at_once() -> None:
     # reconnect=False (as the CLI): no retry until the listing's deadline, the caller hears at once
-    async with InProcessStateStore(scan_page_size=2) as store, store.client(reconnect=False) as client:
+    async with InProcessStore(scan_page_size=2) as store, store.async_client(reconnect=False) as client:
         await fill(client, "lost/", 5)
         loop = asyncio.get_running_loop()
 

@@ -21,7 +21,7 @@ from sskv_mapping._transport.base import InboundMessage, MessageHandler, Outgoin
 from sskv_mapping._transport.loopback import LoopbackBroker, LoopbackConnection
 from sskv_mapping._transport.settings import ConnectionSettings
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
-from sskv_mapping.emulator.inprocess import InProcessStateStore
+from sskv_mapping.testing import InProcessStore
 
 KEY = "watched"
 WAIT = 5.0
@@ -76,13 +76,13 @@ class HeldConnection(LoopbackConnection):
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[InProcessStateStore]:
-    async with InProcessStateStore() as s:
+async def store() -> AsyncIterator[InProcessStore]:
+    async with InProcessStore() as s:
         yield s
 
 
 async def reconnect_with_the_reread_held(
-    a: AsyncStateStoreClient, gate: Gate, store: InProcessStateStore, while_away: Any
+    a: AsyncStateStoreClient, gate: Gate, store: InProcessStore, while_away: Any
 ) -> None:
     """Cut ``a`` off, run ``while_away()`` while it cannot come back, then let it reconnect; returns once its
     re-read of KEY was answered and that answer is held."""
@@ -98,50 +98,40 @@ async def reconnect_with_the_reread_held(
     await asyncio.wait_for(gate.holding.wait(), WAIT)
 
 
-async def test_a_reread_older_than_a_notification_is_not_delivered(store: InProcessStateStore) -> None:
+@pytest.mark.parametrize(
+    "missed",
+    [
+        pytest.param(lambda b: b.set(KEY, b"2"), id="a_reread_older_than_a_notification"),
+        pytest.param(lambda b: b.delete(KEY), id="a_reread_of_an_absent_key_after_a_notification"),
+    ],
+)
+async def test_a_stale_reread_is_not_delivered(store: InProcessStore, missed: Any) -> None:
+    """A change missed while away (2, or a delete), re-read after a newer notification (3): not reported."""
     gate = Gate(store.broker)
     async with (
-        store.client(connection_factory=gate.factory) as a,
-        store.client() as b,
+        store.async_client(connection_factory=gate.factory) as a,
+        store.async_client() as b,
         a.watch(KEY) as changes,
     ):
         await b.set(KEY, b"1")
         assert (await changes.next(WAIT)).value == b"1"
-        await reconnect_with_the_reread_held(a, gate, store, lambda: b.set(KEY, b"2"))  # 2 is missed
-        await b.set(KEY, b"3")  # notified while the re-read's answer (2) waits
+        await reconnect_with_the_reread_held(a, gate, store, lambda: missed(b))
+        await b.set(KEY, b"3")  # notified while the re-read's answer (2, or absent) waits
         assert (await changes.next(WAIT)).value == b"3"
-        gate.release()  # the re-read answers 2: older than 3
+        gate.release()  # the re-read answers: older than 3
         await b.set(KEY, b"4")
         event = await changes.next(WAIT)
-        assert (event.value, event.synthetic) == (b"4", False)  # not 2 first
+        # not 2 first, and no DELETE of a key that holds 3
+        assert (event.op, event.value, event.synthetic) == (KeyOperation.SET, b"4", False)
         assert a._watches.stale_catch_ups == 1
 
 
-async def test_a_reread_of_an_absent_key_after_a_notification_is_not_delivered(store: InProcessStateStore) -> None:
-    gate = Gate(store.broker)
-    async with (
-        store.client(connection_factory=gate.factory) as a,
-        store.client() as b,
-        a.watch(KEY) as changes,
-    ):
-        await b.set(KEY, b"1")
-        assert (await changes.next(WAIT)).value == b"1"
-        await reconnect_with_the_reread_held(a, gate, store, lambda: b.delete(KEY))  # the delete is missed
-        await b.set(KEY, b"3")  # notified while the re-read's answer (absent) waits
-        assert (await changes.next(WAIT)).value == b"3"
-        gate.release()
-        await b.set(KEY, b"4")
-        event = await changes.next(WAIT)
-        assert (event.op, event.value) == (KeyOperation.SET, b"4")  # no DELETE of a key that holds 3
-        assert a._watches.stale_catch_ups == 1
-
-
-async def test_a_reread_newer_than_what_was_delivered_is_delivered(store: InProcessStateStore) -> None:
+async def test_a_reread_newer_than_what_was_delivered_is_delivered(store: InProcessStore) -> None:
     """The other side of the rule: with no newer notification first, the change missed while away is reported."""
     gate = Gate(store.broker)
     async with (
-        store.client(connection_factory=gate.factory) as a,
-        store.client() as b,
+        store.async_client(connection_factory=gate.factory) as a,
+        store.async_client() as b,
         a.watch(KEY) as changes,
     ):
         await b.set(KEY, b"1")

@@ -23,6 +23,7 @@ from sskv_mapping._protocol.resp3 import encode_request
 from sskv_mapping._protocol.topics import NOTIFY_PREFIX
 from sskv_mapping.emulator.core import SERVICE_NODE_ID, CoreResult, EmulatorCore, Notification
 from sskv_mapping.emulator.scan import glob_match
+from tests._support.clocks import ManualClock
 
 T0 = 1_700_000_000_000
 SET_NOTE = b"*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n$5\r\nVALUE\r\n"
@@ -37,22 +38,11 @@ def err(cls: type[errors.ServiceError]) -> bytes:
     return b"-ERR " + cls.TEXT.encode() + b"\r\n"
 
 
-class FakeClock:
-    def __init__(self, now: int = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
-
-
 class Store:
     """An EmulatorCore plus SDK-like clients: every request carries a freshly ticked ``__ts``."""
 
     def __init__(self, max_keys: int | None = None) -> None:
-        self.clock = FakeClock()
+        self.clock = ManualClock(T0)
         self.core = EmulatorCore(now_ms=self.clock, max_keys=max_keys)
         self._client_clocks: dict[str, HlcClock] = {}
 

@@ -15,17 +15,10 @@ from sskv_mapping._protocol.hlc import HlcClock, HybridLogicalClock
 from sskv_mapping._protocol.resp3 import encode_request
 from sskv_mapping.emulator.core import CoreResult, EmulatorCore
 from sskv_mapping.emulator.duplicates import DEFAULT_MAX_AGE_MS, RecentAnswers
+from tests._support.clocks import ManualClock
 
 T0 = 1_700_000_000_000
 OK = b"+OK\r\n"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @dataclass
@@ -41,7 +34,7 @@ class Sent:
 
 @dataclass
 class Store:
-    clock: FakeClock = field(default_factory=FakeClock)
+    clock: ManualClock = field(default_factory=lambda: ManualClock(T0))
     core: EmulatorCore = field(init=False)
     window: int = 50_000
     window_ms: int = DEFAULT_MAX_AGE_MS

@@ -9,15 +9,16 @@ are tested with an injected clock in test_duplicates.py.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
 from sskv_mapping._protocol.resp3 import encode_request
 from sskv_mapping.emulator.broker import MosquittoBroker
 from tests._support.miniclient import MiniClient, Response
-from tests._support.procs import EmulatorProcess, start_emulator
+from tests._support.procs import start_emulator
 from tests._support.waiting import eventually
+
+from .conftest import Connect
 
 pytestmark = pytest.mark.broker
 
@@ -25,25 +26,9 @@ OK = b"+OK\r\n"
 SET_NOTE = b"*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n"
 DELETE_NOTE = b"*2\r\n$6\r\nNOTIFY\r\n$6\r\nDELETE\r\n"
 
-Connect = Callable[..., Awaitable[MiniClient]]
-
 
 def key(prefix: str = "dup") -> bytes:
     return f"{prefix}-{uuid.uuid4().hex[:12]}".encode()
-
-
-@pytest.fixture
-async def connect(mosquitto: MosquittoBroker, emulator: EmulatorProcess) -> AsyncIterator[Connect]:
-    made: list[MiniClient] = []
-
-    async def make(client_id: str | None = None) -> MiniClient:
-        c = await MiniClient(mosquitto.host, mosquitto.port, client_id).connect()
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        await c.close()
 
 
 class Twice:

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -37,12 +37,12 @@ from sskv_mapping.errors import TransportError
 from tests._support.miniclient import MiniClient, Response
 from tests._support.procs import EmulatorProcess, repo_env, start_emulator
 
+from .conftest import Connect
+
 SET_NOTE = b"*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n$5\r\nVALUE\r\n"
 DELETE_NOTE = b"*2\r\n$6\r\nNOTIFY\r\n$6\r\nDELETE\r\n"
 OK = b"+OK\r\n"
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-Connect = Callable[..., Awaitable[MiniClient]]
 
 
 def set_note(value: bytes) -> bytes:
@@ -61,21 +61,6 @@ def assert_response_headers(r: Response) -> None:
     assert r.props["__stat"] == "200"
     assert r.props["__protVer"] == "1.0"
     assert r.content_type == "application/octet-stream"
-
-
-@pytest.fixture
-async def connect(mosquitto: MosquittoBroker, emulator: EmulatorProcess) -> AsyncIterator[Connect]:
-    """Make MiniClients on the session broker (served by the session emulator); closed afterwards."""
-    made: list[MiniClient] = []
-
-    async def make(client_id: str | None = None) -> MiniClient:
-        c = await MiniClient(mosquitto.host, mosquitto.port, client_id).connect()
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        await c.close()
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ from sskv_mapping import (
 )
 from sskv_mapping.client import ConnectionState
 from sskv_mapping.emulator.broker import MosquittoBroker
-from sskv_mapping.emulator.inprocess import InProcessStateStore
+from sskv_mapping.testing import FakeClock, InProcessStore
 
 from .conftest import FaultRow
 
@@ -177,12 +177,12 @@ def test_a_blocking_client_two_minutes_fast_is_refused_writes_nothing_and_breaks
 async def test_a_fixed_clock_works_again_on_the_same_connection_in_process(fault_report: FaultRow) -> None:
     fault_report.scenario = "e. clock 2 min fast, then fixed (in-process)"
     fault_report.faults = "client wall clock +120 s, fixed, injected time +61 s"
-    service_ms = [real_now_ms()]
-    fast_clock = OffsetClock(SKEW_MS, base=lambda: service_ms[0])
+    clock = FakeClock()
+    fast_clock = OffsetClock(SKEW_MS, base=clock.wall_ms)
     async with (
-        InProcessStateStore(now_ms=lambda: service_ms[0]) as store,
-        store.client(wall_clock_ms=lambda: service_ms[0], timeout=5) as healthy,
-        store.client(wall_clock_ms=fast_clock, timeout=5) as fast,
+        InProcessStore(clock=clock) as store,
+        store.async_client(timeout=5) as healthy,
+        store.async_client(wall_clock_ms=fast_clock, timeout=5) as fast,
     ):
         with pytest.raises(TimestampSkewError, match=ADVICE):
             await fast.set("k", b"from the future")
@@ -194,12 +194,12 @@ async def test_a_fixed_clock_works_again_on_the_same_connection_in_process(fault
         fast_clock.offset_ms = 0  # fixed; the HLC stays ~120 s ahead and never goes back
         with pytest.raises(ClockDriftError):
             await fast.set("k", b"too early")
-        service_ms[0] += 59_000  # the HLC is still 61 s ahead of the wall clock
+        clock.advance(59)  # the HLC is still 61 s ahead of the wall clock
         with pytest.raises(ClockDriftError):
             await fast.get("k")
         assert await healthy.get("k") is None
 
-        service_ms[0] += 2_000  # the wall clock is within 60 s of the HLC again: the same client works
+        clock.advance(2)  # the wall clock is within 60 s of the HLC again: the same client works
         result = await fast.set("k", b"back")
         assert result.applied and result.version is not None
         entry = await healthy.get("k")

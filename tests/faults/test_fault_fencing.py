@@ -44,9 +44,9 @@ import pytest
 from sskv_mapping import FencingTokenLowerVersionError, HybridLogicalClock, LockError
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
-from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.lock import AsyncLeasedLock
 from sskv_mapping.mapping import AsyncStateStoreDict
+from sskv_mapping.testing import FakeClock, InProcessStore
 from tests._support.waiting import eventually
 
 from . import _harness
@@ -214,22 +214,6 @@ async def test_sigstopped_holder_process_never_writes_over_the_broker(
     assert worker.junk == []
 
 
-class FakeTime:
-    """The service's and the clients' wall clock (ms), and the honest lock's monotonic clock (s)."""
-
-    def __init__(self) -> None:
-        self.ms = time.time_ns() // 1_000_000
-
-    def now_ms(self) -> int:
-        return self.ms
-
-    def monotonic(self) -> float:
-        return self.ms / 1000
-
-    def advance(self, ms: int) -> None:
-        self.ms += ms
-
-
 def standing_clock(t: float) -> Callable[[], float]:
     """A monotonic clock that stands still at ``t``: a lease check that cannot see the pause."""
     return lambda: t
@@ -260,16 +244,16 @@ async def stale_attempts(
 
 async def test_stale_holder_through_the_lock_api_in_process(fault_report: FaultRow) -> None:
     rounds = env_int("SSKV_FAULTS_FENCING_ROUNDS", 1000)
-    fake = FakeTime()
+    fake = FakeClock()  # the service's and the clients' wall clock, the honest lock's monotonic clock
     tally = Tally()
     fault_report.scenario = "d. stale holder, lock API (in-process)"
     fault_report.faults = f"{rounds} holders paused past a {IN_PROCESS_LEASE_MS} ms lease (injected clock)"
     lease = IN_PROCESS_LEASE_MS / 1000
     last_value = b""
     async with (
-        InProcessStateStore(now_ms=fake.now_ms) as store,
-        store.client(wall_clock_ms=fake.now_ms, timeout=5) as a,
-        store.client(wall_clock_ms=fake.now_ms, timeout=5) as b,
+        InProcessStore(clock=fake) as store,
+        store.async_client(timeout=5) as a,
+        store.async_client(timeout=5) as b,
     ):
         ns = f"fenceinproc{uuid.uuid4().hex[:8]}"
         lock_name, key = f"{ns}-lock", f"{ns}/protected".encode()
@@ -285,7 +269,7 @@ async def test_stale_holder_through_the_lock_api_in_process(fault_report: FaultR
             assert blind_token is not None and stale is not None and stale > blind_token, f"round {i}"
             assert await taker.try_acquire() is None  # held: the taker has to wait
 
-            fake.advance(IN_PROCESS_LEASE_MS + 1)  # A is paused past its lease
+            fake.advance((IN_PROCESS_LEASE_MS + 1) / 1000)  # A is paused past its lease
             fresh = await taker.try_acquire()
             assert fresh is not None and fresh > stale
             await b_dict.fenced(taker).set("protected", i)

@@ -27,29 +27,13 @@ import pytest
 from sskv_mapping import FencingTokenLowerVersionError, LockError
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
-from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.lock import AsyncLeasedLock
 from sskv_mapping.mapping import AsyncStateStoreDict
+from sskv_mapping.testing import FakeClock, InProcessStore
 
 from .conftest import FaultRow, env_int
 
 pytestmark = pytest.mark.faults
-
-
-class FakeTime:
-    """One clock for everything in the in-process rounds: wall ms for the HLCs, seconds for the locks."""
-
-    def __init__(self) -> None:
-        self.ms = time.time_ns() // 1_000_000
-
-    def now_ms(self) -> int:
-        return self.ms
-
-    def monotonic(self) -> float:
-        return self.ms / 1000
-
-    def advance(self, ms: int) -> None:
-        self.ms += ms
 
 
 class Tally:
@@ -86,43 +70,42 @@ async def stale_holder_attempts(
 
 async def test_paused_lease_holders_never_write_in_process(fault_report: FaultRow) -> None:
     rounds = env_int("SSKV_FAULTS_FENCING_ROUNDS", 1000)
-    fake = FakeTime()
+    fake = FakeClock()  # one clock for everything: wall ms for the HLCs, seconds for the locks
     lease_ms = 1000
     tally = Tally()
     fault_report.scenario = "d. paused lease holder (in-process)"
     fault_report.faults = f"{rounds} holders paused past a {lease_ms} ms lease (injected clock)"
-    async with InProcessStateStore(now_ms=fake.now_ms) as store:
-        factory = store.broker.connection
-        async with (
-            AsyncStateStoreClient(connection_factory=factory, wall_clock_ms=fake.now_ms, timeout=5) as a,
-            AsyncStateStoreClient(connection_factory=factory, wall_clock_ms=fake.now_ms, timeout=5) as b,
-        ):
-            namespace = f"fence{uuid.uuid4().hex[:8]}"
-            a_dict: AsyncStateStoreDict[Any] = AsyncStateStoreDict(a, namespace=namespace, local_cache_size=0)
-            lock_name, key = f"{namespace}-lock", f"{namespace}-protected"
-            for i in range(rounds):
-                holder = AsyncLeasedLock(a, lock_name, lease=lease_ms / 1000, monotonic=fake.monotonic)
-                taker = AsyncLeasedLock(b, lock_name, lease=lease_ms / 1000, monotonic=fake.monotonic)
-                stale = await holder.try_acquire()
-                assert stale is not None, f"round {i}: the holder could not take a free lock"
-                assert await taker.try_acquire() is None  # held: the taker must wait
-                fake.advance(lease_ms + 1)  # the holder is paused past its lease
-                fresh = await taker.try_acquire()
-                assert fresh is not None and fresh > stale
-                value = f"taker-{i}".encode()
-                assert (await b.set(key, value, fencing_token=fresh)).applied
-                accepted, refused = await stale_holder_attempts(a, key, stale, value, b)
-                tally.stale_accepted += accepted
-                tally.refused += refused
-                try:  # the holder's own lock object knows its lease ran out: nothing is even sent
-                    await a_dict.fenced(holder).set("k", i)
-                except LockError:
-                    tally.client_side_refusals += 1
-                else:
-                    tally.stale_accepted += 1
-                assert await taker.release()
-                tally.rounds += 1
-            await a_dict.close()
+    async with (
+        InProcessStore(clock=fake) as store,
+        store.async_client(timeout=5) as a,
+        store.async_client(timeout=5) as b,
+    ):
+        namespace = f"fence{uuid.uuid4().hex[:8]}"
+        a_dict: AsyncStateStoreDict[Any] = AsyncStateStoreDict(a, namespace=namespace, local_cache_size=0)
+        lock_name, key = f"{namespace}-lock", f"{namespace}-protected"
+        for i in range(rounds):
+            holder = AsyncLeasedLock(a, lock_name, lease=lease_ms / 1000, monotonic=fake.monotonic)
+            taker = AsyncLeasedLock(b, lock_name, lease=lease_ms / 1000, monotonic=fake.monotonic)
+            stale = await holder.try_acquire()
+            assert stale is not None, f"round {i}: the holder could not take a free lock"
+            assert await taker.try_acquire() is None  # held: the taker must wait
+            fake.advance((lease_ms + 1) / 1000)  # the holder is paused past its lease
+            fresh = await taker.try_acquire()
+            assert fresh is not None and fresh > stale
+            value = f"taker-{i}".encode()
+            assert (await b.set(key, value, fencing_token=fresh)).applied
+            accepted, refused = await stale_holder_attempts(a, key, stale, value, b)
+            tally.stale_accepted += accepted
+            tally.refused += refused
+            try:  # the holder's own lock object knows its lease ran out: nothing is even sent
+                await a_dict.fenced(holder).set("k", i)
+            except LockError:
+                tally.client_side_refusals += 1
+            else:
+                tally.stale_accepted += 1
+            assert await taker.release()
+            tally.rounds += 1
+        await a_dict.close()
 
     fault_report.load = f"{tally.rounds} rounds, 2 clients, 1 lock, 1 protected key"
     fault_report.writes_lost = "0"

@@ -110,6 +110,29 @@ _HEADER = re.compile(rb"[$*:](-?[0-9]*)\r\n")
 _TOKENS = [b"\r\n", b"\r", b"\n", b"$", b"*", b":", b"+", b"-", b"-1", b"$-1\r\n", b"*1\r\n", b"ERR ", b"\x00", b"\xff"]
 
 
+#: the byte-level mutations every fuzz input takes (:func:`_mutate_bytes`)
+_BYTE_MUTATIONS = ("flip", "insert", "delete", "truncate", "dup")
+
+
+def _mutate_bytes(draw: st.DrawFn, buf: bytearray, op: str, tokens: list[bytes]) -> None:
+    """Flip a byte, insert a token or random bytes, delete or duplicate a run, or truncate (not on an empty one)."""
+    size = len(buf)
+    if op == "flip" and size:
+        buf[draw(st.integers(0, size - 1))] = draw(st.integers(0, 255))
+    elif op == "insert":
+        at = draw(st.integers(0, size))
+        buf[at:at] = draw(st.sampled_from(tokens) | st.binary(min_size=1, max_size=4))
+    elif op == "delete" and size:
+        at = draw(st.integers(0, size - 1))
+        del buf[at : at + draw(st.integers(1, 4))]
+    elif op == "truncate":
+        del buf[draw(st.integers(0, size)) :]
+    elif op == "dup" and size:
+        at = draw(st.integers(0, size - 1))
+        end = draw(st.integers(at, size))
+        buf[end:end] = buf[at:end]
+
+
 @st.composite
 def mutate(draw: st.DrawFn, data: bytes) -> bytes:
     """Apply up to four structure-aware mutations to ``data`` (none now and then: the accepting paths count too)."""
@@ -121,20 +144,8 @@ def mutate(draw: st.DrawFn, data: bytes) -> bytes:
             )
         )
         size = len(buf)
-        if op == "flip" and size:
-            buf[draw(st.integers(0, size - 1))] = draw(st.integers(0, 255))
-        elif op == "insert":
-            at = draw(st.integers(0, size))
-            buf[at:at] = draw(st.sampled_from(_TOKENS) | st.binary(min_size=1, max_size=4))
-        elif op == "delete" and size:
-            at = draw(st.integers(0, size - 1))
-            del buf[at : at + draw(st.integers(1, 4))]
-        elif op == "truncate":
-            del buf[draw(st.integers(0, size)) :]
-        elif op == "dup" and size:
-            at = draw(st.integers(0, size - 1))
-            end = draw(st.integers(at, size))
-            buf[end:end] = buf[at:end]
+        if op in _BYTE_MUTATIONS:
+            _mutate_bytes(draw, buf, op, _TOKENS)
         elif op == "length":
             headers = list(_HEADER.finditer(bytes(buf)))
             if headers:
@@ -422,20 +433,8 @@ def mutate_publish(draw: st.DrawFn, data: bytes) -> bytes:
     for _ in range(draw(st.integers(0, 4))):
         op = draw(st.sampled_from(["flip", "insert", "delete", "truncate", "dup", "header", "length"]))
         size = len(buf)
-        if op == "flip" and size:
-            buf[draw(st.integers(0, size - 1))] = draw(st.integers(0, 255))
-        elif op == "insert":
-            at = draw(st.integers(0, size))
-            buf[at:at] = draw(st.sampled_from(_PUBLISH_TOKENS) | st.binary(min_size=1, max_size=4))
-        elif op == "delete" and size:
-            at = draw(st.integers(0, size - 1))
-            del buf[at : at + draw(st.integers(1, 4))]
-        elif op == "truncate":
-            del buf[draw(st.integers(0, size)) :]
-        elif op == "dup" and size:
-            at = draw(st.integers(0, size - 1))
-            end = draw(st.integers(at, size))
-            buf[end:end] = buf[at:end]
+        if op in _BYTE_MUTATIONS:
+            _mutate_bytes(draw, buf, op, _PUBLISH_TOKENS)
         elif op == "header" and size:
             buf[0] = draw(st.sampled_from([0x30, 0x31, 0x32, 0x33, 0x34, 0x36, 0x38, 0x3A, 0x3F]))
         elif op == "length" and size > 1:  # a length byte (topic, property, string) off by a little or a lot

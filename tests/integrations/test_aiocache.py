@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -21,17 +21,11 @@ from aiocache import Cache, cached, cached_stampede, caches
 from aiocache.lock import OptimisticLock, OptimisticLockError, RedLock
 from aiocache.serializers import PickleSerializer, StringSerializer
 
-from sskv_mapping import AsyncStateStoreClient, ConnectionSettings, KeyEvent, KeyOperation
-from sskv_mapping.integrations._common import close_shared_clients
+from sskv_mapping import AsyncStateStoreClient, ConnectionSettings, KeyOperation
 from sskv_mapping.integrations.aiocache import StateStoreCache
+from tests._support.waiting import Notified
 
 CacheFactory = Callable[..., StateStoreCache]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_shared_connection() -> Iterator[None]:
-    yield
-    close_shared_clients()
 
 
 @pytest.fixture
@@ -58,27 +52,6 @@ async def make_cache(broker_url: str, sskv_namespace: str) -> AsyncIterator[Cach
 @pytest.fixture
 async def cache(make_cache: CacheFactory) -> StateStoreCache:
     return make_cache(namespace="main")
-
-
-class Notified:
-    """The notifications of one key, for waiting on an expiry's DELETE."""
-
-    def __init__(self) -> None:
-        self.events: list[KeyEvent] = []
-        self._changed = asyncio.Event()
-
-    def __call__(self, event: KeyEvent) -> None:
-        self.events.append(event)
-        self._changed.set()
-
-    async def wait_for(self, op: KeyOperation, timeout: float = 5.0) -> KeyEvent:
-        async with asyncio.timeout(timeout):
-            while True:
-                for event in self.events:
-                    if event.op is op:
-                        return event
-                self._changed.clear()
-                await self._changed.wait()
 
 
 @pytest.fixture

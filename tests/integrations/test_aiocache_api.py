@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import inspect
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -17,7 +17,6 @@ pytest.importorskip("aiocache")
 
 from aiocache.base import BaseCache
 
-from sskv_mapping.integrations._common import close_shared_clients
 from sskv_mapping.integrations.aiocache import StateStoreCache
 
 #: aiocache 1.0 (main branch, aiocache/base.py): the methods ``BaseCache`` declares ``@abstractmethod``
@@ -43,12 +42,6 @@ RESOLVES_NAMESPACE = hasattr(BaseCache, "_str_build_key")
 
 class Color(enum.Enum):
     RED = "red"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_shared_connection() -> Iterator[None]:
-    yield
-    close_shared_clients()
 
 
 @pytest.fixture

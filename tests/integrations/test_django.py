@@ -14,7 +14,6 @@ import asyncio
 import subprocess
 import sys
 import threading
-import uuid
 import warnings
 import zlib
 from collections.abc import Callable, Iterator
@@ -64,17 +63,6 @@ def f() -> int:
 class C:
     def m(self, n: int) -> int:
         return 24
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_shared() -> Iterator[None]:
-    yield
-    close_all()
-
-
-@pytest.fixture
-def namespace() -> str:
-    return f"dj{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture

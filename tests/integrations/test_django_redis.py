@@ -35,16 +35,10 @@ from django.test.utils import override_settings
 
 from sskv_mapping import LockError
 from sskv_mapping.integrations._django_redis import CompressedCodec
-from sskv_mapping.integrations.django import StateStoreCache, close_all
+from sskv_mapping.integrations.django import StateStoreCache
 
 BACKEND = "sskv_mapping.integrations.django.StateStoreCache"
 pytestmark = pytest.mark.broker
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_shared() -> Iterator[None]:
-    yield
-    close_all()
 
 
 @pytest.fixture

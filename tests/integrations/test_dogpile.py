@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,18 +17,11 @@ from dogpile.cache.api import NO_VALUE
 from dogpile.cache.region import CacheRegion
 
 from sskv_mapping import ClientStateError, ConfigurationError, KeyOperation, StateStoreClient
-from sskv_mapping.integrations._common import close_shared_objects
 from sskv_mapping.integrations.dogpile import StateStoreBackend, StateStoreMutex
 
 pytestmark = pytest.mark.broker
 
 KEY = b"0123456789abcdef-dogpile-test-key"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_shared() -> Iterator[None]:
-    yield
-    close_shared_objects()
 
 
 @pytest.fixture

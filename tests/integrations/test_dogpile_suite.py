@@ -5,7 +5,6 @@ mosquitto and the emulator process. Their ``time_intensive`` tests run too (thre
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,15 +17,7 @@ from dogpile.testing.fixtures import (
     _GenericSerializerTestSuite,
 )
 
-from sskv_mapping.integrations._common import close_shared_objects
-
 pytestmark = pytest.mark.broker
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_shared() -> Iterator[None]:
-    yield
-    close_shared_objects()
 
 
 class _OnOurStore:

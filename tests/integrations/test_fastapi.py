@@ -5,7 +5,6 @@ Against mosquitto and the emulator process, through FastAPI's TestClient and htt
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -34,11 +33,6 @@ from sskv_mapping.integrations.fastapi import (
 
 Config = Annotated[AsyncStateStoreDict[Any], Depends(get_statestore_dict())]
 Pages = Annotated[AsyncStateStoreCache[Any], Depends(get_statestore_cache())]
-
-
-@pytest.fixture
-def namespace() -> str:
-    return f"fa{uuid.uuid4().hex[:10]}"
 
 
 def _app(broker_url: str, namespace: str, **kwargs: Any) -> FastAPI:

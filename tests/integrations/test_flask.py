@@ -22,23 +22,11 @@ from flask_caching import Cache
 
 from sskv_mapping import KeyOperation, PickleCodec
 from sskv_mapping.codecs import MsgpackCodec
-from sskv_mapping.integrations._common import close_shared_clients
 from sskv_mapping.integrations.flask_caching import StateStoreCache
 
 BACKEND = "sskv_mapping.integrations.flask_caching.StateStoreCache"
 
 AppFactory = Callable[..., tuple[Flask, Cache]]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_shared_connection() -> Iterator[None]:
-    yield
-    close_shared_clients()
-
-
-@pytest.fixture
-def namespace() -> str:
-    return f"flask{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import string
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -32,16 +31,10 @@ from sskv_mapping import (
     ConfigurationError,
     ConnectionSettings,
     DecodeError,
-    KeyEvent,
     KeyOperation,
 )
 from sskv_mapping.integrations.litestar import StateStoreStore
-from tests._support.waiting import eventually
-
-
-@pytest.fixture
-def namespace() -> str:
-    return f"ls{uuid.uuid4().hex[:10]}"
+from tests._support.waiting import Notified, eventually
 
 
 @pytest.fixture
@@ -50,27 +43,6 @@ async def store(broker_url: str, namespace: str) -> AsyncIterator[StateStoreStor
     async with s:
         yield s
         await s.delete_all()
-
-
-class Notified:
-    """The notifications of one key, for waiting on an expiry's DELETE."""
-
-    def __init__(self) -> None:
-        self.events: list[KeyEvent] = []
-        self._changed = asyncio.Event()
-
-    def __call__(self, event: KeyEvent) -> None:
-        self.events.append(event)
-        self._changed.set()
-
-    async def wait_for(self, op: KeyOperation, timeout: float = 5.0) -> KeyEvent:
-        async with asyncio.timeout(timeout):
-            while True:
-                for event in self.events:
-                    if event.op is op:
-                        return event
-                self._changed.clear()
-                await self._changed.wait()
 
 
 Watch = Callable[[StateStoreStore, str], Awaitable[Notified]]

@@ -9,14 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sskv_mapping.local_cache import _TOUCH_REPLAY, CachedEntry, _Entries
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests._support.clocks import ManualClock
 
 
 def entry(value: str, expires_at: float | None = None) -> CachedEntry[str]:
@@ -24,11 +17,11 @@ def entry(value: str, expires_at: float | None = None) -> CachedEntry[str]:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
-def test_put_held_and_drop(clock: FakeClock) -> None:
+def test_put_held_and_drop(clock: ManualClock) -> None:
     e: _Entries[str] = _Entries(4, None, clock)
     e.put(b"a", entry("A"), hot=True, serve_until=150.0)
     assert e.held(b"a") == entry("A")
@@ -40,7 +33,7 @@ def test_put_held_and_drop(clock: FakeClock) -> None:
     assert (e.held(b"a"), e.hot, len(e)) == (None, {}, 0)
 
 
-def test_an_entry_put_not_hot_is_held_but_not_in_the_hot_map(clock: FakeClock) -> None:
+def test_an_entry_put_not_hot_is_held_but_not_in_the_hot_map(clock: ManualClock) -> None:
     e: _Entries[str] = _Entries(4, None, clock)
     e.put(b"a", entry("A"), hot=False, serve_until=None)
     assert e.held(b"a") == entry("A")
@@ -51,7 +44,7 @@ def test_an_entry_put_not_hot_is_held_but_not_in_the_hot_map(clock: FakeClock) -
     assert sorted(k for k, _ in e.items()) == [b"a", b"b"]
 
 
-def test_with_a_local_ttl_nothing_is_hot_and_entries_age_out(clock: FakeClock) -> None:
+def test_with_a_local_ttl_nothing_is_hot_and_entries_age_out(clock: ManualClock) -> None:
     e: _Entries[str] = _Entries(4, 10.0, clock)
     e.put(b"a", entry("A"), hot=True, serve_until=None)
     assert e.hot == {}
@@ -62,7 +55,7 @@ def test_with_a_local_ttl_nothing_is_hot_and_entries_age_out(clock: FakeClock) -
         e.lookup(b"a")
 
 
-def test_eviction_takes_the_least_recently_used_out_of_the_hot_map_too(clock: FakeClock) -> None:
+def test_eviction_takes_the_least_recently_used_out_of_the_hot_map_too(clock: ManualClock) -> None:
     e: _Entries[str] = _Entries(2, None, clock)
     e.put(b"a", entry("A"), hot=True, serve_until=None)
     e.put(b"b", entry("B"), hot=True, serve_until=None)
@@ -74,7 +67,7 @@ def test_eviction_takes_the_least_recently_used_out_of_the_hot_map_too(clock: Fa
     assert e.touched == []
 
 
-def test_a_replay_counts_every_logged_hit_and_moves_up_only_the_most_recent_keys(clock: FakeClock) -> None:
+def test_a_replay_counts_every_logged_hit_and_moves_up_only_the_most_recent_keys(clock: ManualClock) -> None:
     maxsize = 2 * _TOUCH_REPLAY
     e: _Entries[str] = _Entries(maxsize, None, clock)
     keys = [b"k%d" % i for i in range(maxsize)]
@@ -94,7 +87,7 @@ def test_a_replay_counts_every_logged_hit_and_moves_up_only_the_most_recent_keys
     assert evicted == [keys[1], *keys[_TOUCH_REPLAY + 1 :], *keys[2 : _TOUCH_REPLAY + 1], keys[0]]
 
 
-def test_expire_drops_what_is_past_its_expiry_and_says_how_many(clock: FakeClock) -> None:
+def test_expire_drops_what_is_past_its_expiry_and_says_how_many(clock: ManualClock) -> None:
     e: _Entries[str] = _Entries(4, None, clock)
     e.put(b"past", entry("P", expires_at=100.0), hot=True, serve_until=100.0)
     e.put(b"later", entry("L", expires_at=200.0), hot=True, serve_until=200.0)
@@ -105,7 +98,7 @@ def test_expire_drops_what_is_past_its_expiry_and_says_how_many(clock: FakeClock
     assert [k for k, _ in e.items()] == [b"never"]
 
 
-def test_clear_forgets_everything_but_the_hit_count(clock: FakeClock) -> None:
+def test_clear_forgets_everything_but_the_hit_count(clock: ManualClock) -> None:
     e: _Entries[str] = _Entries(4, None, clock)
     e.put(b"a", entry("A"), hot=True, serve_until=None)
     e.touched.append(b"a")
@@ -116,7 +109,7 @@ def test_clear_forgets_everything_but_the_hit_count(clock: FakeClock) -> None:
 
 @given(st.lists(st.tuples(st.sampled_from(["put", "put-cold", "drop", "touch"]), st.integers(0, 5)), max_size=60))
 def test_the_hot_map_only_ever_holds_entries_held_as_they_are(ops: list[tuple[str, int]]) -> None:
-    e: _Entries[str] = _Entries(3, None, FakeClock())
+    e: _Entries[str] = _Entries(3, None, ManualClock())
     for n, (op, i) in enumerate(ops):
         key = b"k%d" % i
         if op == "put":

@@ -18,6 +18,7 @@ from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.notifications import KeyEvent, KeyOperation
 from sskv_mapping.errors import ConfigurationError
 from sskv_mapping.local_cache import ABSENT, CachedEntry, LocalCache, ReadTicket
+from tests._support.clocks import ManualClock
 
 SET, DELETE = KeyOperation.SET, KeyOperation.DELETE
 K = b"key"
@@ -44,24 +45,13 @@ def loads(data: bytes) -> str:
     return data.decode("utf-8")
 
 
-class FakeClock:
-    def __init__(self, now: float = 100.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def cache(clock: FakeClock) -> LocalCache[str]:
+def cache(clock: ManualClock) -> LocalCache[str]:
     return LocalCache(maxsize=100, monotonic=clock)
 
 
@@ -514,7 +504,7 @@ def test_model_reads_are_stored_iff_nothing_touched_the_key_and_tickets_never_le
 # expiry, on a fake clock
 
 
-def test_entry_never_outlives_the_keys_expiry(cache: LocalCache[str], clock: FakeClock) -> None:
+def test_entry_never_outlives_the_keys_expiry(cache: LocalCache[str], clock: ManualClock) -> None:
     deadline = cache.deadline(10.0)
     assert deadline == clock.now + 10.0
     assert cache.deadline(None) is None
@@ -529,7 +519,7 @@ def test_entry_never_outlives_the_keys_expiry(cache: LocalCache[str], clock: Fak
     assert (cache.hits, cache.misses) == (1, 1)
 
 
-def test_local_ttl_bounds_every_entry(clock: FakeClock) -> None:
+def test_local_ttl_bounds_every_entry(clock: ManualClock) -> None:
     c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, monotonic=clock)
     assert c.ttl == 5.0
     c.store_write(K, entry("x", 1))
@@ -540,7 +530,7 @@ def test_local_ttl_bounds_every_entry(clock: FakeClock) -> None:
     assert K not in c
 
 
-def test_the_earlier_of_local_ttl_and_key_expiry_wins(clock: FakeClock) -> None:
+def test_the_earlier_of_local_ttl_and_key_expiry_wins(clock: ManualClock) -> None:
     c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, monotonic=clock)
     c.store_write(b"short-key-ttl", entry("x", 1, expires_at=clock.now + 2.0))
     c.store_write(b"long-key-ttl", entry("y", 1, expires_at=clock.now + 60.0))
@@ -551,7 +541,7 @@ def test_the_earlier_of_local_ttl_and_key_expiry_wins(clock: FakeClock) -> None:
     assert c.get(b"long-key-ttl") is None
 
 
-def test_an_update_restarts_the_local_ttl(clock: FakeClock) -> None:
+def test_an_update_restarts_the_local_ttl(clock: ManualClock) -> None:
     c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, monotonic=clock)
     c.store_write(K, entry("x", 1))
     clock.advance(4.0)
@@ -562,7 +552,7 @@ def test_an_update_restarts_the_local_ttl(clock: FakeClock) -> None:
     assert got.value == "y"
 
 
-def test_an_event_for_a_locally_expired_entry_does_not_revive_it(clock: FakeClock) -> None:
+def test_an_event_for_a_locally_expired_entry_does_not_revive_it(clock: ManualClock) -> None:
     c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, monotonic=clock)
     c.store_write(K, entry("x", 1))
     clock.advance(5.0)
@@ -570,7 +560,7 @@ def test_an_event_for_a_locally_expired_entry_does_not_revive_it(clock: FakeCloc
     assert c.get(K) is None
 
 
-def test_expire_purges_now(clock: FakeClock) -> None:
+def test_expire_purges_now(clock: ManualClock) -> None:
     c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, monotonic=clock)
     c.store_write(b"a", entry("a", 1, expires_at=clock.now + 1.0))
     c.store_write(b"b", entry("b", 1))
@@ -628,7 +618,7 @@ def test_nothing_is_served_while_disconnected(cache: LocalCache[str]) -> None:
     assert got.value == "y"
 
 
-def test_stale_while_disconnected_serves_marked_entries(clock: FakeClock) -> None:
+def test_stale_while_disconnected_serves_marked_entries(clock: ManualClock) -> None:
     c: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, stale_while_disconnected=True)
     c.store_write(K, entry("x", 1))
     c.store_write(b"expiring", entry("e", 1, expires_at=clock.now + 1.0))

@@ -12,6 +12,7 @@ from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.notifications import KeyEvent, KeyOperation
 from sskv_mapping.errors import ConfigurationError
 from sskv_mapping.local_cache import DEFAULT_MAX_STALENESS, CachedEntry, LocalCache
+from tests._support.clocks import ManualClock
 
 K = b"key"
 
@@ -24,21 +25,15 @@ def entry(value: str, n: int, **kw: Any) -> CachedEntry[str]:
     return CachedEntry(value, value.encode(), v(n), **kw)
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.mark.parametrize("ttl", [None, 1000.0], ids=["hot-map", "locked-path"])
-def test_an_entry_is_served_only_within_max_staleness_of_its_confirmation(clock: FakeClock, ttl: float | None) -> None:
+def test_an_entry_is_served_only_within_max_staleness_of_its_confirmation(
+    clock: ManualClock, ttl: float | None
+) -> None:
     cache: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, ttl=ttl, max_staleness=5)
     cache.store_write(K, entry("one", 1))
     clock.now += 4.9
@@ -52,7 +47,7 @@ def test_an_entry_is_served_only_within_max_staleness_of_its_confirmation(clock:
     assert cache.peek(K) is not None and cache.holds(K)  # kept, for a re-read to confirm
 
 
-def test_a_notification_confirms_and_a_reread_of_the_same_version_confirms(clock: FakeClock) -> None:
+def test_a_notification_confirms_and_a_reread_of_the_same_version_confirms(clock: ManualClock) -> None:
     cache: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, max_staleness=5)
     cache.store_write(K, entry("one", 1))
     clock.now += 4
@@ -74,7 +69,7 @@ def test_a_notification_confirms_and_a_reread_of_the_same_version_confirms(clock
     assert hit is not None and hit.value == "three"
 
 
-def test_confirm_restamps_only_the_version_held(clock: FakeClock) -> None:
+def test_confirm_restamps_only_the_version_held(clock: ManualClock) -> None:
     cache: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, max_staleness=5)
     cache.store_write(K, entry("one", 1))
     clock.now += 5
@@ -86,7 +81,7 @@ def test_confirm_restamps_only_the_version_held(clock: FakeClock) -> None:
     assert not cache.confirm(b"other", v(1))
 
 
-def test_due_lists_what_ages_out_soon_oldest_first_and_leaves_expiring_keys_alone(clock: FakeClock) -> None:
+def test_due_lists_what_ages_out_soon_oldest_first_and_leaves_expiring_keys_alone(clock: ManualClock) -> None:
     cache: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, max_staleness=10)
     cache.store_write(b"a", entry("a", 1))
     clock.now += 3
@@ -102,7 +97,7 @@ def test_due_lists_what_ages_out_soon_oldest_first_and_leaves_expiring_keys_alon
     assert cache.due(within=0) == [b"a", b"b", b"c"]
 
 
-def test_none_trusts_notifications_forever_and_the_default_is_30_s(clock: FakeClock) -> None:
+def test_none_trusts_notifications_forever_and_the_default_is_30_s(clock: ManualClock) -> None:
     forever: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, max_staleness=None)
     default: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock)
     assert default.max_staleness == DEFAULT_MAX_STALENESS == 30.0

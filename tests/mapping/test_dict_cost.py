@@ -19,10 +19,10 @@ import pytest
 from sskv_mapping._namespace.key_locks import drain_owned
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
-from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.emulator.scan import DEFAULT_SCAN_PAGE_SIZE
 from sskv_mapping.mapping import AsyncStateStoreDict
 from sskv_mapping.mapping._listing import ListingMode
+from sskv_mapping.testing import InProcessStore
 
 MODES = ["scan", "index"]
 #: the most requests one single-key operation may take (a new key in index mode, on a shard not yet used: list
@@ -31,33 +31,18 @@ ONE_KEY_BOUND = 14
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[InProcessStateStore]:
-    s = InProcessStateStore()
-    await s.start()
-    yield s
-    await s.stop()
+async def store() -> AsyncIterator[InProcessStore]:
+    async with InProcessStore() as s:
+        yield s
 
 
-async def _client(store: InProcessStateStore) -> AsyncStateStoreClient:
-    client = AsyncStateStoreClient(connection_factory=store.broker.connection, timeout=30)
-    await client.connect()
-    return client
-
-
-async def _filled(store: InProcessStateStore, listing: ListingMode, n: int) -> str:
+async def _filled(store: InProcessStore, listing: ListingMode, n: int) -> str:
     namespace = f"c{uuid.uuid4().hex[:10]}"
-    client = await _client(store)
-    try:
-        d: AsyncStateStoreDict[int] = AsyncStateStoreDict(
-            client,
-            namespace=namespace,
-            local_cache_size=0,
-            listing=listing,
-        )
-        async with d:
-            await d.update({f"k{i}": i for i in range(n)})
-    finally:
-        await client.close()
+    async with (
+        store.async_client(timeout=30) as client,
+        AsyncStateStoreDict(client, namespace=namespace, local_cache_size=0, listing=listing) as d,
+    ):
+        await d.update({f"k{i}": i for i in range(n)})
     return namespace
 
 
@@ -93,23 +78,17 @@ async def _costs(client: AsyncStateStoreClient, d: AsyncStateStoreDict[int]) -> 
 
 @pytest.mark.parametrize("listing", MODES)
 async def test_a_single_key_operation_costs_the_same_at_10_and_10k_keys(
-    store: InProcessStateStore, listing: ListingMode
+    store: InProcessStore, listing: ListingMode
 ) -> None:
     costs: dict[int, dict[str, int]] = {}
     for n in (10, 10_000):
         namespace = await _filled(store, listing, n)
-        client = await _client(store)
-        try:
-            d: AsyncStateStoreDict[int] = AsyncStateStoreDict(
-                client,
-                namespace=namespace,
-                listing=listing,
-            )
-            async with d:
-                assert await d.len() == n  # warm: the listing is known (index) / the mode decided (scan)
-                costs[n] = await _costs(client, d)
-        finally:
-            await client.close()
+        async with (
+            store.async_client(timeout=30) as client,
+            AsyncStateStoreDict[int](client, namespace=namespace, listing=listing) as d,
+        ):
+            assert await d.len() == n  # warm: the listing is known (index) / the mode decided (scan)
+            costs[n] = await _costs(client, d)
     small, big = costs[10], costs[10_000]
     for op in small:
         if op in ("len", "keys"):
@@ -141,21 +120,15 @@ async def _empty_with_popitem(client: AsyncStateStoreClient, d: AsyncStateStoreD
 
 @pytest.mark.parametrize("listing", MODES)
 async def test_emptying_a_1000_key_dict_with_popitem_costs_a_constant_per_call(
-    store: InProcessStateStore, listing: ListingMode
+    store: InProcessStore, listing: ListingMode
 ) -> None:
     namespace = await _filled(store, listing, 1_000)
-    client = await _client(store)
-    try:
-        d: AsyncStateStoreDict[int] = AsyncStateStoreDict(
-            client,
-            namespace=namespace,
-            listing=listing,
-        )
-        async with d:
-            per_call = await _empty_with_popitem(client, d, 1_000)
-            assert await d.len() == 0
-    finally:
-        await client.close()
+    async with (
+        store.async_client(timeout=30) as client,
+        AsyncStateStoreDict[int](client, namespace=namespace, listing=listing) as d,
+    ):
+        per_call = await _empty_with_popitem(client, d, 1_000)
+        assert await d.len() == 0
     # not the whole listing per call (1,000 keys over hundreds of shards): a few requests, whatever is left
     assert max(per_call) <= ONE_KEY_BOUND, max(per_call)
     assert sum(per_call) <= 10 * 1_000

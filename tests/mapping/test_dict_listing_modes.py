@@ -17,22 +17,17 @@ from typing import Any
 import pytest
 
 from sskv_mapping.client import AsyncStateStoreClient
-from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.errors import ConfigurationError
 from sskv_mapping.mapping import AsyncStateStoreDict
 from sskv_mapping.mapping._listing import ListingMode, NamespaceListing
+from sskv_mapping.testing import InProcessStore
 from tests._support.store_backend import StoreBackend
 
 
 @pytest.fixture
 async def old_service() -> AsyncIterator[AsyncStateStoreClient]:
-    store = InProcessStateStore(scan=False)
-    await store.start()
-    client = AsyncStateStoreClient(connection_factory=store.broker.connection, timeout=10)
-    await client.connect()
-    yield client
-    await client.close()
-    await store.stop()
+    async with InProcessStore(scan=False) as store, store.async_client(timeout=10) as client:
+        yield client
 
 
 def _dict(client: AsyncStateStoreClient, namespace: str, listing: ListingMode) -> AsyncStateStoreDict[Any]:

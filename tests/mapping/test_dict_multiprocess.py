@@ -23,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -130,11 +129,6 @@ class WorkerProcess:
 
 
 WorkerFactory = Callable[[str], WorkerProcess]
-
-
-@pytest.fixture
-def namespace() -> str:
-    return f"mp{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -26,11 +25,6 @@ from sskv_mapping.mapping import AsyncStateStoreDict
 from sskv_mapping.mapping._index import DEFAULT_SHARDS
 from sskv_mapping.mapping._listing import NamespaceListing
 from tests._support.store_backend import StoreBackend
-
-
-@pytest.fixture
-def namespace() -> str:
-    return f"ix{uuid.uuid4().hex[:10]}"
 
 
 class Sizes:

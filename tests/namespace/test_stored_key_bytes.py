@@ -11,10 +11,10 @@ import json
 from sskv_mapping import AsyncStateStoreCache, AsyncStateStoreDict
 from sskv_mapping._protocol.commands import parse_command
 from sskv_mapping.emulator.core import CoreResult
-from sskv_mapping.emulator.inprocess import InProcessStateStore
+from sskv_mapping.testing import InProcessStore
 
 
-def _tapped(store: InProcessStateStore) -> set[bytes]:
+def _tapped(store: InProcessStore) -> set[bytes]:
     seen: set[bytes] = set()
 
     def tap(client_id: str | None, request: bytes | None, result: CoreResult, traceparent: str | None) -> None:
@@ -28,7 +28,7 @@ def _tapped(store: InProcessStateStore) -> set[bytes]:
 
 
 async def test_a_dict_with_a_stored_index_writes_these_keys() -> None:
-    async with InProcessStateStore() as store, store.client() as c:
+    async with InProcessStore() as store, store.async_client() as c:
         seen = _tapped(store)
         d: AsyncStateStoreDict[int] = AsyncStateStoreDict(c, namespace="pin", listing="index")
         await d.set("a/b#c", 1)
@@ -52,7 +52,7 @@ async def test_a_dict_with_a_stored_index_writes_these_keys() -> None:
 
 async def test_a_cache_writes_these_keys() -> None:
     # a service without SCAN: entries without a TTL are listed in the generation's ledger
-    async with InProcessStateStore(scan=False) as store, store.client() as c:
+    async with InProcessStore(scan=False) as store, store.async_client() as c:
         seen = _tapped(store)
         cache: AsyncStateStoreCache[int] = AsyncStateStoreCache(c, namespace="web")
         await cache.set("k/1#x", 1, ttl=None)
@@ -79,7 +79,7 @@ async def test_a_cache_writes_these_keys() -> None:
 
 async def test_keys_written_in_the_pinned_layout_read_back() -> None:
     # what an earlier release left in the store: the faces must find it where it was put
-    async with InProcessStateStore() as store, store.client() as c:
+    async with InProcessStore() as store, store.async_client() as c:
         await c.set(b"pin/a/b#c", b"1")
         await c.set(b"web#gen", b'{"gen":"0123456789ab","retired":[]}')
         await c.set("web#g.0123456789ab/k/ü".encode(), b"7")

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from sskv_mapping._protocol.hlc import MAX_DRIFT_MS, HlcClock, HybridLogicalClock
 from sskv_mapping.errors import ClockDriftError, ProtocolError
+from tests._support.clocks import ManualClock
 
 from ._strategies import FAST, FUZZ, U64_MAX, garbage, hlcs, node_ids
 
@@ -373,16 +374,8 @@ def test_merged_follows_protocol_md(ours: HybridLogicalClock, other: HybridLogic
 # HlcClock: the running clock, with an injected wall clock
 
 
-class FakeClock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-
 def test_hlc_clock_uses_the_injected_wall_clock() -> None:
-    wall = FakeClock(NOW)
+    wall = ManualClock(NOW)
     clock = HlcClock("me", now_ms=wall)
     assert clock.node_id == "me"
     assert clock.now_ms() == NOW
@@ -395,7 +388,7 @@ def test_hlc_clock_uses_the_injected_wall_clock() -> None:
 
 
 def test_hlc_clock_update_merges_and_is_remembered() -> None:
-    wall = FakeClock(NOW)
+    wall = ManualClock(NOW)
     clock = HlcClock("me", now_ms=wall)
     clock.tick()
     assert clock.update(H(NOW + 30, 4, "svc")) == H(NOW + 30, 5, "me")
@@ -404,7 +397,7 @@ def test_hlc_clock_update_merges_and_is_remembered() -> None:
 
 
 def test_hlc_clock_tick_drift_error_leaves_the_clock_unchanged() -> None:
-    wall = FakeClock(NOW)
+    wall = ManualClock(NOW)
     clock = HlcClock("me", now_ms=wall)
     clock.update(H(NOW + 60_000, 0, "svc"))  # exactly the maximum: allowed
     before = clock.current
@@ -418,7 +411,7 @@ def test_hlc_clock_tick_drift_error_leaves_the_clock_unchanged() -> None:
 
 
 def test_hlc_clock_update_drift_error_leaves_the_clock_unchanged() -> None:
-    clock = HlcClock("me", now_ms=FakeClock(NOW))
+    clock = HlcClock("me", now_ms=ManualClock(NOW))
     before = clock.tick()
     with pytest.raises(ClockDriftError):
         clock.update(H(NOW + 60_001, 0, "svc"))
@@ -426,7 +419,7 @@ def test_hlc_clock_update_drift_error_leaves_the_clock_unchanged() -> None:
 
 
 def test_hlc_clock_honours_a_custom_max_drift() -> None:
-    clock = HlcClock("me", now_ms=FakeClock(NOW), max_drift_ms=5)
+    clock = HlcClock("me", now_ms=ManualClock(NOW), max_drift_ms=5)
     assert clock.update(H(NOW + 5, 0, "svc")) == H(NOW + 5, 1, "me")
     with pytest.raises(ClockDriftError):
         clock.update(H(NOW + 6, 0, "svc"))
@@ -434,11 +427,11 @@ def test_hlc_clock_honours_a_custom_max_drift() -> None:
 
 def test_hlc_clock_rejects_a_node_id_with_a_colon() -> None:
     with pytest.raises(ValueError):
-        HlcClock("a:b", now_ms=FakeClock(NOW))
+        HlcClock("a:b", now_ms=ManualClock(NOW))
 
 
 def test_hlc_clock_ticks_are_unique_across_threads() -> None:
-    clock = HlcClock("me", now_ms=FakeClock(NOW))
+    clock = HlcClock("me", now_ms=ManualClock(NOW))
     results: list[list[HybridLogicalClock]] = [[] for _ in range(8)]
 
     def work(out: list[HybridLogicalClock]) -> None:
@@ -465,7 +458,7 @@ def test_hlc_clock_ticks_are_unique_across_threads() -> None:
     )
 )
 def test_hlc_clock_only_moves_forward(steps: list[tuple[int, HybridLogicalClock | None]]) -> None:
-    wall = FakeClock(NOW)
+    wall = ManualClock(NOW)
     clock = HlcClock("me", now_ms=wall)
     for delta, received in steps:
         wall.now = NOW + delta
@@ -500,7 +493,7 @@ def test_hlc_clock_steps_as_the_pure_functions(
 ) -> None:
     """The running clock's tick, tick_text, update and merge (arithmetic on ints) give what ``ticked`` and
     ``merged`` give on its value, errors included, and a failed step leaves the clock as it was."""
-    wall = FakeClock(NOW)
+    wall = ManualClock(NOW)
     clock = HlcClock("me", now_ms=wall, max_drift_ms=max_drift)
     value = H(0, 0, "me")
     for delta, received, as_text in steps:

@@ -17,6 +17,7 @@ import pytest
 
 from sskv_mapping import BrokerConnectError, TransportError
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
+from tests._support.waiting import StateWatcher
 
 from ._fake_mqtt import FakeMqttBroker
 
@@ -26,25 +27,6 @@ def rotate(path: Path, token: str) -> None:
     tmp = path.with_name(path.name + ".new")
     tmp.write_text(token)
     os.replace(tmp, path)
-
-
-class StateEvents:
-    """Lets a test wait for the client's N-th transition into a state."""
-
-    def __init__(self, client: AsyncStateStoreClient) -> None:
-        self.seen: list[ConnectionState] = []
-        self._changed = asyncio.Event()
-        client.add_state_listener(self._on)
-
-    def _on(self, state: ConnectionState) -> None:
-        self.seen.append(state)
-        self._changed.set()
-
-    async def wait_for(self, state: ConnectionState, count: int = 1, timeout: float = 10) -> None:
-        async with asyncio.timeout(timeout):
-            while self.seen.count(state) < count:
-                self._changed.clear()
-                await self._changed.wait()
 
 
 class LogEvent(logging.Handler):
@@ -86,7 +68,7 @@ async def test_token_file_is_reread_on_every_reconnect(token_file: Path) -> None
             "127.0.0.1", fake.port, sat_token_file=str(token_file), timeout=2, backoff_initial=0.01
         ) as client,
     ):
-        states = StateEvents(client)
+        states = StateWatcher(client)
         await fake.wait_for_connects(1)
         for n, token in enumerate(["sat-token-two", "sat-token-three"], start=2):
             rotate(token_file, token)
@@ -113,7 +95,7 @@ async def test_token_file_missing_during_a_reconnect_delays_it_but_does_not_end_
                 "127.0.0.1", fake.port, sat_token_file=str(token_file), timeout=2, backoff_initial=0.01
             ) as client,
         ):
-            states = StateEvents(client)
+            states = StateWatcher(client)
             await fake.wait_for_connects(1)
             token_file.unlink()  # noqa: ASYNC240 - a tiny local file
             fake.drop_all()

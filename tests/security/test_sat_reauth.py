@@ -26,9 +26,10 @@ from sskv_mapping._transport.stream import StreamConnection
 from sskv_mapping.client import AsyncStateStoreClient, ConnectionState
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.emulator.server import EmulatorServer
+from tests._support.waiting import StateWatcher
 
 from ._sat_front import SatFront, make_jwt
-from .test_k8s_sat import LogEvent, StateEvents, rotate
+from .test_k8s_sat import LogEvent, rotate
 
 #: a test token's lifetime (s); the rotator writes a fresh one every third of it, as the kubelet does (sooner)
 LIFETIME = 4.0
@@ -129,7 +130,7 @@ async def test_a_client_stays_on_one_connection_across_token_expiries(
             settings=ConnectionSettings(host, front.port, sat_token_file=str(token_file)), timeout=5
         )
         async with client:
-            states = StateEvents(client)
+            states = StateWatcher(client)
             await _rotate_through_expiries(front, client, token_file)
             assert client.reconnects == 0
             assert states.seen == []  # never RECONNECTING: nothing above the transport (caches, watches) noticed
@@ -174,7 +175,7 @@ async def test_a_refused_re_authentication_reconnects_with_the_file_read_again(
         SatFront(port, upstream_host=host, refuse=refuse) as front,
         AsyncStateStoreClient(settings=settings.replace(port=front.port), timeout=5) as client,
     ):
-        states = StateEvents(client)
+        states = StateWatcher(client)
         newer = make_jwt(120)
         with caplog.at_level(logging.WARNING, logger="sskv_mapping.transport"):
             rotate(token_file, newer)

@@ -10,8 +10,8 @@ from opentelemetry.trace import SpanKind
 from sskv_mapping import ConnectionSettings
 from sskv_mapping._telemetry import PROPAGATION_ENV
 from sskv_mapping.emulator.core import CoreResult
-from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.emulator.store_view import describe_request, trace_id_of
+from sskv_mapping.testing import InProcessStore
 from tests._support.otel import Otel
 
 
@@ -29,18 +29,18 @@ async def test_the_feed_carries_the_trace_id_of_a_traced_request(otel: Otel, mon
     def tap(client_id: str | None, request: bytes | None, result: CoreResult, traceparent: str | None) -> None:
         seen.append((0, client_id, request, result, traceparent))
 
-    async with InProcessStateStore() as store:
+    async with InProcessStore() as store:
         store.server.tap = tap
         monkeypatch.setenv(PROPAGATION_ENV, "off")  # read when a client connects
-        async with store.client() as client:
+        async with store.async_client() as client:
             await client.set("untraced", b"v")
         monkeypatch.delenv(PROPAGATION_ENV)
         # the connection option, as every URL constructor and framework adapter takes it
         quiet_settings = ConnectionSettings.from_url("mqtt://127.0.0.1:1883", trace_context=False)
-        async with store.client(settings=quiet_settings) as client:
+        async with store.async_client(settings=quiet_settings) as client:
             with otel.tracer.start_as_current_span("quiet request"):
                 await client.set("quiet", b"v")
-        async with store.client() as client:
+        async with store.async_client() as client:
             with otel.tracer.start_as_current_span("request") as span:
                 await client.set("traced", b"v")
     untraced, quiet, traced = (describe_request(*item) for item in seen)

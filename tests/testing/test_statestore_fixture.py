@@ -25,17 +25,17 @@ def test_a_key_with_px_expires_when_the_clock_passes_it(statestore: InProcessSto
     assert entry is not None and entry.value == b"alive"
     statestore.advance(0.001)
     assert client.get("session") is None
-    assert statestore.store.core.entry(b"session") is None
+    assert statestore.core.entry(b"session") is None
 
 
 def test_expiry_deletes_the_key_from_the_store_itself_not_only_from_reads(statestore: InProcessStore) -> None:
     statestore.client.set("a", b"1", ttl=1.0)
     statestore.client.set("b", b"2")
-    due = statestore.store.core.next_expiry()
+    due = statestore.core.next_expiry()
     assert due is not None
     statestore.advance(1.0)
     # the server's expiry timer ran on the advanced clock: nothing left to expire, no request needed
-    assert statestore.store.core.next_expiry() is None
+    assert statestore.core.next_expiry() is None
 
 
 def test_a_lapsed_lease_lets_a_second_holder_in_with_a_higher_fencing_token(statestore: InProcessStore) -> None:
@@ -58,7 +58,7 @@ def test_a_lapsed_lease_lets_a_second_holder_in_with_a_higher_fencing_token(stat
 def test_the_dict_revalidates_an_entry_after_max_staleness_on_the_fixture_clock(statestore: InProcessStore) -> None:
     config = statestore.dict(max_staleness=30.0)
     config["flag"] = True
-    broker = statestore.store.broker
+    broker = statestore.broker
     assert config["flag"] is True
     before = broker.published
     assert config["flag"] is True  # a local cache hit: no request
@@ -75,7 +75,7 @@ def test_the_faces_use_the_tests_namespace(statestore: InProcessStore, statestor
     statestore.dict()["k"] = "v"
     statestore.cache().set("c", 1)
     assert statestore.client.get(f"{statestore_namespace}/k") is not None
-    keys = statestore.store.core.keys()
+    keys = statestore.core.keys()
     assert len(keys) >= 2 and all(key.startswith(statestore_namespace.encode()) for key in keys), keys
 
 

@@ -9,19 +9,19 @@ import httpx
 import pytest
 
 pytest.importorskip("aiohttp", reason="the inspector needs the 'inspect' extra (aiohttp)")
-from sskv_mapping.emulator.inprocess import InProcessStateStore
 from sskv_mapping.emulator.inspector import Inspector, exposure_warning, is_loopback
 from sskv_mapping.emulator.process import build_parser
 from sskv_mapping.emulator.store_view import role_of, show_bytes
+from sskv_mapping.testing import InProcessStore
 from tests._support.waiting import eventually
 
 
 async def test_the_tap_is_set_only_while_a_page_listens() -> None:
-    async with InProcessStateStore() as store:
+    async with InProcessStore() as store:
         inspector = Inspector(store.server)
         url = await inspector.start("127.0.0.1", 0)
         try:
-            async with store.client() as c, httpx.AsyncClient(base_url=url, timeout=10) as http:
+            async with store.async_client() as c, httpx.AsyncClient(base_url=url, timeout=10) as http:
                 await c.set("k", b"v")
                 assert store.server.tap is None  # no page: serving a request built nothing for the inspector
                 async with http.stream("GET", "/api/events") as stream:

@@ -34,7 +34,7 @@ def test_the_dict_and_cache_are_in_the_tests_namespace(statestore, statestore_na
     assert statestore.dict(local_cache_size=0)["feature"] is True
     statestore.advance(10.0)
     assert statestore.cache().get("page") is None
-    stored = statestore.store.core.keys()
+    stored = statestore.core.keys()
     assert stored and all(key.startswith(statestore_namespace.encode()) for key in stored)
 
 
