@@ -523,9 +523,9 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
         if self._carried:
             for packet in _resume(session, connack.session_present, s):
                 self._output.send(packet)
-        session.start(loop.time())
-        if session.tick_interval > 0:
-            self._keepalive_handle = loop.call_later(session.tick_interval, self._keepalive)
+        session.keepalive.start(loop.time(), session.reads, session.writes)
+        if session.keepalive.tick_interval > 0:
+            self._keepalive_handle = loop.call_later(session.keepalive.tick_interval, self._keepalive)
         self._sat.start(token, self._closed)
 
     def _abort(self) -> None:
@@ -606,7 +606,7 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
                     if token is not None and token[0] is not None and not token[0].done():
                         token[0].set_result(codes)
                 elif kind == packets.PINGRESP:
-                    session.pingresp()
+                    session.keepalive.pingresp()
                 elif kind == packets.CONNACK:
                     if self._connack is None or self._connack.done():
                         raise MalformedPacketError("a second CONNACK")
@@ -670,21 +670,22 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
                 self._closed.set_exception(lost)
 
     def _keepalive(self) -> None:
-        """The session's keepalive tick (see :meth:`MqttSession.tick`): a PINGREQ, or the link declared dead --
+        """The session's keepalive tick (see :meth:`Keepalive.tick`): a PINGREQ, or the link declared dead --
         the calls in flight fail at once with :class:`ConnectionLostError` and the client reconnects."""
         loop = self._loop
         if loop is None or self._transport is None:
             return
         session = self._session
-        action = session.tick(loop.time())
+        keepalive = session.keepalive
+        action = keepalive.tick(loop.time(), session.reads, session.writes)
         if action == KEEPALIVE_DEAD:
-            self._lost_reason = f"no PINGRESP within {session.keepalive / 2:g} s (keepalive {session.keepalive} s)"
+            self._lost_reason = f"no PINGRESP within {keepalive.interval / 2:g} s (keepalive {keepalive.interval} s)"
             log.warning("dropping the connection to %s: %s", self.settings.url, self._lost_reason)
             self._transport.abort()
             return
         if action == KEEPALIVE_PING:
             self._output.send(packets.PINGREQ)
-        self._keepalive_handle = loop.call_later(session.tick_interval, self._keepalive)
+        self._keepalive_handle = loop.call_later(keepalive.tick_interval, self._keepalive)
 
     # -- publish ------------------------------------------------------------------------------------------------
 
