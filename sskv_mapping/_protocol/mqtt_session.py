@@ -35,10 +35,8 @@ class Keepalive:
 
     def __init__(self, interval: int) -> None:
         self.interval = interval  #: seconds (0: none)
-        self._reads_seen = 0
-        self._writes_seen = 0
-        self._heard_at = 0.0
-        self._said_at = 0.0
+        self._reads_seen = self._writes_seen = 0  # the counts at the last tick, and when they last moved
+        self._heard_at = self._said_at = 0.0
         self._ping_sent: float | None = None
 
     @property

@@ -399,27 +399,7 @@ class _Teardown:
         return self.fatal or ConnectionLostError(f"connection to {url} lost: {reason}")
 
 
-class _SessionCarry:
-    """The MQTT session across connections, for :class:`StreamConnection`: whether it outlives a drop, and the
-    next connection taking over what the previous one had not seen acknowledged (``carry_over``)."""
-
-    settings: ConnectionSettings
-    _session: MqttSession[_Token]
-    _carried: bool  # carry_over() took a previous connection's session: a reconnect (CleanStart=0)
-
-    @property
-    def keeps_session(self) -> bool:
-        """Whether a publish in flight at a drop is sent again by the next connection (a session expiry)."""
-        return self.settings.session_expiry > 0
-
-    def carry_over(self, previous: Connection) -> None:
-        """Before :meth:`connect`: follow ``previous`` (see :meth:`Connection.carry_over`)."""
-        self._carried = True
-        if isinstance(previous, _SessionCarry):
-            self._session.adopt(previous._session)  # noqa: SLF001 - the same class
-
-
-class StreamConnection(asyncio.Protocol, _SessionCarry):
+class StreamConnection(asyncio.Protocol):
     """One MQTT 5 connection (see the module docstring). Not reusable: after it closes or drops, make a new one.
 
     ``on_message`` is called on the event loop thread for every inbound PUBLISH, inside the read callback; it
@@ -436,7 +416,7 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
             max_inbound_packet_size=settings.max_inbound_packet_size,
         )
         self._connack: asyncio.Future[packets.Connack] | None = None
-        self._carried = False
+        self._carried = False  # carry_over() took a previous connection's session: a reconnect (CleanStart=0)
         self.session_present = False  #: whether the broker resumed the session it kept (CONNACK)
         self.closed_by_broker = False  #: the broker closed the socket without a word (no DISCONNECT, no error)
         self._closed: asyncio.Future[None] | None = None  # created by connect(): the one call it takes
@@ -489,6 +469,19 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
     def __repr__(self) -> str:
         state = "connected" if self.connected else "not connected"
         return f"<StreamConnection {self.settings.client_id!r} {self.settings.url} {state}>"
+
+    # -- the MQTT session across connections: whether it outlives a drop, the next connection taking it over ----
+
+    @property
+    def keeps_session(self) -> bool:
+        """Whether a publish in flight at a drop is sent again by the next connection (a session expiry)."""
+        return self.settings.session_expiry > 0
+
+    def carry_over(self, previous: Connection) -> None:
+        """Before :meth:`connect`: follow ``previous`` (see :meth:`Connection.carry_over`)."""
+        self._carried = True
+        if isinstance(previous, StreamConnection):
+            self._session.adopt(previous._session)  # noqa: SLF001 - the same class
 
     # -- connect ------------------------------------------------------------------------------------------------
 
