@@ -118,12 +118,6 @@ def _abandoned(token: _Token) -> bool:
     return token[0] is not None and token[0].done()
 
 
-def _unwaited(token: _Token) -> bool:
-    """Kept across a reconnect: a publish nobody awaits the PUBACK of (a request, whose caller waits for the
-    response; a reply of the emulator). A ``publish()`` caller is told of the drop instead."""
-    return not token[1]
-
-
 def _resume(session: MqttSession[_Token], present: bool, settings: ConnectionSettings) -> list[bytes]:
     """A reconnect's CONNACK: what to send again (the broker kept the session), or nothing and every future held
     failed with :class:`SessionLostError` (it did not)."""
@@ -145,7 +139,7 @@ def _fail_waits(session: MqttSession[_Token], kept: bool, lost: TransportError) 
     (wait_closed). ``kept`` (a session the broker keeps): the publishes nobody awaits the PUBACK of (requests,
     replies) stay in the session for the next connection (carry_over), to be sent again if the broker resumes
     it."""
-    for waiter, waited in session.disconnected(_unwaited) if kept else session.lost():
+    for waiter, waited in session.disconnected(lambda token: not token[1]) if kept else session.lost():
         if waited and waiter is not None and not waiter.done():
             waiter.set_exception(lost)
 
