@@ -222,7 +222,7 @@ def _emulator_op(payload: bytes) -> Op:
     server = EmulatorServer(settings, EmulatorCore())
     conn = StreamConnection(settings, server._on_message)
     conn.connection_made(_SocketSide())  # type: ignore[arg-type]
-    conn._loop = loop  # connected as connect() leaves it, without a broker
+    conn._output.loop = loop  # connected as connect() leaves it, without a broker
     conn._closed = loop.create_future()
     server._conn = conn
     requester = "bench-requester"

@@ -355,9 +355,7 @@ OVER_BUDGET = {
     "ConnectionSettings": 16,
     "EmulatorServer": 18,
     "ConnectionKeeper": 18,
-    "MqttSession": 19,
     "NamespaceStore": 21,
-    "StreamConnection": 20,
 }
 
 

@@ -13,7 +13,7 @@ from ..errors import ValueTooLargeError
 from . import mqtt_packets as packets
 from .mqtt_publish import MalformedPacketError, publish_size
 
-__all__ = ["DEFAULT_RECEIVE_MAXIMUM", "KEEPALIVE_DEAD", "KEEPALIVE_OK", "KEEPALIVE_PING", "MqttSession"]
+__all__ = ["DEFAULT_RECEIVE_MAXIMUM", "KEEPALIVE_DEAD", "KEEPALIVE_OK", "KEEPALIVE_PING", "Keepalive", "MqttSession"]
 
 T = TypeVar("T")
 
@@ -26,25 +26,70 @@ _BROKER_RECEIVE_MAXIMUM = 65_535
 KEEPALIVE_OK, KEEPALIVE_PING, KEEPALIVE_DEAD = 0, 1, 2
 
 
+class Keepalive:
+    """The keepalive of one connection: when to send a PINGREQ, and when the link is dead. The transport calls
+    :meth:`tick` every :attr:`tick_interval` seconds with its session's read and write counts, and
+    :meth:`pingresp` at a PINGRESP."""
+
+    __slots__ = ("_heard_at", "_ping_sent", "_reads_seen", "_said_at", "_writes_seen", "interval")
+
+    def __init__(self, interval: int) -> None:
+        self.interval = interval  #: seconds (0: none)
+        self._reads_seen = self._writes_seen = 0  # the counts at the last tick, and when they last moved
+        self._heard_at = self._said_at = 0.0
+        self._ping_sent: float | None = None
+
+    @property
+    def tick_interval(self) -> float:
+        """How often :meth:`tick` wants to be called (seconds); 0 when there is no keepalive."""
+        return self.interval / 8
+
+    def start(self, now: float, reads: int, writes: int) -> None:
+        """The connection is up (CONNACK read) at ``now``, ``reads`` and ``writes`` made so far."""
+        self._heard_at = self._said_at = now
+        self._reads_seen, self._writes_seen = reads, writes
+
+    def tick(self, now: float, reads: int, writes: int) -> int:
+        """The keepalive decision at ``now``, ``reads`` and ``writes`` made so far: :data:`KEEPALIVE_PING` (write
+        a PINGREQ), :data:`KEEPALIVE_DEAD` (drop the connection) or :data:`KEEPALIVE_OK`.
+
+        By bytes *received*, whatever was written: a PINGREQ goes out when nothing was read for half the
+        interval (or nothing written for half of it: the broker needs to hear from us), and a PINGRESP that has
+        not come within half the interval after it means a dead link. A link that goes silent is so dropped
+        within about 1.25 intervals (ticks every eighth), before the broker's own 1.5.
+        """
+        if reads != self._reads_seen:
+            self._reads_seen = reads
+            self._heard_at = now
+        if writes != self._writes_seen:
+            self._writes_seen = writes
+            self._said_at = now
+        half = self.interval / 2
+        if self._ping_sent is not None:
+            return KEEPALIVE_DEAD if now - self._ping_sent >= half else KEEPALIVE_OK
+        if now - self._heard_at >= half or now - self._said_at >= half:
+            self._ping_sent = now
+            return KEEPALIVE_PING
+        return KEEPALIVE_OK
+
+    def pingresp(self) -> None:
+        self._ping_sent = None
+
+
 class MqttSession(Generic[T]):
     """The session state of one MQTT 5 client connection (see the module docstring). One per connection.
 
     Outbound: :meth:`connect_packet`, :meth:`publish` (the PUBLISH to write now, or ``None`` when it waits for
     the Receive Maximum), :meth:`request_id` (SUBSCRIBE/UNSUBSCRIBE). Inbound: :meth:`feed` (the whole packets
     of a read), :meth:`connack`, :meth:`puback` then :meth:`release` (what the freed quota lets go),
-    :meth:`acknowledged_request`, :meth:`pingresp`. Time: :meth:`tick` every :attr:`tick_interval` seconds.
-    Across a reconnect: :meth:`disconnected`, then the next connection's :meth:`adopt` and :meth:`resume`. End:
-    :meth:`lost` (every token still held).
+    :meth:`acknowledged_request`. Time: its :attr:`keepalive` (:class:`Keepalive`). Across a reconnect:
+    :meth:`disconnected`, then the next connection's :meth:`adopt` and :meth:`resume`. End: :meth:`lost` (every
+    token still held).
     """
 
     __slots__ = (
         "_acks",
-        "_heard_at",
         "_next_id",
-        "_ping_sent",
-        "_reads_seen",
-        "_said_at",
-        "_writes_seen",
         "inflight",
         "keepalive",
         "max_inbound_packet_size",
@@ -66,8 +111,8 @@ class MqttSession(Generic[T]):
         receive_maximum: int = DEFAULT_RECEIVE_MAXIMUM,
         max_inbound_packet_size: int = packets.MAX_PACKET + 5,
     ) -> None:
-        #: the keepalive interval in seconds (0: none); the broker's Server Keep Alive replaces ours at CONNACK
-        self.keepalive = keepalive
+        #: when to send a PINGREQ, when the link is dead; the broker's Server Keep Alive replaces ours at CONNACK
+        self.keepalive = Keepalive(keepalive)
         #: ours, declared in CONNECT
         self.receive_maximum = receive_maximum
         self.max_inbound_packet_size = max_inbound_packet_size
@@ -85,16 +130,12 @@ class MqttSession(Generic[T]):
         self.queued_bytes = 0
         self._acks: dict[int, T] = {}  # SUBSCRIBE/UNSUBSCRIBE packet id -> token
         self._next_id = 0
-        #: reads and writes so far: the transport counts them (an integer add on the hot path, no clock read)
+        #: reads and writes so far: the transport counts them (an integer add on the hot path, no clock read), the
+        #: keepalive's tick reads them
         self.reads = 0
         self.writes = 0
         #: publishes sent again (DUP=1) by resumed sessions, this one's predecessors included
         self.resent = 0
-        self._reads_seen = 0
-        self._writes_seen = 0
-        self._heard_at = 0.0
-        self._said_at = 0.0
-        self._ping_sent: float | None = None
 
     # -- outbound ---------------------------------------------------------------------------------------------
 
@@ -115,7 +156,7 @@ class MqttSession(Generic[T]):
         maximum = self.max_inbound_packet_size
         return packets.connect_packet(
             client_id,
-            keepalive=self.keepalive,
+            keepalive=self.keepalive.interval,
             username=username,
             password=password,
             auth_method=auth_method,
@@ -222,7 +263,7 @@ class MqttSession(Generic[T]):
                 self.max_packet_size = size
             keepalive = props.get(0x13)
             if isinstance(keepalive, int):
-                self.keepalive = keepalive
+                self.keepalive.interval = keepalive
         return connack
 
     def puback(self, body: bytes) -> tuple[T | None, int]:
@@ -274,48 +315,6 @@ class MqttSession(Generic[T]):
         packet_id, codes = packets.decode_suback(body)
         return self._acks.pop(packet_id, None), codes
 
-    def pingresp(self) -> None:
-        self._ping_sent = None
-
-    # -- keepalive --------------------------------------------------------------------------------------------
-
-    @property
-    def tick_interval(self) -> float:
-        """How often :meth:`tick` wants to be called (seconds); 0 when there is no keepalive."""
-        return self.keepalive / 8
-
-    def start(self, now: float) -> None:
-        """The connection is up (CONNACK read) at ``now``."""
-        self._heard_at = self._said_at = now
-        self._reads_seen, self._writes_seen = self.reads, self.writes
-
-    def tick(self, now: float) -> int:
-        """The keepalive decision at ``now``: :data:`KEEPALIVE_PING` (write a PINGREQ), :data:`KEEPALIVE_DEAD`
-        (drop the connection) or :data:`KEEPALIVE_OK`.
-
-        By bytes *received*, whatever was written: a PINGREQ goes out when nothing was read for half the
-        interval (or nothing written for half of it: the broker needs to hear from us), and a PINGRESP that has
-        not come within half the interval after it means a dead link. A link that goes silent is so dropped
-        within about 1.25 intervals (ticks every eighth), before the broker's own 1.5.
-        """
-        if self.reads != self._reads_seen:
-            self._reads_seen = self.reads
-            self._heard_at = now
-        if self.writes != self._writes_seen:
-            self._writes_seen = self.writes
-            self._said_at = now
-        half = self.keepalive / 2
-        if self._ping_sent is not None:
-            return KEEPALIVE_DEAD if now - self._ping_sent >= half else KEEPALIVE_OK
-        if now - self._heard_at >= half or now - self._said_at >= half:
-            self._ping_sent = now
-            return KEEPALIVE_PING
-        return KEEPALIVE_OK
-
-    @property
-    def ping_outstanding(self) -> bool:
-        return self._ping_sent is not None
-
     # -- the end ----------------------------------------------------------------------------------------------
 
     def lost(self) -> list[T]:
@@ -351,7 +350,7 @@ class MqttSession(Generic[T]):
                     out.append(entry[3])
             self.queued = kept
         self.splitter = packets.PacketSplitter(self.max_inbound_packet_size)
-        self._ping_sent = None
+        self.keepalive.pingresp()  # no PINGREQ outstanding
         self.send_quota = _BROKER_RECEIVE_MAXIMUM
         self.max_packet_size = None
         return out

@@ -118,12 +118,6 @@ def _abandoned(token: _Token) -> bool:
     return token[0] is not None and token[0].done()
 
 
-def _unwaited(token: _Token) -> bool:
-    """Kept across a reconnect: a publish nobody awaits the PUBACK of (a request, whose caller waits for the
-    response; a reply of the emulator). A ``publish()`` caller is told of the drop instead."""
-    return not token[1]
-
-
 def _resume(session: MqttSession[_Token], present: bool, settings: ConnectionSettings) -> list[bytes]:
     """A reconnect's CONNACK: what to send again (the broker kept the session), or nothing and every future held
     failed with :class:`SessionLostError` (it did not)."""
@@ -145,7 +139,7 @@ def _fail_waits(session: MqttSession[_Token], kept: bool, lost: TransportError) 
     (wait_closed). ``kept`` (a session the broker keeps): the publishes nobody awaits the PUBACK of (requests,
     replies) stay in the session for the next connection (carry_over), to be sent again if the broker resumes
     it."""
-    for waiter, waited in session.disconnected(_unwaited) if kept else session.lost():
+    for waiter, waited in session.disconnected(lambda token: not token[1]) if kept else session.lost():
         if waited and waiter is not None and not waiter.done():
             waiter.set_exception(lost)
 
@@ -374,27 +368,32 @@ class _Output:
             self._flush_handle = None
 
 
-class _SessionCarry:
-    """The MQTT session across connections, for :class:`StreamConnection`: whether it outlives a drop, and the
-    next connection taking over what the previous one had not seen acknowledged (``carry_over``)."""
+class _Teardown:
+    """How a :class:`StreamConnection` ends: closed on purpose (``close()``, a failed ``connect()``; whether the
+    broker's session ends with it) or dropped, and why: what ``connection_lost`` makes of it."""
 
-    settings: ConnectionSettings
-    _session: MqttSession[_Token]
-    _carried: bool  # carry_over() took a previous connection's session: a reconnect (CleanStart=0)
+    __slots__ = ("closing", "ending", "fatal", "reason")
 
-    @property
-    def keeps_session(self) -> bool:
-        """Whether a publish in flight at a drop is sent again by the next connection (a session expiry)."""
-        return self.settings.session_expiry > 0
+    def __init__(self) -> None:
+        self.closing = False  # we close it: not a drop
+        self.ending = False  # close() ends the session: nothing is kept for a next connection
+        self.fatal: TransportError | None = None  # what the broker said that ends the client (0x8E)
+        self.reason = ""  # why we dropped it (not MQTT, a malformed packet, no PINGRESP), or the broker's DISCONNECT
 
-    def carry_over(self, previous: Connection) -> None:
-        """Before :meth:`connect`: follow ``previous`` (see :meth:`Connection.carry_over`)."""
-        self._carried = True
-        if isinstance(previous, _SessionCarry):
-            self._session.adopt(previous._session)  # noqa: SLF001 - the same class
+    def connack_error(self, exc: Exception | None) -> Exception:
+        """What the CONNACK wait fails with when the connection ends first."""
+        if exc is not None and not isinstance(exc, ConnectionError):
+            return exc  # a TLS alert, ...: its own text
+        # we dropped it (not MQTT, a malformed CONNACK), or the broker closed it
+        return ConnectionResetError(self.reason or "the broker closed the connection before CONNACK")
+
+    def error(self, url: str, exc: Exception | None) -> TransportError:
+        """What the waits on the connection fail with."""
+        reason = self.reason or (str(exc) if exc else "the broker closed the connection")
+        return self.fatal or ConnectionLostError(f"connection to {url} lost: {reason}")
 
 
-class StreamConnection(asyncio.Protocol, _SessionCarry):
+class StreamConnection(asyncio.Protocol):
     """One MQTT 5 connection (see the module docstring). Not reusable: after it closes or drops, make a new one.
 
     ``on_message`` is called on the event loop thread for every inbound PUBLISH, inside the read callback; it
@@ -404,7 +403,6 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
     def __init__(self, settings: ConnectionSettings, on_message: Callable[[InboundMessage], None]) -> None:
         self.settings = settings
         self._on_message = on_message
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._transport: asyncio.Transport | None = None
         self._session: MqttSession[_Token] = MqttSession(
             keepalive=settings.keepalive,
@@ -412,18 +410,13 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
             max_inbound_packet_size=settings.max_inbound_packet_size,
         )
         self._connack: asyncio.Future[packets.Connack] | None = None
-        self._carried = False
+        self._carried = False  # carry_over() took a previous connection's session: a reconnect (CleanStart=0)
         self.session_present = False  #: whether the broker resumed the session it kept (CONNACK)
         self.closed_by_broker = False  #: the broker closed the socket without a word (no DISCONNECT, no error)
-        self._fatal: TransportError | None = None  # what the broker said that ends the client (0x8E)
-        self._closed: asyncio.Future[None] | None = None
-        self._closing = False
-        self._ending = False  # close() ends the session: nothing is kept for a next connection
-        self._started = False
+        self._closed: asyncio.Future[None] | None = None  # created by connect(): the one call it takes
+        self._teardown = _Teardown()  # closed on purpose or dropped, and why
         self._output = _Output(self._session, settings)  # batching and flow control of what we write
         self._keepalive_handle: asyncio.TimerHandle | None = None
-        self._lost_reason = ""
-        self._heard = False  # any byte from the peer yet (the first must start a CONNACK or an AUTH)
         self._sat = SatSession(settings, self.reauthenticate)  # K8S-SAT re-authentication (AUTH), see sat.py
         self._quickack: Callable[[], None] | None = None
 
@@ -471,15 +464,27 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
         state = "connected" if self.connected else "not connected"
         return f"<StreamConnection {self.settings.client_id!r} {self.settings.url} {state}>"
 
+    # -- the MQTT session across connections: whether it outlives a drop, the next connection taking it over ----
+
+    @property
+    def keeps_session(self) -> bool:
+        """Whether a publish in flight at a drop is sent again by the next connection (a session expiry)."""
+        return self.settings.session_expiry > 0
+
+    def carry_over(self, previous: Connection) -> None:
+        """Before :meth:`connect`: follow ``previous`` (see :meth:`Connection.carry_over`)."""
+        self._carried = True
+        if isinstance(previous, StreamConnection):
+            self._session.adopt(previous._session)  # noqa: SLF001 - the same class
+
     # -- connect ------------------------------------------------------------------------------------------------
 
     async def connect(self) -> None:
         """Connect (TCP or TLS, CONNECT, CONNACK); raises :class:`BrokerConnectError`."""
-        if self._started:
+        if self._closed is not None:
             raise ClientStateError("StreamConnection.connect() may be called once")
-        self._started = True
         s = self.settings
-        loop = self._loop = self._output.loop = asyncio.get_running_loop()
+        loop = self._output.loop = asyncio.get_running_loop()
         self._closed = loop.create_future()
         self._connack = loop.create_future()
         ctx = ssl_context(s)
@@ -523,14 +528,14 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
         if self._carried:
             for packet in _resume(session, connack.session_present, s):
                 self._output.send(packet)
-        session.start(loop.time())
-        if session.tick_interval > 0:
-            self._keepalive_handle = loop.call_later(session.tick_interval, self._keepalive)
+        session.keepalive.start(loop.time(), session.reads, session.writes)
+        if session.keepalive.tick_interval > 0:
+            self._keepalive_handle = loop.call_later(session.keepalive.tick_interval, self._keepalive)
         self._sat.start(token, self._closed)
 
     def _abort(self) -> None:
         """connect() failed: close whatever is open; the failure is connect()'s to report, not wait_closed()'s."""
-        self._closing = True
+        self._teardown.closing = True
         if self._transport is not None:
             self._transport.abort()
         if self._closed is not None:
@@ -554,17 +559,20 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
             except OSError:  # the socket is going away: the read's packets still count
                 self._quickack = None
         session = self._session
-        if self._connack is not None and not self._connack.done() and not self._heard:
-            self._heard = True
-            if data[0] not in _FIRST_FROM_BROKER:
-                # a peer that is not an MQTT broker (HTTP, TLS on a plain port...): say so now, instead of waiting
-                # the connect timeout for a packet whose "length" is the peer's text
-                peer = f"{self.settings.host}:{self.settings.port}"
-                # (connect() raises it; no warning logged beside it)
-                self._lost_reason = f"{peer} does not speak MQTT: its first bytes {data[:16]!r} are not a CONNACK"
-                if self._transport is not None:
-                    self._transport.abort()
-                return
+        # the peer's first bytes (the first read) must start a CONNACK or an AUTH
+        if (
+            self._connack is not None
+            and not self._connack.done()
+            and not session.reads
+            and data[0] not in _FIRST_FROM_BROKER
+        ):
+            # a peer that is not an MQTT broker (HTTP, TLS on a plain port...): say so now, instead of waiting the
+            # connect timeout for a packet whose "length" is the peer's text (connect() raises it; no warning logged)
+            peer = f"{self.settings.host}:{self.settings.port}"
+            self._teardown.reason = f"{peer} does not speak MQTT: its first bytes {data[:16]!r} are not a CONNACK"
+            if self._transport is not None:
+                self._transport.abort()
+            return
         try:
             session.reads += 1  # session.feed(data), without its call
             received = session.splitter.feed(data)
@@ -606,16 +614,16 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
                     if token is not None and token[0] is not None and not token[0].done():
                         token[0].set_result(codes)
                 elif kind == packets.PINGRESP:
-                    session.pingresp()
+                    session.keepalive.pingresp()
                 elif kind == packets.CONNACK:
                     if self._connack is None or self._connack.done():
                         raise MalformedPacketError("a second CONNACK")
                     self._connack.set_result(session.connack(body))
                 elif kind == packets.DISCONNECT_TYPE:
                     reason, text = packets.decode_disconnect(body)
-                    self._lost_reason = f"the broker disconnected us: {text or packets.reason_name(reason)}"
+                    self._teardown.reason = f"the broker disconnected us: {text or packets.reason_name(reason)}"
                     if reason == packets.SESSION_TAKEN_OVER:
-                        self._fatal = _refused(self.settings, reason, "the broker disconnected us")
+                        self._teardown.fatal = _refused(self.settings, reason, "the broker disconnected us")
                     if self._transport is not None:
                         self._transport.close()
                     return
@@ -636,7 +644,7 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
 
     def _protocol_error(self, text: str, what: str = "malformed packet from the broker") -> None:
         log.warning("dropping the connection to %s: %s", self.settings.url, text)
-        self._lost_reason = f"{what}: {text}"
+        self._teardown.reason = f"{what}: {text}"
         if self._transport is not None:
             self._transport.abort()
 
@@ -651,40 +659,38 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
         self._output.lost()  # a publish waiting for room now finds the connection gone
         if self._keepalive_handle is not None:
             self._keepalive_handle.cancel()
-        reason = self._lost_reason or (str(exc) if exc else "the broker closed the connection")
-        self.closed_by_broker = exc is None and not self._lost_reason and not self._closing
+        end = self._teardown
+        self.closed_by_broker = exc is None and not end.reason and not end.closing
         if self._connack is not None and not self._connack.done():
-            if exc is not None and not isinstance(exc, ConnectionError):
-                self._connack.set_exception(exc)  # a TLS alert, ...: its own text
-            elif self._lost_reason:  # we dropped it: not MQTT, a malformed CONNACK
-                self._connack.set_exception(ConnectionResetError(self._lost_reason))
-            else:
-                self._connack.set_exception(ConnectionResetError("the broker closed the connection before CONNACK"))
+            self._connack.set_exception(end.connack_error(exc))
             self._connack.exception()  # retrieved here: connect() may already have given up
-        lost: TransportError = self._fatal or ConnectionLostError(f"connection to {self.settings.url} lost: {reason}")
-        _fail_waits(self._session, self.keeps_session and not self._ending and self._fatal is None, lost)
+        lost = end.error(self.settings.url, exc)
+        _fail_waits(self._session, self.keeps_session and not end.ending and end.fatal is None, lost)
         if self._closed is not None and not self._closed.done():
-            if self._closing:
+            if end.closing:
                 self._closed.set_result(None)
             else:
                 self._closed.set_exception(lost)
 
     def _keepalive(self) -> None:
-        """The session's keepalive tick (see :meth:`MqttSession.tick`): a PINGREQ, or the link declared dead --
+        """The session's keepalive tick (see :meth:`Keepalive.tick`): a PINGREQ, or the link declared dead --
         the calls in flight fail at once with :class:`ConnectionLostError` and the client reconnects."""
-        loop = self._loop
+        loop = self._output.loop
         if loop is None or self._transport is None:
             return
         session = self._session
-        action = session.tick(loop.time())
+        keepalive = session.keepalive
+        action = keepalive.tick(loop.time(), session.reads, session.writes)
         if action == KEEPALIVE_DEAD:
-            self._lost_reason = f"no PINGRESP within {session.keepalive / 2:g} s (keepalive {session.keepalive} s)"
-            log.warning("dropping the connection to %s: %s", self.settings.url, self._lost_reason)
+            reason = self._teardown.reason = (
+                f"no PINGRESP within {keepalive.interval / 2:g} s (keepalive {keepalive.interval} s)"
+            )
+            log.warning("dropping the connection to %s: %s", self.settings.url, reason)
             self._transport.abort()
             return
         if action == KEEPALIVE_PING:
             self._output.send(packets.PINGREQ)
-        self._keepalive_handle = loop.call_later(session.tick_interval, self._keepalive)
+        self._keepalive_handle = loop.call_later(keepalive.tick_interval, self._keepalive)
 
     # -- publish ------------------------------------------------------------------------------------------------
 
@@ -783,8 +789,7 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
 
     async def _acked_request(self, build: Callable[[int], bytes], what: str, timeout: float) -> list[int]:
         self._require()
-        assert self._loop is not None
-        waiter: asyncio.Future[list[int]] = self._loop.create_future()
+        waiter: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
         packet_id = self._session.request_id((waiter, True))
         self._output.send(build(packet_id))
         try:
@@ -822,10 +827,10 @@ class StreamConnection(asyncio.Protocol, _SessionCarry):
     async def close(self, *, end_session: bool = True) -> None:
         """Disconnect cleanly (DISCONNECT); safe to call twice and after a drop. ``end_session``: the broker
         frees the session now (Session Expiry 0 in the DISCONNECT) instead of keeping it for its expiry."""
-        self._closing = True
+        self._teardown.closing = True
         transport = self._transport
         if transport is not None and not transport.is_closing():
-            self._ending = end_session
+            self._teardown.ending = end_session
             self._output.queue(
                 packets.DISCONNECT_END_SESSION if end_session and self.keeps_session else packets.DISCONNECT
             )

@@ -655,7 +655,7 @@ def check_session_stream(data: bytes) -> int:
                     if acked is not None:
                         returned.append(acked)
                 elif kind == _packets.PINGRESP:
-                    session.pingresp()
+                    session.keepalive.pingresp()
             except MalformedPacketError:
                 pass
             assert len(session.inflight) <= max(session.send_quota, 2)

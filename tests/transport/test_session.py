@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 
 from sskv_mapping._protocol import mqtt_packets as packets
 from sskv_mapping._protocol.mqtt_publish import MalformedPacketError, mqtt_str, publish_properties, varint
-from sskv_mapping._protocol.mqtt_session import KEEPALIVE_DEAD, KEEPALIVE_OK, KEEPALIVE_PING, MqttSession
+from sskv_mapping._protocol.mqtt_session import (
+    KEEPALIVE_DEAD,
+    KEEPALIVE_OK,
+    KEEPALIVE_PING,
+    Keepalive,
+    MqttSession,
+)
 from sskv_mapping.errors import ValueTooLargeError
 
 FIELD = mqtt_str("a/b")
@@ -240,9 +246,10 @@ K = 8
 def test_keepalive_goes_by_what_is_received(
     traffic: list[tuple[bool, bool]], silent_from: int, writes_while_silent: bool
 ) -> None:
-    session: MqttSession[None] = MqttSession(keepalive=K)
-    session.start(0.0)
-    step = session.tick_interval
+    keepalive = Keepalive(K)
+    keepalive.start(0.0, 0, 0)
+    step = keepalive.tick_interval
+    reads = writes = 0
     now = 0.0
     ping_at: float | None = None
     last_read = 0.0
@@ -252,18 +259,18 @@ def test_keepalive_goes_by_what_is_received(
         if i >= silent_from:
             read, write = False, writes_while_silent
         if read:
-            session.reads += 1
+            reads += 1
             last_read = now
             if ping_at is not None:
-                session.pingresp()  # the link answers: the PINGRESP rides with the data
+                keepalive.pingresp()  # the link answers: the PINGRESP rides with the data
                 ping_at = None
         if write:
-            session.writes += 1
-        action = session.tick(now)
+            writes += 1
+        action = keepalive.tick(now, reads, writes)
         if action == KEEPALIVE_PING:
             assert ping_at is None  # never a second one while one is outstanding
             ping_at = now
-            session.writes += 1
+            writes += 1
         elif action == KEEPALIVE_DEAD:
             assert ping_at is not None and now - ping_at >= K / 2
             # never while data arrives: nothing was read since the PINGREQ, nor for half an interval
@@ -280,7 +287,7 @@ def test_keepalive_goes_by_what_is_received(
 def test_server_keep_alive_replaces_ours() -> None:
     session: MqttSession[None] = MqttSession(keepalive=60)
     session.connack(_connack(keepalive=4))
-    assert (session.keepalive, session.tick_interval) == (4, 0.5)
+    assert (session.keepalive.interval, session.keepalive.tick_interval) == (4, 0.5)
 
 
 # -- a session that outlives its connection ------------------------------------------------------------------------
