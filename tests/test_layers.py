@@ -356,7 +356,6 @@ OVER_BUDGET = {
     # its fields are connection options, each one a switch (trace_context: docs/observability.md)
     "ConnectionSettings": 16,
     "EmulatorServer": 18,
-    "ConnectionKeeper": 18,
     "MqttSession": 19,
     "NamespaceStore": 21,
     "StreamConnection": 20,
