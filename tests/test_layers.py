@@ -355,7 +355,6 @@ OVER_BUDGET = {
     "AsyncStateStoreClient": 18,
     # its fields are connection options, each one a switch (trace_context: docs/observability.md)
     "ConnectionSettings": 16,
-    "EmulatorServer": 18,
     "MqttSession": 19,
     "NamespaceStore": 21,
     "StreamConnection": 20,
