@@ -35,8 +35,7 @@ class PersistenceFile:
         self.saved_generation = core.persistence_generation
 
     def load(self) -> None:
-        """Check that the file can be written (else :class:`ConfigurationError`: told at start, not at the first
-        persistent write) and load the entries it holds."""
+        """Refuse a file that cannot be written (:class:`ConfigurationError`) and load the entries it holds."""
         problem = persist_file_problem(self.path)
         if problem is not None:
             raise ConfigurationError(problem)
