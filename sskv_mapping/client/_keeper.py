@@ -12,6 +12,7 @@ import enum
 import logging
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from .._transport.backoff import Backoff
 from .._transport.base import Connection
@@ -118,6 +119,59 @@ class TakeoverSuspicion:
         return random.random() * min(backoff.current, TAKEOVER_WAIT_MAX)
 
 
+@dataclass(slots=True)
+class _Dialer:
+    """Where and how a keeper's connection is made: ``new_connection()``, subscribed to ``subscriptions``; after a
+    drop, made again with backoff until one holds or the broker says that no retry heals."""
+
+    new_connection: Callable[[], Connection]
+    subscriptions: Sequence[str]
+    url: str
+    backoff: Callable[[], Backoff]
+
+    async def open(self, conn: Connection) -> Connection:
+        await conn.connect()
+        try:
+            # Responses and notifications in one SUBSCRIBE, acknowledged before the first request (a resumed
+            # session has them already: SUBSCRIBE again is harmless, and covers a session the broker lost).
+            await conn.subscribe(self.subscriptions, qos=1)
+        except BaseException:
+            await conn.close(end_session=False)
+            raise
+        return conn
+
+    async def redial(self, previous: Connection, first_wait: float) -> Connection:
+        """A new connection, subscribed, after ``first_wait`` seconds; each attempt takes over the session of the one
+        before (``previous``, then the attempt that failed). Raises only what the broker said no retry heals (0x8E,
+        credentials refused :data:`CREDENTIAL_TRIES` times in a row); anything else is tried again, for as long as
+        the client is open."""
+        backoff = self.backoff()
+        attempt = refused = 0
+        if first_wait > 0:
+            await asyncio.sleep(first_wait)
+        while True:
+            attempt += 1
+            conn = self.new_connection()
+            conn.carry_over(previous)
+            previous = conn
+            try:
+                await self.open(conn)
+                log.info("reconnected to %s after %d attempt(s)", self.url, attempt)
+                return conn
+            except SessionTakenOverError:
+                raise
+            except CredentialsRefusedError as exc:
+                refused += 1
+                if refused >= CREDENTIAL_TRIES:
+                    raise
+                log.warning("reconnect attempt %d: credentials refused (%d of %d): %s", attempt, refused,
+                            CREDENTIAL_TRIES, exc)  # fmt: skip
+            except Exception as exc:  # a refused TCP connect, a reset, a TLS error, a timeout: try again
+                refused = 0
+                log.debug("reconnect attempt %d failed: %s", attempt, exc)
+            await asyncio.sleep(backoff.next())  # full jitter: a crowd of clients does not come back in lock step
+
+
 class ConnectionKeeper:
     """One client's connection: made by ``new_connection``, subscribed to ``subscriptions``, kept alive."""
 
@@ -134,11 +188,8 @@ class ConnectionKeeper:
         name: str,
         fail_calls: Callable[[BaseException], object] = lambda exc: None,
     ) -> None:
-        self._new_connection = new_connection
-        self._subscriptions = list(subscriptions)
-        self._url = url
+        self._dialer = _Dialer(new_connection, list(subscriptions), url, backoff)
         self._reconnect = reconnect
-        self._backoff = backoff
         self._on_drop = on_drop
         self._on_reconnect = on_reconnect
         self._fail_calls = fail_calls
@@ -178,17 +229,6 @@ class ConnectionKeeper:
             except Exception:
                 log.exception("state listener failed")
 
-    async def _open(self, conn: Connection) -> Connection:
-        await conn.connect()
-        try:
-            # Responses and notifications in one SUBSCRIBE, acknowledged before the first request (a resumed
-            # session has them already: SUBSCRIBE again is harmless, and covers a session the broker lost).
-            await conn.subscribe(self._subscriptions, qos=1)
-        except BaseException:
-            await conn.close(end_session=False)
-            raise
-        return conn
-
     def _fail(self, exc: TransportError) -> None:
         """Stop for good: FAILED, every caller (now and later) gets ``exc``."""
         log.error("%s: not reconnecting: %s", self._name, exc)
@@ -212,7 +252,7 @@ class ConnectionKeeper:
         self._connected_evt = asyncio.Event()
         self._set_state(ConnectionState.CONNECTING)
         try:
-            conn = await self._open(self._new_connection())
+            conn = await self._dialer.open(self._dialer.new_connection())
         except BaseException:
             self._set_state(ConnectionState.DISCONNECTED)
             raise
@@ -258,7 +298,7 @@ class ConnectionKeeper:
             except SessionTakenOverError as exc:
                 fatal = exc  # the broker's own word (0x8E): the one take-over that stops the client
             except TransportError as exc:
-                log.warning("connection to %s lost: %s", self._url, exc)
+                log.warning("connection to %s lost: %s", self._dialer.url, exc)
             silent = self.suspicion.silent(conn.closed_by_broker, asyncio.get_running_loop().time())
             suspected = fatal is None and self.suspicion.at_drop(silent)
             assert self._connected_evt is not None
@@ -268,7 +308,7 @@ class ConnectionKeeper:
             # deadlines): what was not acknowledged is sent again, and the responses wait in the session.
             kept = fatal is None and self._reconnect and conn.keeps_session
             if not kept and fatal is None:
-                self._fail_calls(ConnectionLostError(f"connection to {self._url} lost"))
+                self._fail_calls(ConnectionLostError(f"connection to {self._dialer.url} lost"))
             self._on_drop()
             with contextlib.suppress(Exception):
                 await conn.close(end_session=False)
@@ -283,8 +323,8 @@ class ConnectionKeeper:
                 self._set_state(ConnectionState.TAKEOVER_SUSPECTED)
             self._set_state(ConnectionState.RECONNECTING)
             try:
-                wait = self.suspicion.wait(self._backoff()) if suspected else 0.0
-                conn = await self._reconnect_with_backoff(conn, wait)
+                wait = self.suspicion.wait(self._dialer.backoff()) if suspected else 0.0
+                conn = await self._dialer.redial(conn, wait)
             except (SessionTakenOverError, CredentialsRefusedError) as exc:
                 self._fail(exc)
                 return
@@ -293,11 +333,11 @@ class ConnectionKeeper:
                 # The broker lost the session: what was in flight may or may not have been carried out, and
                 # its response is gone. Only those calls fail; the listeners hear it before CONNECTED.
                 self.sessions_lost += 1
-                log.warning("%s: the broker at %s no longer had our session", self._name, self._url)
+                log.warning("%s: the broker at %s no longer had our session", self._name, self._dialer.url)
                 self._fail_calls(
                     SessionLostError(
-                        f"the broker at {self._url} no longer had the session of {self._name!r} after a reconnect: "
-                        "the request may or may not have been carried out"
+                        f"the broker at {self._dialer.url} no longer had the session of {self._name!r} after a "
+                        "reconnect: the request may or may not have been carried out"
                     )
                 )
                 self._set_state(ConnectionState.SESSION_LOST)
@@ -307,37 +347,6 @@ class ConnectionKeeper:
             self._connected_evt.set()
             self._set_state(ConnectionState.CONNECTED)
             self._on_reconnect()
-
-    async def _reconnect_with_backoff(self, previous: Connection, first_wait: float) -> Connection:
-        """A new connection, subscribed, after ``first_wait`` seconds; each attempt takes over the session of the one
-        before (``previous``, then the attempt that failed). Raises only what the broker said no retry heals (0x8E,
-        credentials refused :data:`CREDENTIAL_TRIES` times in a row); anything else is tried again, for as long as
-        the client is open."""
-        backoff = self._backoff()
-        attempt = refused = 0
-        if first_wait > 0:
-            await asyncio.sleep(first_wait)
-        while True:
-            attempt += 1
-            conn = self._new_connection()
-            conn.carry_over(previous)
-            previous = conn
-            try:
-                await self._open(conn)
-                log.info("reconnected to %s after %d attempt(s)", self._url, attempt)
-                return conn
-            except SessionTakenOverError:
-                raise
-            except CredentialsRefusedError as exc:
-                refused += 1
-                if refused >= CREDENTIAL_TRIES:
-                    raise
-                log.warning("reconnect attempt %d: credentials refused (%d of %d): %s", attempt, refused,
-                            CREDENTIAL_TRIES, exc)  # fmt: skip
-            except Exception as exc:  # a refused TCP connect, a reset, a TLS error, a timeout: try again
-                refused = 0
-                log.debug("reconnect attempt %d failed: %s", attempt, exc)
-            await asyncio.sleep(backoff.next())  # full jitter: a crowd of clients does not come back in lock step
 
     async def connection(self, timeout: float | None) -> Connection:
         """The connection, waiting up to ``timeout`` while it is being re-established."""
@@ -357,7 +366,7 @@ class ConnectionKeeper:
                     if state is ConnectionState.CLOSED:
                         raise ClientStateError("this client was closed")
                     if state is ConnectionState.DISCONNECTED:
-                        raise ConnectionLostError(f"disconnected from {self._url} (reconnect is off)")
+                        raise ConnectionLostError(f"disconnected from {self._dialer.url} (reconnect is off)")
                     if state is ConnectionState.FAILED:
                         self._raise_failure()
                     conn = self.conn
@@ -369,4 +378,4 @@ class ConnectionKeeper:
                         continue
                     await self._connected_evt.wait()
         except TimeoutError:
-            raise ConnectionLostError(f"not connected to {self._url} (reconnecting)") from None
+            raise ConnectionLostError(f"not connected to {self._dialer.url} (reconnecting)") from None

@@ -316,7 +316,7 @@ def _check_persist_file(args: argparse.Namespace) -> str | None:
     """Why ``--persist-file`` cannot be used (``None``: it can): a usage error, before connecting."""
     if args.persist_file is None:
         return None
-    from .server import persist_file_problem
+    from ._persistence import persist_file_problem
 
     return persist_file_problem(args.persist_file)
 

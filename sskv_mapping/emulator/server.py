@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -27,8 +26,9 @@ from .._transport.base import Connection, ConnectionFactory, InboundMessage
 from .._transport.factory import new_connection
 from .._transport.settings import ConnectionSettings
 from .._transport.stream import StreamConnection
-from ..errors import ConfigurationError, ServiceUnavailableError, StateStoreError, TransportError
+from ..errors import ServiceUnavailableError, StateStoreError, TransportError
 from . import _telemetry as otel
+from ._persistence import PersistenceFile
 from .broker import LOG_TOPIC_FILTER, parse_connection_log
 from .core import CoreResult, EmulatorCore, Notification
 from .outbox import Outbox
@@ -51,11 +51,9 @@ _NO_VERSION_PROPERTIES = PackedUserProperties(headers.response_properties(None))
 _UNSUPPORTED_VERSION_MESSAGE = "unsupported protocol version {!r}; this service supports major version 1"
 _RECONNECT_MIN_S = 0.05
 _RECONNECT_MAX_S = 2.0
-_PERSIST_DELAY_S = 0.05
 #: how long a probe waits for the answer of a subscriber of the request topic (one that does not answer: not a service)
 PROBE_WAIT_S = 1.0
 _PROBE_KEY = b"__sskv-emulator-probe"
-_PERSIST_RETRY_S = 1.0  # a persistence file that could not be written is tried again after this long
 # mosquitto's log line when a session's queue is full: "Outgoing messages are being dropped for client X."
 _DROPPING = "Outgoing messages are being dropped for client "
 
@@ -133,17 +131,12 @@ class EmulatorServer:
         self.settings = settings
         self.core = core if core is not None else EmulatorCore(now_ms=now_ms or system_clock_ms)
         self._factory: ConnectionFactory = connection_factory or new_connection
-        self.persist_file = Path(persist_file) if persist_file is not None else None
-        self._now_ms = now_ms or self.core.now_ms
         self._on_ready = on_ready
         self._conn: Connection | None = None
         # asyncio.Event binds to the running loop on first use, not here.
         self._stop = asyncio.Event()
         self._ready = asyncio.Event()
-        self._timer_wake = asyncio.Event()
-        self._timer_deadline: int | None = None
-        self._persist_wake = asyncio.Event()
-        self._saved_generation = self.core.persistence_generation
+        self._timer = _ExpiryTimer(self.core, now_ms or self.core.now_ms, self._expire_due)
         self._publishes: set[asyncio.Task[None]] = set()
         #: Counters for logs and tests.
         self.stats: dict[str, int] = {
@@ -159,6 +152,7 @@ class EmulatorServer:
             "broker_drops_reported": 0,
             "persist_failures": 0,
         }
+        self._persistence = None if persist_file is None else PersistenceFile(Path(persist_file), self.core, self.stats)
         #: the reply and notification side: publishes in order, waiting for room rather than dropping
         self.outbox = Outbox(lambda: self._conn, self.stats, self._publishes)
         # clients mosquitto said it drops messages for, so that each is reported once at WARNING
@@ -193,15 +187,12 @@ class EmulatorServer:
     async def run(self) -> None:
         """Serve until :meth:`stop`. Connection drops are retried with backoff; a failure to connect the
         very first time raises :class:`~sskv_mapping.errors.TransportError` (nothing was served yet)."""
-        if self.persist_file is not None:
-            problem = persist_file_problem(self.persist_file)
-            if problem is not None:
-                raise ConfigurationError(problem)
-        self._load_persistent()
-        helpers = [
-            asyncio.create_task(self._expiry_loop(), name="sskv-emulator-expiry"),
-            asyncio.create_task(self._persist_loop(), name="sskv-emulator-persist"),
-        ]
+        persistence = self._persistence
+        if persistence is not None:
+            persistence.load()
+        helpers = [asyncio.create_task(self._timer.run(), name="sskv-emulator-expiry")]
+        if persistence is not None:
+            helpers.append(asyncio.create_task(persistence.run(), name="sskv-emulator-persist"))
         try:
             await self._serve()
         finally:
@@ -211,7 +202,8 @@ class EmulatorServer:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await self._shutdown_connection()
-            self._save_persistent()
+            if persistence is not None:
+                persistence.save()
 
     async def _serve(self) -> None:
         backoff = Backoff(_RECONNECT_MIN_S, _RECONNECT_MAX_S, jitter=False)
@@ -366,7 +358,7 @@ class EmulatorServer:
         self.stats["requests"] += 1
         version = props.get(headers.PROT_VER)
         if version is not None and version != headers.PROTOCOL_VERSION and not _protocol_major_ok(version):
-            self._publish(
+            self.outbox.publish(
                 response_topic,
                 b"",
                 correlation,
@@ -383,7 +375,7 @@ class EmulatorServer:
         except Exception as exc:  # a bug in the core: answer 500 rather than leave the caller waiting
             self.stats["errors"] += 1
             log.exception("the core failed on a request")
-            self._publish(
+            self.outbox.publish(
                 response_topic,
                 b"",
                 correlation,
@@ -392,7 +384,7 @@ class EmulatorServer:
             )
             return
         stamp, last = result.version, _last_reply
-        self.outbox.publish_on(  # self._publish, without its calls
+        self.outbox.publish_on(  # self.outbox.publish, without its calls
             self._conn,
             response_topic,
             result.payload,
@@ -407,10 +399,10 @@ class EmulatorServer:
             self._publish_notifications(result.notifications)
         # self._after_change(), inline: once per request served
         nxt = self.core.next_expiry()
-        if nxt is not None and (self._timer_deadline is None or nxt < self._timer_deadline):
-            self._timer_wake.set()
-        if self.persist_file is not None and self.core.persistence_generation != self._saved_generation:
-            self._persist_wake.set()
+        if nxt is not None and (self._timer.deadline is None or nxt < self._timer.deadline):
+            self._timer.wake.set()
+        if self._persistence is not None and self.core.persistence_generation != self._persistence.saved_generation:
+            self._persistence.wake.set()
         tap = self.tap
         if tap is not None:
             tap(client_id, message.payload, result, props.get("traceparent"))
@@ -435,16 +427,6 @@ class EmulatorServer:
             otel.current.notified([(note.topic, note.payload) for note in notes])
         self.outbox.notify(notes)
 
-    def _publish(
-        self,
-        topic: str,
-        payload: bytes,
-        correlation: bytes | None,
-        user_properties: Sequence[tuple[str, str]],
-        content_type: str | None,
-    ) -> None:
-        self.outbox.publish(topic, payload, correlation, user_properties, content_type)
-
     # -- expiry and persistence -------------------------------------------------------------------------
 
     def clock_jumped(self) -> None:
@@ -453,21 +435,41 @@ class EmulatorServer:
         Call it on the server's event loop. Keys whose expiry time has come are deleted, and their watchers
         notified, as soon as the loop runs; without it the timer would sleep out the real-time delay it computed.
         """
-        self._timer_wake.set()
+        self._timer.wake.set()
 
     def _after_change(self) -> None:
         nxt = self.core.next_expiry()
-        if nxt is not None and (self._timer_deadline is None or nxt < self._timer_deadline):
-            self._timer_wake.set()
-        if self.persist_file is not None and self.core.persistence_generation != self._saved_generation:
-            self._persist_wake.set()
+        if nxt is not None and (self._timer.deadline is None or nxt < self._timer.deadline):
+            self._timer.wake.set()
+        if self._persistence is not None and self.core.persistence_generation != self._persistence.saved_generation:
+            self._persistence.wake.set()
 
-    async def _expiry_loop(self) -> None:
-        wake = self._timer_wake
+    def _expire_due(self) -> None:
+        notes = self.core.expire_due()
+        if notes:
+            self._publish_notifications(notes)
+        self._after_change()
+        tap = self.tap
+        if tap is not None:
+            tap(None, None, CoreResult(b"", None, notes), None)
+
+
+class _ExpiryTimer:
+    """Sleeps until the core's next expiry time (``core.next_expiry()``, against ``now_ms``), then has ``expire``
+    delete the keys due: their watchers get DELETE even when nobody touches them. ``wake``: look again now."""
+
+    def __init__(self, core: EmulatorCore, now_ms: Callable[[], int], expire: Callable[[], None]) -> None:
+        self._core = core
+        self._now_ms = now_ms
+        self._expire = expire
+        self.wake = asyncio.Event()  # binds to the running loop on first use, not here
+        self.deadline: int | None = None  # the expiry time slept until
+
+    async def run(self) -> None:
+        wake = self.wake
         while True:
             wake.clear()
-            nxt = self.core.next_expiry()
-            self._timer_deadline = nxt
+            nxt = self.deadline = self._core.next_expiry()
             if nxt is None:
                 await wake.wait()
                 continue
@@ -477,70 +479,10 @@ class EmulatorServer:
                     await asyncio.wait_for(wake.wait(), delay)
                 continue
             try:
-                notes = self.core.expire_due()
-                if notes:
-                    self._publish_notifications(notes)
-                self._after_change()
-                tap = self.tap
-                if tap is not None:
-                    tap(None, None, CoreResult(b"", None, notes), None)
+                self._expire()
             except Exception:
                 log.exception("expiring keys failed")
                 await asyncio.sleep(0.1)  # do not spin on a persistent failure
-
-    def _load_persistent(self) -> None:
-        path = self.persist_file
-        if path is None or not path.exists():
-            return
-        restored = self.core.load_persistent(path.read_bytes())
-        self._saved_generation = self.core.persistence_generation
-        log.info("restored %d persistent entr%s from %s", restored, "y" if restored == 1 else "ies", path)
-
-    async def _persist_loop(self) -> None:
-        if self.persist_file is None:
-            return
-        failing = False
-        while True:
-            await self._persist_wake.wait()
-            await asyncio.sleep(_PERSIST_DELAY_S)  # coalesce a burst of writes into one file write
-            self._persist_wake.clear()
-            generation = self.core.persistence_generation
-            data = self.core.dump_persistent()
-            try:
-                await asyncio.to_thread(_write_atomically, self.persist_file, data)
-            except OSError as exc:
-                failing = True
-                self._persist_failed(exc, retry=True)
-                self._persist_wake.set()  # tried again (the next change would wait for it anyway)
-                await asyncio.sleep(_PERSIST_RETRY_S)
-                continue
-            self._saved_generation = generation
-            if failing:
-                failing = False
-                log.warning("wrote the persistence file %s again: persistent entries are saved", self.persist_file)
-
-    def _save_persistent(self) -> None:
-        if self.persist_file is None or self.core.persistence_generation == self._saved_generation:
-            return
-        try:
-            _write_atomically(self.persist_file, self.core.dump_persistent())
-        except OSError as exc:
-            self._persist_failed(exc, retry=False)
-            return
-        self._saved_generation = self.core.persistence_generation
-
-    def _persist_failed(self, exc: OSError, *, retry: bool) -> None:
-        """A write of the persistence file failed: counted (``stats["persist_failures"]``, on the inspector page)
-        and logged at ERROR every time, never silent: what the clients were told is kept is not on disk."""
-        self.stats["persist_failures"] += 1
-        log.error(
-            "cannot write the persistence file %s (%s): entries written with aio-persistence are NOT saved "
-            "(failure %d)%s",
-            self.persist_file,
-            exc.strerror or exc,
-            self.stats["persist_failures"],
-            f"; trying again in {_PERSIST_RETRY_S:g} s" if retry else "",
-        )
 
 
 async def serving_already(
@@ -608,40 +550,3 @@ async def serving_already(
         "two would both answer every request, and versions could go backwards. Stop it, or use another broker "
         "(--allow-second-emulator starts anyway)"
     )
-
-
-def persist_file_problem(path: Path) -> str | None:
-    """Why ``path`` cannot be the persistence file (``None``: it can). Its folder must exist and take a new file
-    (the file is rewritten by replacing it), and a file already there must be a file: told at start, not found out
-    at the first persistent write, which the client was told is kept."""
-    where = f"cannot keep persistent entries in {path}"
-    if path.is_dir():
-        return f"{where}: it is a directory"
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        return f"{where}: the directory {directory} does not exist"
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-    except OSError as exc:
-        return f"{where}: cannot create a file in {directory} ({exc.strerror or exc})"
-    os.close(fd)
-    with contextlib.suppress(OSError):
-        os.unlink(tmp)
-    if path.exists() and not path.is_file():
-        return f"{where}: it is not a regular file"
-    return None
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
