@@ -358,7 +358,6 @@ OVER_BUDGET = {
     "EmulatorServer": 18,
     "ConnectionKeeper": 18,
     "MqttSession": 19,
-    "NamespaceStore": 21,
     "StreamConnection": 20,
 }
 
