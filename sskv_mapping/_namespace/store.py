@@ -223,7 +223,7 @@ class NamespaceStore(Generic[V]):
         if cache is None:
             return await self._fetch(data_key)
         if fresh:
-            return await self._read_through(data_key, cache)
+            return await self._read_through(data_key)
         # One re-read per key: a miss (a key not cached yet, or an entry past max_staleness) that many callers hit
         # at once is one GET. The others wait for it and look in the cache again: what it stored or confirmed is a
         # hit then, and anything that changed the key meanwhile (a write, an event, an invalidation) shows there
@@ -236,11 +236,11 @@ class NamespaceStore(Generic[V]):
                 if not shared.cancelled():
                     raise  # this caller was cancelled
             hit = cache.get(data_key)
-            return hit if hit is not None else await self._read_through(data_key, cache)
+            return hit if hit is not None else await self._read_through(data_key)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._reading[data_key] = fut
         try:
-            entry = await self._read_through(data_key, cache)
+            entry = await self._read_through(data_key)
         except asyncio.CancelledError:
             fut.cancel()
             raise
@@ -254,12 +254,12 @@ class NamespaceStore(Generic[V]):
         fut.set_result(None)
         return entry
 
-    async def _read_through(self, data_key: bytes, cache: LocalCache[V]) -> CachedEntry[V]:
+    async def _read_through(self, data_key: bytes) -> CachedEntry[V]:
         """GET the key through the local cache (stored there unless something newer is known)."""
         watches = self.watches
         assert watches is not None  # there is a cache
         if data_key not in watches:
-            return await self._watch_and_read(data_key, cache, watches)
+            return await self._watch_and_read(data_key, watches)
         await watches.ensure(data_key)
         if not watches.active(data_key):
             # No notifications flow for the key now (a reconnect has not restored its KEYNOTIFY yet): a
@@ -267,20 +267,34 @@ class NamespaceStore(Generic[V]):
             return await self._fetch(data_key)
         return await self._reread(data_key)
 
-    async def _reread(self, data_key: bytes) -> CachedEntry[V]:
-        """GET a watched key into the local cache (stored there unless something newer is known)."""
+    async def _reread(self, data_key: bytes, watching: asyncio.Task[None] | None = None) -> CachedEntry[V]:
+        """GET a watched key into the local cache (stored there unless something newer is known); ``watching``:
+        the task of its KEYNOTIFY, sent right before the GET (_watch_and_read), which must be confirmed first."""
         cache = self.cache
         assert cache is not None
-        ticket = cache.begin_read(data_key)
-        try:
+        # The ticket is abandoned on the way out unless finished: a failed GET (a KEYNOTIFY goes on in its task: the
+        # key is being read, and a retry finds it watched), a failed KEYNOTIFY, or a value not kept.
+        with cache.begin_read(data_key) as ticket:
             entry = await self._fetch(data_key)
-        except BaseException:
-            cache.abandon(ticket)
-            raise
-        cache.finish_read(ticket, entry)
+            if watching is not None:
+                # A service that handles the two in order answers the KEYNOTIFY first, and its task finishes before
+                # this one resumes (both wake-ups are queued in the order the replies came). The GET answered first
+                # means it was probably read before the key was registered (reordered by the service, or the
+                # KEYNOTIFY sent again after the broker delivered it to nobody): a change in between would go
+                # unnoticed, so the value is not kept.
+                answered_first = not watching.done()
+                try:
+                    await asyncio.shield(watching)  # its answer (here already when the service kept the order)
+                except StateStoreError as exc:
+                    log.debug("watching %r failed; its value is returned, not kept: %s", data_key, exc)
+                    return entry
+                watches = self.watches
+                if answered_first or watches is None or not watches.active(data_key):  # or a reconnect since
+                    return entry  # served, not kept
+            cache.finish_read(ticket, entry)
         return entry
 
-    async def _watch_and_read(self, data_key: bytes, cache: LocalCache[V], watches: KeyWatches) -> CachedEntry[V]:
+    async def _watch_and_read(self, data_key: bytes, watches: KeyWatches) -> CachedEntry[V]:
         """A miss on a key not watched yet, in one round trip: its KEYNOTIFY, then its GET right behind it on the
         same connection, then both answers awaited. The entry is kept only once the KEYNOTIFY is confirmed.
 
@@ -306,31 +320,7 @@ class NamespaceStore(Generic[V]):
         # future, which the client's pending calls hold until it is answered or fails.
         watching.add_done_callback(_retrieve)
         await published
-        ticket = cache.begin_read(data_key)
-        try:
-            entry = await self._fetch(data_key)
-        except BaseException:
-            cache.abandon(ticket)
-            raise  # the watch goes on in its task: the key is being read, and a retry finds it watched
-        # A service that handles the two in order answers the KEYNOTIFY first, and its task finishes before this one
-        # resumes (both wake-ups are queued in the order the replies came). The GET answered first means it was
-        # probably read before the key was registered (reordered by the service, or the KEYNOTIFY sent again after
-        # the broker delivered it to nobody): a change in between would go unnoticed, so the value is not kept.
-        answered_first = not watching.done()
-        try:
-            await asyncio.shield(watching)  # the KEYNOTIFY's answer (here already when the service kept the order)
-        except StateStoreError as exc:
-            cache.abandon(ticket)
-            log.debug("watching %r failed; its value is returned, not kept: %s", data_key, exc)
-            return entry
-        except BaseException:
-            cache.abandon(ticket)
-            raise
-        if watches.active(data_key) and not answered_first:
-            cache.finish_read(ticket, entry)
-        else:  # not surely notified of every change since the GET (see above, or a reconnect): served, not kept
-            cache.abandon(ticket)
-        return entry
+        return await self._reread(data_key, watching)
 
     def _loads(self, binding: bytes, data: bytes) -> V:
         return decode_value(self.codec, binding, data, binding=binding)
