@@ -83,6 +83,8 @@ PURE = {name for name in MODULE_NAMES if _under(name, "_protocol")} | {
     "emulator.store_view",
     "emulator.scan",
     "local_cache",
+    "local_cache._entries",
+    "local_cache._reads",
 }
 IO_MODULES = {"asyncio", "socket", "selectors", "subprocess", "ssl", "aiomqtt", "paho"}  # a threading.Lock is fine
 
