@@ -65,12 +65,12 @@ async def main() -> None:
                 hit = d._core.hit
                 cached = sum(hit(k) is not None for k in keys)
                 print(f"{cached:,} of {args.entries:,} entries cached; waiting for the first to come due...")
-                while store.revalidations == 0:  # noqa: ASYNC110 - a counter, no event to wait on
+                while store.watches.revalidations == 0:  # noqa: ASYNC110 - a counter, no event to wait on
                     await asyncio.sleep(0.5)
                 start, cpu0, n0, misses0 = (
                     time.monotonic(),
                     time.process_time(),
-                    store.revalidations,
+                    store.watches.revalidations,
                     cache.stale_misses,
                 )
                 lowest = cached
@@ -78,7 +78,7 @@ async def main() -> None:
                     await asyncio.sleep(1.0)
                     lowest = min(lowest, sum(hit(k) is not None for k in keys))
                 elapsed = time.monotonic() - start
-                rate = (store.revalidations - n0) / elapsed
+                rate = (store.watches.revalidations - n0) / elapsed
                 cpu = (time.process_time() - cpu0) / elapsed
                 print()
                 print(f"| revalidation, {args.entries:,} entries, max_staleness {args.max_staleness:g} s | value |")

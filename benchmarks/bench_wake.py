@@ -105,7 +105,7 @@ async def measure(n: int, writers: int, seconds: float, fill: str) -> dict[str, 
                     tails.append(client.requests_sent - after_fill - own)
                     later.append(await window(client, d, f"later{at:.0f}", seconds))
                     own += 2 * later[-1]["n"]
-                released = d._store.watches_released
+                released = d._store.watches.released
                 await d.close()
         finally:
             emulator.terminate()

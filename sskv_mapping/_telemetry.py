@@ -169,10 +169,10 @@ class _Instruments:
 
         def local(counter: str) -> Callable[[Store], list[tuple[int, dict[str, Any]]]]:
             def read(store: Store) -> list[tuple[int, dict[str, Any]]]:
-                cache = store.cache
-                if cache is None:
+                cache, watches = store.cache, store.watches
+                if cache is None or watches is None:
                     return []
-                value = store.revalidations if counter == "revalidations" else getattr(cache.stats(), counter)
+                value = watches.revalidations if counter == "revalidations" else getattr(cache.stats(), counter)
                 return [(value, store_attrs(store))]
 
             return read

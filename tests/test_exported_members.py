@@ -217,6 +217,7 @@ def test_the_whole_exception_tree_is_exported() -> None:
 #: never build one.
 INTERNAL_PLUMBING = {
     "KeySubscription.__init__": "made by the client's subscribe_key, not by users",
+    "ReadTicket.__init__": "made by LocalCache.begin_read, not by users",
 }
 
 

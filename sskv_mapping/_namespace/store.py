@@ -21,15 +21,15 @@ from .._protocol.hlc import HybridLogicalClock, system_clock_ms
 from .._protocol.notifications import KeyEvent
 from .._telemetry import watch_store
 from .._ttl import ttl_to_ms
-from ..client._client import AsyncStateStoreClient, ConnectionState, KeySubscription, SetResult
-from ..client._in_flight import background
+from ..client._client import AsyncStateStoreClient, ConnectionState, SetResult
 from ..client._requests import on_publish
 from ..codecs import Codec, JsonCodec, RawCodec, StrCodec, decode_value, encode_value
 from ..errors import ConfigurationError, DecodeError, StateStoreError
 from ..local_cache import ABSENT, Absent, CachedEntry, LocalCache
-from .fanout import BoundedWork, gather_bounded
+from .fanout import gather_bounded
 from .key_index import KeyIndex
 from .key_layout import KeyLayout
+from .watches import KeyWatches
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +37,6 @@ __all__ = ["Encoded", "NamespaceStore", "StoreEntry"]
 
 V = TypeVar("V")
 
-#: KEYNOTIFY STOPs of released watches in flight at once (in the background, beside the callers' own requests)
-_RELEASE_FAN_OUT = 16
-#: re-reads of cached entries about to outlive their max_staleness, in flight at once (in the background)
-_REVALIDATE_FAN_OUT = 32
 #: values up to this size, of a codec whose decoding runs no user code (_runs_no_user_code), are decoded on the
 #: loop: handing them to the caller's thread costs more than decoding them (two thread switches per read)
 _QUICK_DECODE_MAX = 4096
@@ -109,24 +105,13 @@ class NamespaceStore(Generic[V]):
         self.cache = cache
         self._prefix = self._binding
         self._clock = clock
-        self._watches: dict[bytes, KeySubscription] = {}
-        self._watching: dict[bytes, asyncio.Future[None]] = {}
         self._reading: dict[bytes, asyncio.Future[None]] = {}  # cached reads in flight, which others wait for
-        # Watches of keys the cache no longer holds are released once there are this many: the store keeps
-        # a KEYNOTIFY registration per watched key, and a long-lived process reads far more keys than it
-        # caches.
-        self.watch_limit = 2 * cache.maxsize if cache is not None else 0
-        # KEYNOTIFY STOPs of released watches: one background task, a few in flight (a release of 10,000 idle
-        # watches at once was 10,000 requests at once, which an untuned broker's queue dropped by the thousand)
-        self._releasing: BoundedWork[KeySubscription] = BoundedWork(
-            self._release_watch, _RELEASE_FAN_OUT, name=f"sskv-release-watches-{namespace}"
+        #: what keeps the local cache current (the keys' KEYNOTIFYs and the revalidator); None without a cache
+        self.watches: KeyWatches | None = (
+            None
+            if cache is None
+            else KeyWatches(client, cache, self._on_event, self._reread, prefix=self._prefix, name=namespace)
         )
-        #: how many idle watches were released so far
-        self.watches_released = 0
-        # Re-reads entries before they outlive the local cache's max_staleness (see _revalidate_loop).
-        self._revalidator: asyncio.Task[None] | None = None
-        #: cached entries re-read in the background so far (to keep them within max_staleness)
-        self.revalidations = 0
         self._wall_ms = wall_ms
         # the key listing the owner injects (the dict's: SCAN or a stored index, see _listing); None: the cache's
         self.index: KeyIndex | None = None if index is None else index(self)
@@ -157,8 +142,8 @@ class NamespaceStore(Generic[V]):
         self._prefix = prefix
         if self.cache is not None:
             self.cache.clear()
-        stale = [k for k in self._watches if k not in self._watching]
-        self._releasing.submit([self._watches.pop(k) for k in stale])
+        if self.watches is not None:
+            self.watches.switch_prefix(prefix)
 
     def user_key(self, data_key: bytes) -> str:
         return data_key[len(self._prefix) :].decode("utf-8")
@@ -190,12 +175,8 @@ class NamespaceStore(Generic[V]):
         self._closed = True
         if self._unlisten is not None:
             self._unlisten()
-        if self._revalidator is not None:
-            self._revalidator.cancel()
-            self._revalidator = None
-        subs, self._watches = list(self._watches.values()), {}
-        await gather_bounded((self._release_watch(sub) for sub in subs), _RELEASE_FAN_OUT)
-        await self._releasing.wait()
+        if self.watches is not None:
+            await self.watches.close()
         if self.index is not None:
             await self.index.close()
         if self.cache is not None:
@@ -208,92 +189,6 @@ class NamespaceStore(Generic[V]):
             # the key as the signature of a key-bound codec covers it: the namespace and what follows the '/'
             binding = self._binding + event.key.partition(b"/")[2]
             self.cache.apply_event(event, functools.partial(self._loads, binding))
-
-    async def _ensure_watch(self, data_key: bytes) -> None:
-        if self.cache is None or data_key in self._watches:
-            return
-        if self._revalidator is None and self.cache.max_staleness is not None and not self._closed:
-            self._revalidator = asyncio.get_running_loop().create_task(
-                self._revalidate_loop(self.cache.max_staleness), name=f"sskv-revalidate-{self.namespace}"
-            )
-        pending = self._watching.get(data_key)
-        if pending is not None:
-            await asyncio.shield(pending)
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._watching[data_key] = fut
-        try:
-            self._watches[data_key] = await self.client.subscribe_key(data_key, self._on_event)
-            fut.set_result(None)
-        except BaseException as exc:
-            fut.set_exception(exc)
-            fut.exception()
-            raise
-        finally:
-            del self._watching[data_key]
-        if len(self._watches) > self.watch_limit:
-            self._release_idle_watches(keep=data_key)
-
-    def _release_idle_watches(self, keep: bytes) -> None:
-        """Stop watching every key the cache does not hold (nor reads now), except ``keep`` (about to be).
-
-        Run when the watches outnumber ``watch_limit`` (twice the cache size), so the cost is amortised and
-        at most about ``maxsize`` watches stay. Without a watch a key cannot be cached (reads and writes
-        re-create it first), so nothing stale can be served.
-        """
-        cache = self.cache
-        assert cache is not None
-        idle = [k for k in self._watches if k != keep and k not in self._watching and not cache.holds(k)]
-        self.watches_released += len(idle)
-        self._releasing.submit([self._watches.pop(k) for k in idle])
-
-    @staticmethod
-    async def _release_watch(sub: KeySubscription) -> None:
-        try:
-            await sub.close()
-        except StateStoreError as exc:  # the client drops the registration on its side regardless
-            log.warning("releasing an idle watch failed: %s", exc)
-
-    async def _revalidate_loop(self, max_staleness: float) -> None:
-        """Re-read cached entries before they outlive ``max_staleness``, so that a hit stays a hit although
-        every entry is confirmed at least that often (a notification lost by a broker cannot leave a value stale
-        for longer). Every ``max_staleness / 10`` s it re-reads, 32 at a time, the entries that would age out
-        within the next ``max_staleness / 5`` s (plus that period): each entry once per about 0.75 x max_staleness
-        while it is cached. A re-read that finds the same version confirms the entry; a newer one replaces it."""
-        cache = self.cache
-        assert cache is not None
-        period = max_staleness / 10
-        within = max_staleness / 5 + period
-        with background():  # the re-reads yield to the client's calls (client/_in_flight.py)
-            while True:
-                await asyncio.sleep(period)
-                if not cache.connected:
-                    continue  # nothing is served now, and everything is cleared on reconnect
-                due = [k for k in cache.due(within) if k.startswith(self._prefix)]
-                if due:
-                    await gather_bounded((self._revalidate(k) for k in due), _REVALIDATE_FAN_OUT)
-
-    async def _revalidate(self, data_key: bytes) -> None:
-        cache = self.cache
-        assert cache is not None
-        if not self._watch_active(data_key):
-            return  # not notified of changes now: left to age out rather than refreshed without a watch
-        ticket = cache.begin_read(data_key)
-        try:
-            entry = await self._fetch(data_key)
-        except StateStoreError as exc:  # the entry ages out; a reader re-reads it then
-            cache.abandon(ticket)
-            log.debug("revalidating a cached entry failed: %s", exc)
-            return
-        except BaseException:
-            cache.abandon(ticket)
-            raise
-        cache.finish_read(ticket, entry)
-        self.revalidations += 1
-
-    def _watch_active(self, data_key: bytes) -> bool:
-        sub = self._watches.get(data_key)
-        return sub is not None and sub.active
 
     # -- reads --------------------------------------------------------------------------------------------
 
@@ -328,7 +223,7 @@ class NamespaceStore(Generic[V]):
         if cache is None:
             return await self._fetch(data_key)
         if fresh:
-            return await self._read_through(data_key, cache)
+            return await self._read_through(data_key)
         # One re-read per key: a miss (a key not cached yet, or an entry past max_staleness) that many callers hit
         # at once is one GET. The others wait for it and look in the cache again: what it stored or confirmed is a
         # hit then, and anything that changed the key meanwhile (a write, an event, an invalidation) shows there
@@ -341,11 +236,11 @@ class NamespaceStore(Generic[V]):
                 if not shared.cancelled():
                     raise  # this caller was cancelled
             hit = cache.get(data_key)
-            return hit if hit is not None else await self._read_through(data_key, cache)
+            return hit if hit is not None else await self._read_through(data_key)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._reading[data_key] = fut
         try:
-            entry = await self._read_through(data_key, cache)
+            entry = await self._read_through(data_key)
         except asyncio.CancelledError:
             fut.cancel()
             raise
@@ -359,25 +254,47 @@ class NamespaceStore(Generic[V]):
         fut.set_result(None)
         return entry
 
-    async def _read_through(self, data_key: bytes, cache: LocalCache[V]) -> CachedEntry[V]:
+    async def _read_through(self, data_key: bytes) -> CachedEntry[V]:
         """GET the key through the local cache (stored there unless something newer is known)."""
-        if data_key not in self._watches and data_key not in self._watching:
-            return await self._watch_and_read(data_key, cache)
-        await self._ensure_watch(data_key)
-        if not self._watch_active(data_key):
+        watches = self.watches
+        assert watches is not None  # there is a cache
+        if data_key not in watches:
+            return await self._watch_and_read(data_key, watches)
+        await watches.ensure(data_key)
+        if not watches.active(data_key):
             # No notifications flow for the key now (a reconnect has not restored its KEYNOTIFY yet): a
             # value cached now could change unnoticed and be served stale, so it is served but not kept.
             return await self._fetch(data_key)
-        ticket = cache.begin_read(data_key)
-        try:
+        return await self._reread(data_key)
+
+    async def _reread(self, data_key: bytes, watching: asyncio.Task[None] | None = None) -> CachedEntry[V]:
+        """GET a watched key into the local cache (stored there unless something newer is known); ``watching``:
+        the task of its KEYNOTIFY, sent right before the GET (_watch_and_read), which must be confirmed first."""
+        cache = self.cache
+        assert cache is not None
+        # The ticket is abandoned on the way out unless finished: a failed GET (a KEYNOTIFY goes on in its task: the
+        # key is being read, and a retry finds it watched), a failed KEYNOTIFY, or a value not kept.
+        with cache.begin_read(data_key) as ticket:
             entry = await self._fetch(data_key)
-        except BaseException:
-            cache.abandon(ticket)
-            raise
-        cache.finish_read(ticket, entry)
+            if watching is not None:
+                # A service that handles the two in order answers the KEYNOTIFY first, and its task finishes before
+                # this one resumes (both wake-ups are queued in the order the replies came). The GET answered first
+                # means it was probably read before the key was registered (reordered by the service, or the
+                # KEYNOTIFY sent again after the broker delivered it to nobody): a change in between would go
+                # unnoticed, so the value is not kept.
+                answered_first = not watching.done()
+                try:
+                    await asyncio.shield(watching)  # its answer (here already when the service kept the order)
+                except StateStoreError as exc:
+                    log.debug("watching %r failed; its value is returned, not kept: %s", data_key, exc)
+                    return entry
+                watches = self.watches
+                if answered_first or watches is None or not watches.active(data_key):  # or a reconnect since
+                    return entry  # served, not kept
+            cache.finish_read(ticket, entry)
         return entry
 
-    async def _watch_and_read(self, data_key: bytes, cache: LocalCache[V]) -> CachedEntry[V]:
+    async def _watch_and_read(self, data_key: bytes, watches: KeyWatches) -> CachedEntry[V]:
         """A miss on a key not watched yet, in one round trip: its KEYNOTIFY, then its GET right behind it on the
         same connection, then both answers awaited. The entry is kept only once the KEYNOTIFY is confirmed.
 
@@ -396,38 +313,14 @@ class NamespaceStore(Generic[V]):
         loop = asyncio.get_running_loop()
         published: asyncio.Future[None] = loop.create_future()
         with on_publish(published):  # the KEYNOTIFY's task resolves it once its request is handed to the connection
-            watching = loop.create_task(self._ensure_watch(data_key), name="sskv-watch-on-read")
+            watching = loop.create_task(watches.ensure(data_key), name="sskv-watch-on-read")
         # ... or once it ended without publishing (refused before sending, no slot in time, watched meanwhile)
         watching.add_done_callback(functools.partial(_resolve, published))
         # No set holds the task: it is reachable from the loop until it first runs, then from the KEYNOTIFY's reply
         # future, which the client's pending calls hold until it is answered or fails.
         watching.add_done_callback(_retrieve)
         await published
-        ticket = cache.begin_read(data_key)
-        try:
-            entry = await self._fetch(data_key)
-        except BaseException:
-            cache.abandon(ticket)
-            raise  # the watch goes on in its task: the key is being read, and a retry finds it watched
-        # A service that handles the two in order answers the KEYNOTIFY first, and its task finishes before this one
-        # resumes (both wake-ups are queued in the order the replies came). The GET answered first means it was
-        # probably read before the key was registered (reordered by the service, or the KEYNOTIFY sent again after
-        # the broker delivered it to nobody): a change in between would go unnoticed, so the value is not kept.
-        answered_first = not watching.done()
-        try:
-            await asyncio.shield(watching)  # the KEYNOTIFY's answer (here already when the service kept the order)
-        except StateStoreError as exc:
-            cache.abandon(ticket)
-            log.debug("watching %r failed; its value is returned, not kept: %s", data_key, exc)
-            return entry
-        except BaseException:
-            cache.abandon(ticket)
-            raise
-        if self._watch_active(data_key) and not answered_first:
-            cache.finish_read(ticket, entry)
-        else:  # not surely notified of every change since the GET (see above, or a reconnect): served, not kept
-            cache.abandon(ticket)
-        return entry
+        return await self._reread(data_key, watching)
 
     def _loads(self, binding: bytes, data: bytes) -> V:
         return decode_value(self.codec, binding, data, binding=binding)
@@ -490,7 +383,8 @@ class NamespaceStore(Generic[V]):
         of the key would be kept in the local cache (it is watched): no codec work for the loop's thread."""
         raw = self.encode(key, value)
         data_key = self._prefix + key.encode("utf-8", "surrogatepass")
-        watched = self.cache is not None and self._watch_active(data_key)
+        watches = self.watches
+        watched = watches is not None and watches.active(data_key)
         return Encoded(value, raw, self._kept(key, raw) if watched else ABSENT)
 
     def encode(self, key: str, value: V | Encoded[V]) -> bytes:
@@ -532,9 +426,10 @@ class NamespaceStore(Generic[V]):
         # The price: the first read of a key written but never read is a miss (KEYNOTIFY and GET), as for any
         # key this process has not read yet. A fenced write watches first, as before: its entry keeps the token it
         # was written with (``entry()``).
-        if fencing_token is not None:
-            await self._ensure_watch(data_key)
-        watched = self._watch_active(data_key)
+        watches = self.watches
+        if fencing_token is not None and watches is not None:
+            await watches.ensure(data_key)
+        watched = watches is not None and watches.active(data_key)
         if listed and self.index is not None:  # listed before the data exists: see _index's invariants
             # a value too large to store must not leave its key listed: refused before the index entry is written
             exact_ttl = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)
@@ -550,7 +445,7 @@ class NamespaceStore(Generic[V]):
         )
         if result.applied and self.cache is not None:
             kept: V | Absent = ABSENT
-            if watched and self._watch_active(data_key):
+            if watched and watches is not None and watches.active(data_key):
                 # this write's own notification, when it came before the acknowledgement, was decoded already
                 held = self.cache.peek(data_key)
                 if held is not None and held.version == result.version:

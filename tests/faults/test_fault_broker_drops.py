@@ -81,7 +81,7 @@ async def test_broker_drops_messages(fault_report: FaultRow) -> None:
                         await _timed(d.get(f"k{i}"), longest)  # read back: watched (a write alone is not)
 
                 await asyncio.gather(*(writer() for _ in range(WRITERS)))
-                assert d._store.watches_released > 0
+                assert d._store.watches.released > 0
                 await d.close()
                 burst_dropped = await dropped_messages(broker)
                 assert burst_dropped == 0

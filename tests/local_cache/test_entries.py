@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sskv_mapping.local_cache import _TOUCH_REPLAY, CachedEntry, _Entries
+from sskv_mapping.local_cache import CachedEntry
+from sskv_mapping.local_cache._entries import _TOUCH_REPLAY, _Entries
 from tests._support.clocks import ManualClock
 
 

@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sskv_mapping.errors import ConfigurationError
-from sskv_mapping.local_cache import LocalCache, ReadTicket, _InFlightReads, _Verdict
+from sskv_mapping.local_cache import LocalCache, ReadTicket
+from sskv_mapping.local_cache._reads import _InFlightReads, _Verdict
 
 K = b"key"
 REFUSE, RACED, UNDISTURBED = _Verdict.REFUSE, _Verdict.RACED, _Verdict.UNDISTURBED

@@ -44,7 +44,7 @@ async def test_64_writers_fill_a_small_cached_dict_past_its_watch_limit_with_not
 
                 await asyncio.gather(*(writer() for _ in range(WRITERS)))  # any error fails the test
                 store = d._store
-                assert store.watches_released >= KEYS - 2 * CACHE_SIZE  # the limit was crossed, again and again
+                assert store.watches.released >= KEYS - 2 * CACHE_SIZE  # the limit was crossed, again and again
                 assert len(await d.keys()) == KEYS
                 await d.close()
             assert await dropped_messages(broker) == 0

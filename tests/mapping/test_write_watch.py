@@ -28,7 +28,7 @@ def test_a_write_only_fill_is_one_set_per_key_and_registers_no_watch(make_dict: 
         d[f"k{i}"] = i
     assert client.requests_sent - before == KEYS  # one SET per key, nothing beside it
     assert client.watched_keys == []
-    assert store.watches_released == 0
+    assert store.watches.released == 0
     assert store.cache is not None and len(store.cache) == 0  # nothing written unwatched is kept
 
 
