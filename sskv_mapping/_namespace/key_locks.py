@@ -67,7 +67,8 @@ async def drain_owned(client: AsyncStateStoreClient, names: set[bytes] | None = 
 
 
 class OwnedLock:
-    """One store lock as this client holds it for its tasks, one at a time (see the module docstring).
+    """One store lock as this client holds it for its tasks, one at a time (docs/design/namespaces.md, "The
+    namespace store and its parts").
 
     ``tenure`` counts fresh acquisitions: while it stays the same between two holds, nobody else held the lock
     in between (a caller may trust what it read or wrote under the lock then).

@@ -77,7 +77,7 @@ class Keepalive:
 
 
 class MqttSession(Generic[T]):
-    """The session state of one MQTT 5 client connection (see the module docstring). One per connection.
+    """The session state of one MQTT 5 client connection (docs/design/transport.md). One per connection.
 
     Outbound: :meth:`connect_packet`, :meth:`publish` (the PUBLISH to write now, or ``None`` when it waits for
     the Receive Maximum), :meth:`request_id` (SUBSCRIBE/UNSUBSCRIBE). Inbound: :meth:`feed` (the whole packets

@@ -394,7 +394,7 @@ class _Teardown:
 
 
 class StreamConnection(asyncio.Protocol):
-    """One MQTT 5 connection (see the module docstring). Not reusable: after it closes or drops, make a new one.
+    """One MQTT 5 connection (docs/design/transport.md). Not reusable: after it closes or drops, make a new one.
 
     ``on_message`` is called on the event loop thread for every inbound PUBLISH, inside the read callback; it
     must not block. Satisfies :class:`~sskv_mapping._transport.base.Connection`.

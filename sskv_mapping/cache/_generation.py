@@ -261,7 +261,8 @@ class PersistentLedger:
     @contextlib.asynccontextmanager
     async def listing(self, key: str) -> AsyncIterator[str]:
         """List ``key`` in the current generation's ledger and hold its shard while the caller writes the entry
-        in the generation yielded (which is current: see the module docstring)."""
+        in the generation yielded (which is current: docs/design/namespaces.md, "Generations and the ledger, key
+        by key")."""
         shard = _shard_of(key)
         while True:
             gen = await self._generation.ensure_current()

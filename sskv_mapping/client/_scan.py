@@ -72,7 +72,7 @@ async def scan_pages(
     page_timeout: float | None,
     support: ScanSupport,
 ) -> AsyncGenerator[list[bytes], None]:
-    """Every page of ``SCAN pattern``, in the service's order, empty pages included (see the module docstring)."""
+    """Every page of ``SCAN pattern``, in the service's order, empty pages included (docs/design/protocol.md §8)."""
     loop = asyncio.get_running_loop()
     spent = 0.0  # seconds this pager has waited so far (pages and retry pauses)
     token: bytes | None = None

@@ -139,7 +139,7 @@ def compile_glob(pattern: bytes) -> Glob:
 
 
 def glob_match(pattern: bytes, key: bytes) -> bool:
-    """Does the whole ``key`` match the glob ``pattern``? (The emulator's rules; see the module docstring.)"""
+    """Does the whole ``key`` match the glob ``pattern``? (The emulator's rules: docs/design/protocol.md §8.)"""
     return compile_glob(pattern).matches(key)
 
 

@@ -67,7 +67,7 @@ class StateStoreCache(BaseCache):
         default_timeout: seconds (or a timedelta) used when a call passes no timeout; ``0``/``None``: never.
         ignore_delete_many_errors: report keys that could not be deleted instead of raising (cachelib).
         codec: a codec or its name; by default msgpack (built by Flask-Caching from an app with a
-            ``SECRET_KEY``: signed pickle, see the module docstring).
+            ``SECRET_KEY``: signed pickle, see docs/integrations/flask.md).
         local_cache_size: keep up to this many hot entries in process, kept current by notifications.
         max_staleness: serve a local entry only within this many seconds of its last confirmation (a lost
             notification leaves a value stale at most that long); ``None``: trust notifications forever.

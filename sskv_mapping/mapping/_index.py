@@ -156,7 +156,8 @@ class _UsedShards:
 
 
 class StoredKeyIndex:
-    """A namespace's key index, kept in the store in shards (see the module docstring)."""
+    """A namespace's key index, kept in the store in shards (docs/design/namespaces.md, "The stored index, key by
+    key")."""
 
     def __init__(
         self,
