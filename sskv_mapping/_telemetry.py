@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._protocol.errors import service_error
+from ._protocol.error_texts import service_error
 
 if TYPE_CHECKING:
     from ._protocol.commands import _Base

@@ -295,7 +295,7 @@ STDLIB_ONLY: dict[str, set[str]] = {
     "_fork": set(),
     "_keys": {"errors"},
     "_ttl": {"errors", "_unset"},
-    "_protocol.errors": {"errors"},
+    "_protocol.error_texts": {"errors"},
     "mapping._index_format": {"errors", "_namespace.key_index"},
     # the table of key layouts: the faces build their keys with it and the emulator's inspector reads them with it
     "_namespace.key_layout": {"errors", "_keys"},

@@ -18,7 +18,7 @@ from ..errors import (
     WrongNumberOfArgumentsError,
 )
 from . import resp3
-from .errors import service_error
+from .error_texts import service_error
 
 __all__ = [
     "Command",

@@ -38,8 +38,9 @@ from ..errors import (
     ValueTooLargeError,
 )
 from .base import Connection
+from .sat import read_sat_token
 from .settings import ConnectionSettings
-from .tls import read_sat_token, ssl_context
+from .tls import ssl_context
 
 __all__ = ["InboundMessage", "PahoConnection", "PahoHooks", "paho_client_of"]
 

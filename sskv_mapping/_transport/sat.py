@@ -25,9 +25,8 @@ from .._protocol.mqtt_packets import (
 from .._protocol.mqtt_publish import MalformedPacketError
 from ..errors import BrokerConnectError, ClientStateError, ConnectionLostError, ReauthenticationError
 from .settings import ConnectionSettings
-from .tls import read_sat_token
 
-__all__ = ["SAT_METHOD", "RefreshPlan", "SatSession", "jwt_times", "margin"]
+__all__ = ["SAT_METHOD", "RefreshPlan", "SatSession", "jwt_times", "margin", "read_sat_token"]
 
 log = logging.getLogger("sskv_mapping.transport")
 
@@ -260,3 +259,27 @@ class SatSession:
             except (ReauthenticationError, ConnectionLostError):
                 return  # logged, and the connection is over: the client reconnects
             plan.presented(token, self._wall())
+
+
+def read_sat_token(settings: ConnectionSettings) -> bytes | None:
+    """The current K8S-SAT token, surrounding whitespace stripped: the file's (``sat_token_file``, read now) or
+    what ``sat_token_provider`` returns; ``None`` without either. Unreadable, or a provider that fails:
+    :class:`BrokerConnectError` (never with the token in its text)."""
+    provider = settings.sat_token_provider
+    if provider is not None:
+        try:
+            token = provider()
+        except Exception as exc:
+            raise BrokerConnectError(f"the K8S-SAT token provider failed ({type(exc).__name__})") from exc
+        if isinstance(token, str):
+            return token.encode("utf-8").strip()
+        if isinstance(token, bytes | bytearray):
+            return bytes(token).strip()
+        raise BrokerConnectError(f"the K8S-SAT token provider returned {type(token).__name__}, not str or bytes")
+    if settings.sat_token_file is None:
+        return None
+    try:
+        with open(settings.sat_token_file, "rb") as fh:
+            return fh.read().strip()
+    except OSError as exc:
+        raise BrokerConnectError(f"cannot read the K8S-SAT token file: {exc.strerror}") from None

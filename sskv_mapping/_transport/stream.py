@@ -38,9 +38,9 @@ from ..errors import (
     WriteBufferFullError,
 )
 from .base import Connection
-from .sat import SatSession
+from .sat import SatSession, read_sat_token
 from .settings import ConnectionSettings
-from .tls import read_sat_token, server_name, ssl_context
+from .tls import server_name, ssl_context
 
 __all__ = ["StreamConnection"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-from ..errors import BrokerConnectError, ConfigurationError
+from ..errors import ConfigurationError
 from .settings import ConnectionSettings
 
-__all__ = ["read_sat_token", "server_name", "ssl_context"]
+__all__ = ["server_name", "ssl_context"]
 
 
 class _NamedServerContext(ssl.SSLContext):
@@ -58,27 +58,3 @@ def server_name(settings: ConnectionSettings) -> str | None:
     if settings.tls is None:
         return None
     return settings.tls.server_hostname or settings.host
-
-
-def read_sat_token(settings: ConnectionSettings) -> bytes | None:
-    """The current K8S-SAT token, surrounding whitespace stripped: the file's (``sat_token_file``, read now) or
-    what ``sat_token_provider`` returns; ``None`` without either. Unreadable, or a provider that fails:
-    :class:`BrokerConnectError` (never with the token in its text)."""
-    provider = settings.sat_token_provider
-    if provider is not None:
-        try:
-            token = provider()
-        except Exception as exc:
-            raise BrokerConnectError(f"the K8S-SAT token provider failed ({type(exc).__name__})") from exc
-        if isinstance(token, str):
-            return token.encode("utf-8").strip()
-        if isinstance(token, bytes | bytearray):
-            return bytes(token).strip()
-        raise BrokerConnectError(f"the K8S-SAT token provider returned {type(token).__name__}, not str or bytes")
-    if settings.sat_token_file is None:
-        return None
-    try:
-        with open(settings.sat_token_file, "rb") as fh:
-            return fh.read().strip()
-    except OSError as exc:
-        raise BrokerConnectError(f"cannot read the K8S-SAT token file: {exc.strerror}") from None

@@ -32,7 +32,7 @@ from sskv_mapping._protocol.commands import (
     VDeleteResult,
     parse_command,
 )
-from sskv_mapping._protocol.errors import ERROR_TEXTS
+from sskv_mapping._protocol.error_texts import ERROR_TEXTS
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.mqtt_publish import (
     InboundMessage,

@@ -41,7 +41,7 @@ import pytest
 
 from sskv_mapping._protocol import resp3
 from sskv_mapping._protocol.commands import Delete, Get, Set, VDelete, parse_command
-from sskv_mapping._protocol.errors import ERROR_TEXTS
+from sskv_mapping._protocol.error_texts import ERROR_TEXTS
 from sskv_mapping._protocol.hlc import HybridLogicalClock
 from sskv_mapping._protocol.topics import REQUEST_TOPIC
 from sskv_mapping._transport.base import InboundMessage, OutgoingMessage

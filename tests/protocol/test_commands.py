@@ -18,7 +18,7 @@ from sskv_mapping._protocol.commands import (
     VDeleteResult,
     parse_command,
 )
-from sskv_mapping._protocol.errors import ERROR_TEXTS
+from sskv_mapping._protocol.error_texts import ERROR_TEXTS
 from sskv_mapping._protocol.resp3 import encode_request as req
 from sskv_mapping.errors import (
     KeyLengthZeroError,

@@ -12,7 +12,7 @@ import sskv_mapping
 import sskv_mapping.errors as public_errors
 from sskv_mapping import errors
 from sskv_mapping._protocol.commands import Get
-from sskv_mapping._protocol.errors import ERROR_TEXTS, service_error
+from sskv_mapping._protocol.error_texts import ERROR_TEXTS, service_error
 from sskv_mapping._protocol.resp3 import encode_error
 from sskv_mapping.errors import (
     ClockDriftError,

@@ -1,4 +1,4 @@
-"""K8S-SAT re-authentication timing and token reading (``_transport/sat.py``, ``tls.read_sat_token``), without a
+"""K8S-SAT re-authentication timing and token reading (``_transport/sat.py``, ``sat.read_sat_token``), without a
 broker: the pure rules on an injected clock. Over real sockets: ``tests/security/test_sat_reauth.py``."""
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from sskv_mapping import BrokerConnectError, ConfigurationError, ConnectionSettings
 from sskv_mapping._protocol import mqtt_packets as packets
 from sskv_mapping._protocol.mqtt_publish import MalformedPacketError
-from sskv_mapping._transport.sat import RefreshPlan, SatSession, jwt_times, margin
-from sskv_mapping._transport.tls import read_sat_token
+from sskv_mapping._transport.sat import RefreshPlan, SatSession, jwt_times, margin, read_sat_token
 
 T0 = 1_800_000_000.0
 
