@@ -3,7 +3,7 @@
 * ``ttl_to_ms`` as a table, and the exactness the layers above rely on: milliseconds handed down as
   ``timedelta(milliseconds=n)`` come back as ``n``, never ``n + 1`` from a float round trip.
 * ``translate_ttl``: each framework's "timeout" convention, in one table (checked against the frameworks' code;
-  ``tests/integrations/test_ttl_table.py`` checks it against the installed frameworks themselves).
+  ``tests/integrations/test_ttl_table.py`` checks the same table against the installed frameworks themselves).
 """
 
 from __future__ import annotations
@@ -55,9 +55,11 @@ def test_milliseconds_survive_the_trip_down_exactly() -> None:
 NEVER = None
 NOW = 0.0
 
-# (convention, value, default) -> our ttl: None never expires, 0.0 expires now, > 0 seconds
-TABLE = [
-    # Django: DEFAULT_TIMEOUT -> TIMEOUT; None never; 0 (and below) expires at once
+# (convention, value (UNSET: the framework's argument was not given), the framework's configured default) -> our
+# ttl: None never expires, 0.0 expires now, > 0 seconds. tests/integrations/test_ttl_table.py checks every row
+# against the framework itself.
+TABLE: list[tuple[str, Any, Any, float | None]] = [
+    # Django: not given -> TIMEOUT; None never; 0 and below expire at once
     ("django", UNSET, 300, 300.0),
     ("django", UNSET, None, NEVER),
     ("django", UNSET, 0, NOW),
@@ -65,35 +67,53 @@ TABLE = [
     ("django", 0, 300, NOW),
     ("django", -1, 300, NOW),
     ("django", 30, 300, 30.0),
+    ("django", 2.5, 300, 2.5),
     ("django", 0.25, 300, 0.25),
     ("django", timedelta(minutes=2), 300, 120.0),
-    # Flask-Caching: None -> CACHE_DEFAULT_TIMEOUT; 0 never expires
-    ("flask", None, 300, 300.0),
+    # Flask-Caching (cachelib): None and not given -> CACHE_DEFAULT_TIMEOUT; 0 never; below 0 at once
     ("flask", UNSET, 300, 300.0),
+    ("flask", None, 300, 300.0),
     ("flask", None, 0, NEVER),
+    ("flask", UNSET, 0, NEVER),
+    ("flask", None, None, NEVER),
     ("flask", 0, 300, NEVER),
     ("flask", -5, 300, NOW),
     ("flask", 60, 300, 60.0),
-    ("flask", None, None, NEVER),
-    # litestar Store.set(expires_in=int | timedelta | None): None and 0 never expire
+    ("flask", timedelta(minutes=2), 300, 120.0),
+    ("flask", None, timedelta(seconds=45), 45.0),
+    # Litestar Store.set(expires_in=int | timedelta | None): None and 0 never; below 0 at once; a default is
+    # used only when nothing is given
+    ("litestar", None, UNSET, NEVER),
     ("litestar", None, 300, NEVER),
-    ("litestar", 0, 300, NEVER),
-    ("litestar", timedelta(0), 300, NEVER),
+    ("litestar", 0, UNSET, NEVER),
+    ("litestar", timedelta(0), UNSET, NEVER),
+    ("litestar", -1, UNSET, NOW),
+    ("litestar", 10, UNSET, 10.0),
+    ("litestar", timedelta(seconds=90), UNSET, 90.0),
     ("litestar", timedelta(seconds=90), 300, 90.0),
-    ("litestar", -1, 300, NOW),
     ("litestar", UNSET, 45, 45.0),
-    # aiocache: ttl=SENTINEL -> the cache's ttl; None and 0 never expire (0 disables expiry in expire())
+    # aiocache: not given (SENTINEL) -> the cache's ttl; None and 0 never (0 disables expiry); below 0 at once
+    ("aiocache", UNSET, 60, 60.0),
     ("aiocache", UNSET, None, NEVER),
-    ("aiocache", UNSET, 10, 10.0),
-    ("aiocache", None, 10, NEVER),
-    ("aiocache", 0, 10, NEVER),
-    ("aiocache", 1.5, 10, 1.5),
-    ("aiocache", -0.5, 10, NOW),
+    ("aiocache", None, 60, NEVER),
+    ("aiocache", 0, 60, NEVER),
+    ("aiocache", -1, 60, NOW),
+    ("aiocache", -0.5, 60, NOW),
+    ("aiocache", 0.5, 60, 0.5),
+    ("aiocache", 1.5, 60, 1.5),
+    ("aiocache", 10, None, 10.0),
 ]
+CONVENTIONS = sorted({row[0] for row in TABLE})
 
 
-@pytest.mark.parametrize(("convention", "value", "default", "expected"), TABLE)
-def test_translate_ttl_table(convention: str, value: object, default: object, expected: float | None) -> None:
+def row_id(row: tuple[str, Any, Any, float | None]) -> str:
+    convention, value, default, _ = row
+    return f"{convention}-{value!r}-default={default!r}"
+
+
+@pytest.mark.parametrize("row", TABLE, ids=row_id)
+def test_translate_ttl_table(row: tuple[str, Any, Any, float | None]) -> None:
+    convention, value, default, expected = row
     result = translate_ttl(value, convention, default)
     assert result == expected
     assert result is None or type(result) is float
@@ -102,19 +122,26 @@ def test_translate_ttl_table(convention: str, value: object, default: object, ex
 def test_every_convention_is_in_the_table() -> None:
     from sskv_mapping._ttl import _CONVENTIONS
 
-    assert {row[0] for row in TABLE} == set(_CONVENTIONS)
+    assert set(CONVENTIONS) == set(_CONVENTIONS)
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+@pytest.mark.parametrize("value", [True, "60", float("nan"), float("inf"), [60]])
+def test_values_that_are_not_a_timeout_are_refused(convention: str, value: Any) -> None:
+    with pytest.raises(ConfigurationError):
+        translate_ttl(value, convention, 300)
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+def test_not_given_without_a_default_is_refused(convention: str) -> None:
+    with pytest.raises(ConfigurationError, match="default"):
+        translate_ttl(UNSET, convention)
 
 
 @pytest.mark.parametrize(
     ("value", "convention", "default"),
     [
-        (10, "redis", 300),  # unknown convention
-        (10, None, 300),
-        (UNSET, "django", UNSET),  # nothing given and no default
-        (True, "django", 300),
-        ("300", "flask", 300),
-        (float("nan"), "aiocache", 10),
-        (float("inf"), "django", 300),
+        (10, None, 300),  # no convention
         (10**30, "litestar", 300),  # more than PX can carry
         (UNSET, "django", "300"),  # a bad default is caught too
     ],
@@ -122,3 +149,8 @@ def test_every_convention_is_in_the_table() -> None:
 def test_translate_ttl_refuses_what_it_cannot_mean(value: object, convention: str, default: object) -> None:
     with pytest.raises(ConfigurationError):
         translate_ttl(value, convention, default)
+
+
+def test_an_unknown_convention_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="convention"):
+        translate_ttl(10, "redis", 300)
