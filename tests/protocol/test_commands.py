@@ -90,20 +90,18 @@ def test_encode_exact_bytes(command: Command, payload: bytes) -> None:
 # decoding replies (client side), every row of docs/design/protocol.md §2
 
 
-def test_get_hit() -> None:
-    assert Get(b"k").decode(b"$5\r\nvalue\r\n") == b"value"
-
-
-def test_get_hit_with_empty_value_is_not_a_miss() -> None:
-    assert Get(b"k").decode(b"$0\r\n\r\n") == b""
-
-
-def test_get_hit_binary_value() -> None:
-    assert Get(b"k").decode(b"$4\r\n\r\n\x00\xff\r\n") == b"\r\n\x00\xff"
-
-
-def test_get_miss() -> None:
-    assert Get(b"k").decode(b"$-1\r\n") is None
+@pytest.mark.parametrize(
+    ("payload", "value"),
+    [
+        (b"$5\r\nvalue\r\n", b"value"),
+        (b"$0\r\n\r\n", b""),  # a hit with an empty value is not a miss
+        (b"$4\r\n\r\n\x00\xff\r\n", b"\r\n\x00\xff"),
+        (b"$-1\r\n", None),  # the miss
+    ],
+    ids=["hit", "empty-value", "binary-value", "miss"],
+)
+def test_get_outcomes(payload: bytes, value: bytes | None) -> None:
+    assert Get(b"k").decode(payload) == value
 
 
 @pytest.mark.parametrize(("payload", "applied"), [(b"+OK\r\n", True), (b":-1\r\n", False), (b"-1\r\n", False)])

@@ -23,23 +23,18 @@ _MAX = 2**64 - 1
 # text form
 
 
-def test_parse_padded_example() -> None:
-    assert H.parse("001696374425000:00001:StateStore") == H(1696374425000, 1, "StateStore")
-
-
-def test_parse_unpadded_example() -> None:
-    assert H.parse("1696374425000:1:StateStore") == H(1696374425000, 1, "StateStore")
-
-
 @pytest.mark.parametrize(
     "raw",
     [
+        "001696374425000:00001:StateStore",
+        "1696374425000:1:StateStore",
         b"001696374425000:00001:StateStore",
         bytearray(b"1696374425000:1:StateStore"),
         memoryview(b"1696374425000:1:StateStore"),
     ],
+    ids=["padded", "unpadded", "bytes", "bytearray", "memoryview"],
 )
-def test_parse_accepts_bytes(raw: bytes) -> None:
+def test_parse_accepts_padded_unpadded_and_bytes(raw: str | bytes) -> None:
     assert H.parse(raw) == H(1696374425000, 1, "StateStore")
 
 
@@ -230,36 +225,30 @@ def test_parse_bytes_raises_only_protocol_error(data: bytes) -> None:
 # ticked: the value to send
 
 
-def test_tick_when_wall_clock_moved_on_resets_the_counter() -> None:
-    assert H(NOW - 5, 7, "me").ticked(NOW) == H(NOW, 0, "me")
+DRIFT = ClockDriftError  # an expected outcome in the tables below
 
 
-def test_tick_in_the_same_millisecond_increments_the_counter() -> None:
-    assert H(NOW, 7, "me").ticked(NOW) == H(NOW, 8, "me")
-
-
-def test_tick_when_wall_clock_went_back_increments_the_counter_and_keeps_the_wall() -> None:
-    assert H(NOW, 7, "me").ticked(NOW - 1000) == H(NOW, 8, "me")
-
-
-def test_tick_at_exactly_max_drift_is_allowed() -> None:
-    assert H(NOW + 60_000, 3, "me").ticked(NOW) == H(NOW + 60_000, 4, "me")
-
-
-def test_tick_one_ms_beyond_max_drift_fails() -> None:
-    with pytest.raises(ClockDriftError):
-        H(NOW + 60_001, 3, "me").ticked(NOW)
-
-
-def test_tick_honours_a_custom_drift() -> None:
-    assert H(NOW + 10, 0, "me").ticked(NOW, max_drift_ms=10) == H(NOW + 10, 1, "me")
-    with pytest.raises(ClockDriftError):
-        H(NOW + 11, 0, "me").ticked(NOW, max_drift_ms=10)
-
-
-def test_tick_counter_overflow_is_a_clock_error_not_a_value_error() -> None:
-    with pytest.raises(ClockDriftError):
-        H(NOW, U64_MAX, "me").ticked(NOW)
+@pytest.mark.parametrize(
+    ("value", "now", "max_drift", "expected"),
+    [
+        pytest.param(H(NOW - 5, 7, "me"), NOW, None, H(NOW, 0, "me"), id="wall-moved-on-resets-the-counter"),
+        pytest.param(H(NOW, 7, "me"), NOW, None, H(NOW, 8, "me"), id="same-ms-increments-the-counter"),
+        pytest.param(H(NOW, 7, "me"), NOW - 1000, None, H(NOW, 8, "me"), id="wall-went-back-keeps-the-wall"),
+        pytest.param(H(NOW + 60_000, 3, "me"), NOW, None, H(NOW + 60_000, 4, "me"), id="exactly-max-drift"),
+        pytest.param(H(NOW + 60_001, 3, "me"), NOW, None, DRIFT, id="one-ms-beyond-max-drift"),
+        pytest.param(H(NOW + 10, 0, "me"), NOW, 10, H(NOW + 10, 1, "me"), id="custom-drift-allowed"),
+        pytest.param(H(NOW + 11, 0, "me"), NOW, 10, DRIFT, id="custom-drift-exceeded"),
+        # a counter overflow is a clock error, not a ValueError
+        pytest.param(H(NOW, U64_MAX, "me"), NOW, None, DRIFT, id="counter-overflow"),
+    ],
+)
+def test_ticked(value: HybridLogicalClock, now: int, max_drift: int | None, expected: object) -> None:
+    drift = {} if max_drift is None else {"max_drift_ms": max_drift}
+    if expected is DRIFT:
+        with pytest.raises(ClockDriftError):
+            value.ticked(now, **drift)
+    else:
+        assert value.ticked(now, **drift) == expected
 
 
 @FAST
@@ -289,52 +278,39 @@ def test_merge_with_our_own_node_id_changes_nothing() -> None:
     assert ours.merged(H(NOW + 10**9, 9, "me"), NOW) is ours
 
 
-def test_merge_when_now_is_past_both_walls() -> None:
-    assert H(NOW - 10, 3, "me").merged(H(NOW - 5, 9, "svc"), NOW) == H(NOW, 0, "me")
-
-
-def test_merge_with_equal_walls_takes_max_counter_plus_one() -> None:
-    assert H(NOW, 3, "me").merged(H(NOW, 7, "svc"), NOW) == H(NOW, 8, "me")
-    assert H(NOW, 9, "me").merged(H(NOW, 7, "svc"), NOW) == H(NOW, 10, "me")
-    assert H(NOW, 9, "me").merged(H(NOW, 9, "svc"), NOW - 100) == H(NOW, 10, "me")
-
-
-def test_merge_when_our_wall_is_larger_increments_our_counter() -> None:
-    assert H(NOW, 3, "me").merged(H(NOW - 50, 90, "svc"), NOW - 100) == H(NOW, 4, "me")
-    # now equals our wall, so "now > both" does not hold
-    assert H(NOW, 3, "me").merged(H(NOW - 50, 90, "svc"), NOW) == H(NOW, 4, "me")
-
-
-def test_merge_when_their_wall_is_larger_takes_their_wall_and_counter_plus_one() -> None:
-    assert H(NOW - 50, 3, "me").merged(H(NOW, 90, "svc"), NOW - 100) == H(NOW, 91, "me")
-    # now equals their wall, so "now > both" does not hold
-    assert H(NOW - 50, 3, "me").merged(H(NOW, 90, "svc"), NOW) == H(NOW, 91, "me")
-
-
-def test_merge_result_keeps_our_node_id() -> None:
-    assert H(0, 0, "me").merged(H(NOW, 1, "svc"), NOW).node_id == "me"
-
-
-def test_merge_at_exactly_max_drift_is_allowed() -> None:
-    assert H(NOW, 0, "me").merged(H(NOW + 60_000, 4, "svc"), NOW) == H(NOW + 60_000, 5, "me")
-
-
-def test_merge_one_ms_beyond_max_drift_fails() -> None:
-    with pytest.raises(ClockDriftError):
-        H(NOW, 0, "me").merged(H(NOW + 60_001, 4, "svc"), NOW)
+@pytest.mark.parametrize(
+    ("ours", "theirs", "now", "expected"),
+    [
+        pytest.param(H(NOW - 10, 3, "me"), H(NOW - 5, 9, "svc"), NOW, H(NOW, 0, "me"), id="now-past-both-walls"),
+        # equal walls: the larger counter plus one
+        pytest.param(H(NOW, 3, "me"), H(NOW, 7, "svc"), NOW, H(NOW, 8, "me"), id="equal-walls-theirs-larger"),
+        pytest.param(H(NOW, 9, "me"), H(NOW, 7, "svc"), NOW, H(NOW, 10, "me"), id="equal-walls-ours-larger"),
+        pytest.param(H(NOW, 9, "me"), H(NOW, 9, "svc"), NOW - 100, H(NOW, 10, "me"), id="equal-walls-and-counters"),
+        # our wall larger: our counter plus one (also when now equals our wall: "now > both" does not hold)
+        pytest.param(H(NOW, 3, "me"), H(NOW - 50, 90, "svc"), NOW - 100, H(NOW, 4, "me"), id="our-wall-larger"),
+        pytest.param(H(NOW, 3, "me"), H(NOW - 50, 90, "svc"), NOW, H(NOW, 4, "me"), id="our-wall-larger-now-equal"),
+        # their wall larger: their wall and counter plus one (also when now equals their wall)
+        pytest.param(H(NOW - 50, 3, "me"), H(NOW, 90, "svc"), NOW - 100, H(NOW, 91, "me"), id="their-wall-larger"),
+        pytest.param(H(NOW - 50, 3, "me"), H(NOW, 90, "svc"), NOW, H(NOW, 91, "me"), id="their-wall-larger-now-equal"),
+        pytest.param(H(0, 0, "me"), H(NOW, 1, "svc"), NOW, H(NOW, 2, "me"), id="keeps-our-node-id"),
+        pytest.param(H(NOW, 0, "me"), H(NOW + 60_000, 4, "svc"), NOW, H(NOW + 60_000, 5, "me"), id="exactly-max-drift"),
+        pytest.param(H(NOW, 0, "me"), H(NOW + 60_001, 4, "svc"), NOW, DRIFT, id="one-ms-beyond-max-drift"),
+        # a response __ts with the largest counter parses fine; merging it must not crash with ValueError
+        pytest.param(H(NOW - 5, 0, "me"), H.parse(f"{NOW}:{U64_MAX}:svc"), NOW - 10, DRIFT, id="counter-overflow"),
+    ],
+)
+def test_merged(ours: HybridLogicalClock, theirs: HybridLogicalClock, now: int, expected: object) -> None:
+    if expected is DRIFT:
+        with pytest.raises(ClockDriftError):
+            ours.merged(theirs, now)
+    else:
+        assert ours.merged(theirs, now) == expected
 
 
 @pytest.mark.parametrize("their_wall", [0, 1, NOW - 10**9, NOW - 60_001])
 def test_merge_with_a_timestamp_in_the_past_never_fails(their_wall: int) -> None:
     assert H(NOW - 1, 0, "me").merged(H(their_wall, U64_MAX - 1, "svc"), NOW) == H(NOW, 0, "me")
     assert H(NOW + 5, 0, "me").merged(H(their_wall, 3, "svc"), NOW) == H(NOW + 5, 1, "me")
-
-
-def test_merge_counter_overflow_from_a_peer_is_a_clock_error_not_a_value_error() -> None:
-    # a response __ts with the largest counter parses fine; merging it must not crash with ValueError
-    theirs = H.parse(f"{NOW}:{U64_MAX}:svc")
-    with pytest.raises(ClockDriftError):
-        H(NOW - 5, 0, "me").merged(theirs, NOW - 10)
 
 
 def _reference_merge(ours: HybridLogicalClock, other: HybridLogicalClock, now: int) -> HybridLogicalClock:
