@@ -81,16 +81,19 @@ async def test_a_request_sent_twice_back_to_back_notifies_once(connect: Connect)
     assert (await watcher.note(k)).payload == DELETE_NOTE
 
 
-async def test_a_request_sent_twice_vdel_is_applied_once(connect: Connect) -> None:
+@pytest.mark.parametrize(("delete", "again"), [((b"VDEL", b"v"), b"v"), ((b"DEL",), b"again")], ids=["vdel", "del"])
+async def test_a_request_sent_twice_delete_is_applied_once(
+    connect: Connect, delete: tuple[bytes, ...], again: bytes
+) -> None:
     c = await connect()
     k = key()
     await c.request(b"SET", k, b"v")
-    request = Twice(c, b"VDEL", k, b"v")
+    request = Twice(c, delete[0], k, *delete[1:])
     first = await request.send()
     assert first.payload == b":1\r\n"
-    await c.request(b"SET", k, b"v")  # the same value back: applied anew, the copy would delete it
+    await c.request(b"SET", k, again)  # set anew (for VDEL the same value): the copy would delete it
     assert await request.send() == first
-    assert await get(c, k) == b"$1\r\nv\r\n"
+    assert await get(c, k) == b"$%d\r\n%s\r\n" % (len(again), again)
 
 
 async def test_a_request_sent_twice_lock_acquire_takes_the_lock_once(connect: Connect) -> None:
@@ -116,18 +119,6 @@ async def test_a_request_sent_twice_fenced_set_is_applied_once(connect: Connect)
     assert (await c.request(b"SET", k, b"new", extra=[("__ft", token)])).payload == OK
     assert await request.send() == first
     assert await get(c, k) == b"$3\r\nnew\r\n"  # the copy did not write the older value over it
-
-
-async def test_a_request_sent_twice_del_is_applied_once(connect: Connect) -> None:
-    c = await connect()
-    k = key()
-    await c.request(b"SET", k, b"v")
-    request = Twice(c, b"DEL", k)
-    first = await request.send()
-    assert first.payload == b":1\r\n"
-    await c.request(b"SET", k, b"again")
-    assert await request.send() == first
-    assert await get(c, k) == b"$5\r\nagain\r\n"
 
 
 async def test_the_same_correlation_data_from_another_client_is_not_a_copy(connect: Connect) -> None:
