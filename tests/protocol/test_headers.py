@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 
 import pytest
 from hypothesis import example, given
@@ -75,24 +76,28 @@ def test_response_properties() -> None:
 # check_response
 
 
-def test_ok_response_returns_its_ts() -> None:
-    assert check_response({**OK, "__ts": str(TS)}, CONTENT_TYPE) == TS
-
-
-def test_ts_may_be_unpadded() -> None:
-    assert check_response({**OK, "__ts": "1696374425000:1:StateStore"}, None) == TS
-
-
-def test_ok_response_without_ts_returns_none() -> None:
-    assert check_response(OK, None) is None
-
-
-def test_status_204_is_ok() -> None:
-    assert check_response({"__stat": "204", "__protVer": "1.0", "__ts": str(TS)}, None) == TS
-
-
-def test_properties_may_be_a_list_of_pairs_in_any_order() -> None:
-    assert check_response([("__ts", str(TS)), ("__protVer", "1.0"), ("__stat", "200")], None) == TS
+@pytest.mark.parametrize(
+    ("props", "content_type", "expected"),
+    [
+        pytest.param({**OK, "__ts": str(TS)}, CONTENT_TYPE, TS, id="ok-returns-its-ts"),
+        pytest.param({**OK, "__ts": "1696374425000:1:StateStore"}, None, TS, id="ts-may-be-unpadded"),
+        pytest.param(OK, None, None, id="ok-without-ts-returns-none"),
+        pytest.param({"__stat": "204", "__protVer": "1.0", "__ts": str(TS)}, None, TS, id="status-204-is-ok"),
+        pytest.param([("__ts", str(TS)), ("__protVer", "1.0"), ("__stat", "200")], None, TS, id="pairs-in-any-order"),
+        pytest.param(
+            [("__stat", "200"), ("__protVer", "1.0"), ("x-note", "a"), ("x-note", "b"), ("__ts", str(TS))],
+            None,
+            TS,
+            id="other-repeated-user-properties-are-ignored",
+        ),
+        pytest.param(response_properties(TS), CONTENT_TYPE, TS, id="round-trip-with-response-properties"),
+        pytest.param(response_properties(None), None, None, id="round-trip-of-a-miss"),
+    ],
+)
+def test_accepted_responses(
+    props: Mapping[str, str] | Iterable[tuple[str, str]], content_type: str | None, expected: HybridLogicalClock | None
+) -> None:
+    assert check_response(props, content_type) == expected
 
 
 @pytest.mark.parametrize("name", ["__stat", "__ts", "__protVer", "__stMsg", "__supProtMajVer"])
@@ -102,16 +107,6 @@ def test_a_repeated_response_header_is_a_protocol_error(name: str) -> None:
     pairs = [("__stat", "200"), ("__protVer", "1.0"), (name, values[name]), (name, values[name])]
     with pytest.raises(ProtocolError, match=f"repeats the {name} property"):
         check_response(pairs, None)
-
-
-def test_other_repeated_user_properties_are_ignored() -> None:
-    pairs = [("__stat", "200"), ("__protVer", "1.0"), ("x-note", "a"), ("x-note", "b"), ("__ts", str(TS))]
-    assert check_response(pairs, None) == TS
-
-
-def test_response_round_trip_with_response_properties() -> None:
-    assert check_response(response_properties(TS), CONTENT_TYPE) == TS
-    assert check_response(response_properties(None), None) is None
 
 
 def test_missing_stat_is_a_protocol_error() -> None:
