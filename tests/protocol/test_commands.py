@@ -37,14 +37,6 @@ SET_EXAMPLE = b"*6\r\n$3\r\nSET\r\n$3\r\nkey\r\n$5\r\nvalue\r\n$2\r\nNX\r\n$2\r\
 # encoding (client side)
 
 
-def test_set_example_from_protocol_md() -> None:
-    assert Set(b"key", b"value", SetCondition.NX, 1000).encode() == SET_EXAMPLE
-
-
-def test_plain_set() -> None:
-    assert Set(b"k", b"v").encode() == b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"
-
-
 def test_set_nex_is_a_bare_token_before_px() -> None:
     assert resp3.parse_request(Set(b"lock", b"me", SetCondition.NEX, 500).encode()) == [
         b"SET",
@@ -66,13 +58,12 @@ def test_set_with_px_only() -> None:
     assert resp3.parse_request(Set(b"k", b"v", expiry_ms=1).encode()) == [b"SET", b"k", b"v", b"PX", b"1"]
 
 
-def test_set_empty_value_is_dollar_zero() -> None:
-    assert Set(b"k", b"").encode() == b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n"
-
-
 @pytest.mark.parametrize(
     ("command", "payload"),
     [
+        (Set(b"key", b"value", SetCondition.NX, 1000), SET_EXAMPLE),  # the example of protocol.md
+        (Set(b"k", b"v"), b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"),
+        (Set(b"k", b""), b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n"),  # an empty value is $0
         (Get(b"k"), b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"),
         (Delete(b"k"), b"*2\r\n$3\r\nDEL\r\n$1\r\nk\r\n"),
         (VDelete(b"k", b"v"), b"*3\r\n$4\r\nVDEL\r\n$1\r\nk\r\n$1\r\nv\r\n"),
