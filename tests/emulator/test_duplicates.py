@@ -34,7 +34,7 @@ class Sent:
 
 @dataclass
 class Store:
-    clock: ManualClock = field(default_factory=lambda: ManualClock(T0))
+    clock: ManualClock[int] = field(default_factory=lambda: ManualClock(T0))
     core: EmulatorCore = field(init=False)
     window: int = 50_000
     window_ms: int = DEFAULT_MAX_AGE_MS

@@ -62,7 +62,6 @@ async def _served(*requests: bytes, max_packet_size: int | None = None) -> list[
     conn = StreamConnection(settings, server._on_message)
     transport = RecordingTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]  # a recording fake for the socket
-    conn._loop = loop  # connected as connect() leaves it, without a broker
     conn._closed = loop.create_future()
     conn._session.max_packet_size = max_packet_size  # as a broker's CONNACK would set it
     server._conn = conn

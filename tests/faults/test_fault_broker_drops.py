@@ -23,6 +23,7 @@ import pytest
 from sskv_mapping import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.mapping import AsyncStateStoreDict
+from tests._support import watches_of
 from tests._support.broker_stats import FAST_SYS, dropped_messages
 from tests._support.procs import start_emulator
 from tests._support.waiting import eventually
@@ -81,7 +82,7 @@ async def test_broker_drops_messages(fault_report: FaultRow) -> None:
                         await _timed(d.get(f"k{i}"), longest)  # read back: watched (a write alone is not)
 
                 await asyncio.gather(*(writer() for _ in range(WRITERS)))
-                assert d._store.watches.released > 0
+                assert watches_of(d._store).released > 0
                 await d.close()
                 burst_dropped = await dropped_messages(broker)
                 assert burst_dropped == 0

@@ -18,12 +18,12 @@ def entry(value: str, expires_at: float | None = None) -> CachedEntry[str]:
 
 
 @pytest.fixture
-def clock() -> ManualClock:
+def clock() -> ManualClock[float]:
     return ManualClock()
 
 
-def test_put_held_and_drop(clock: ManualClock) -> None:
-    e: _Entries[str] = _Entries(4, None, clock)
+def test_put_held_and_drop(clock: ManualClock[float]) -> None:
+    e: _Entries[CachedEntry[str]] = _Entries(4, None, clock)
     e.put(b"a", entry("A"), hot=True, serve_until=150.0)
     assert e.held(b"a") == entry("A")
     assert e.hot == {b"a": (150.0, entry("A"))}
@@ -34,8 +34,8 @@ def test_put_held_and_drop(clock: ManualClock) -> None:
     assert (e.held(b"a"), e.hot, len(e)) == (None, {}, 0)
 
 
-def test_an_entry_put_not_hot_is_held_but_not_in_the_hot_map(clock: ManualClock) -> None:
-    e: _Entries[str] = _Entries(4, None, clock)
+def test_an_entry_put_not_hot_is_held_but_not_in_the_hot_map(clock: ManualClock[float]) -> None:
+    e: _Entries[CachedEntry[str]] = _Entries(4, None, clock)
     e.put(b"a", entry("A"), hot=False, serve_until=None)
     assert e.held(b"a") == entry("A")
     assert e.hot == {}
@@ -45,8 +45,8 @@ def test_an_entry_put_not_hot_is_held_but_not_in_the_hot_map(clock: ManualClock)
     assert sorted(k for k, _ in e.items()) == [b"a", b"b"]
 
 
-def test_with_a_local_ttl_nothing_is_hot_and_entries_age_out(clock: ManualClock) -> None:
-    e: _Entries[str] = _Entries(4, 10.0, clock)
+def test_with_a_local_ttl_nothing_is_hot_and_entries_age_out(clock: ManualClock[float]) -> None:
+    e: _Entries[CachedEntry[str]] = _Entries(4, 10.0, clock)
     e.put(b"a", entry("A"), hot=True, serve_until=None)
     assert e.hot == {}
     assert e.lookup(b"a") == entry("A")
@@ -56,8 +56,8 @@ def test_with_a_local_ttl_nothing_is_hot_and_entries_age_out(clock: ManualClock)
         e.lookup(b"a")
 
 
-def test_eviction_takes_the_least_recently_used_out_of_the_hot_map_too(clock: ManualClock) -> None:
-    e: _Entries[str] = _Entries(2, None, clock)
+def test_eviction_takes_the_least_recently_used_out_of_the_hot_map_too(clock: ManualClock[float]) -> None:
+    e: _Entries[CachedEntry[str]] = _Entries(2, None, clock)
     e.put(b"a", entry("A"), hot=True, serve_until=None)
     e.put(b"b", entry("B"), hot=True, serve_until=None)
     e.touched.append(b"a")  # a hot hit of a, logged by the lock-free path
@@ -68,9 +68,9 @@ def test_eviction_takes_the_least_recently_used_out_of_the_hot_map_too(clock: Ma
     assert e.touched == []
 
 
-def test_a_replay_counts_every_logged_hit_and_moves_up_only_the_most_recent_keys(clock: ManualClock) -> None:
+def test_a_replay_counts_every_logged_hit_and_moves_up_only_the_most_recent_keys(clock: ManualClock[float]) -> None:
     maxsize = 2 * _TOUCH_REPLAY
-    e: _Entries[str] = _Entries(maxsize, None, clock)
+    e: _Entries[CachedEntry[str]] = _Entries(maxsize, None, clock)
     keys = [b"k%d" % i for i in range(maxsize)]
     for key in keys:
         e.put(key, entry(key.decode()), hot=True, serve_until=None)
@@ -88,8 +88,8 @@ def test_a_replay_counts_every_logged_hit_and_moves_up_only_the_most_recent_keys
     assert evicted == [keys[1], *keys[_TOUCH_REPLAY + 1 :], *keys[2 : _TOUCH_REPLAY + 1], keys[0]]
 
 
-def test_expire_drops_what_is_past_its_expiry_and_says_how_many(clock: ManualClock) -> None:
-    e: _Entries[str] = _Entries(4, None, clock)
+def test_expire_drops_what_is_past_its_expiry_and_says_how_many(clock: ManualClock[float]) -> None:
+    e: _Entries[CachedEntry[str]] = _Entries(4, None, clock)
     e.put(b"past", entry("P", expires_at=100.0), hot=True, serve_until=100.0)
     e.put(b"later", entry("L", expires_at=200.0), hot=True, serve_until=200.0)
     e.put(b"never", entry("N"), hot=True, serve_until=None)
@@ -99,8 +99,8 @@ def test_expire_drops_what_is_past_its_expiry_and_says_how_many(clock: ManualClo
     assert [k for k, _ in e.items()] == [b"never"]
 
 
-def test_clear_forgets_everything_but_the_hit_count(clock: ManualClock) -> None:
-    e: _Entries[str] = _Entries(4, None, clock)
+def test_clear_forgets_everything_but_the_hit_count(clock: ManualClock[float]) -> None:
+    e: _Entries[CachedEntry[str]] = _Entries(4, None, clock)
     e.put(b"a", entry("A"), hot=True, serve_until=None)
     e.touched.append(b"a")
     e.put(b"b", entry("B"), hot=True, serve_until=None)
@@ -110,7 +110,7 @@ def test_clear_forgets_everything_but_the_hit_count(clock: ManualClock) -> None:
 
 @given(st.lists(st.tuples(st.sampled_from(["put", "put-cold", "drop", "touch"]), st.integers(0, 5)), max_size=60))
 def test_the_hot_map_only_ever_holds_entries_held_as_they_are(ops: list[tuple[str, int]]) -> None:
-    e: _Entries[str] = _Entries(3, None, ManualClock())
+    e: _Entries[CachedEntry[str]] = _Entries(3, None, ManualClock())
     for n, (op, i) in enumerate(ops):
         key = b"k%d" % i
         if op == "put":

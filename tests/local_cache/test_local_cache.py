@@ -46,12 +46,12 @@ def loads(data: bytes) -> str:
 
 
 @pytest.fixture
-def clock() -> ManualClock:
+def clock() -> ManualClock[float]:
     return ManualClock()
 
 
 @pytest.fixture
-def cache(clock: ManualClock) -> LocalCache[str]:
+def cache(clock: ManualClock[float]) -> LocalCache[str]:
     return LocalCache(maxsize=100, monotonic=clock)
 
 
@@ -504,7 +504,7 @@ def test_model_reads_are_stored_iff_nothing_touched_the_key_and_tickets_never_le
 # expiry, on a fake clock
 
 
-def test_entry_never_outlives_the_keys_expiry(cache: LocalCache[str], clock: ManualClock) -> None:
+def test_entry_never_outlives_the_keys_expiry(cache: LocalCache[str], clock: ManualClock[float]) -> None:
     deadline = cache.deadline(10.0)
     assert deadline == clock.now + 10.0
     assert cache.deadline(None) is None
@@ -519,7 +519,7 @@ def test_entry_never_outlives_the_keys_expiry(cache: LocalCache[str], clock: Man
     assert (cache.hits, cache.misses) == (1, 1)
 
 
-def test_local_ttl_bounds_every_entry(clock: ManualClock) -> None:
+def test_local_ttl_bounds_every_entry(clock: ManualClock[float]) -> None:
     c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, monotonic=clock)
     assert c.ttl == 5.0
     c.store_write(K, entry("x", 1))
@@ -530,7 +530,7 @@ def test_local_ttl_bounds_every_entry(clock: ManualClock) -> None:
     assert K not in c
 
 
-def test_the_earlier_of_local_ttl_and_key_expiry_wins(clock: ManualClock) -> None:
+def test_the_earlier_of_local_ttl_and_key_expiry_wins(clock: ManualClock[float]) -> None:
     c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, monotonic=clock)
     c.store_write(b"short-key-ttl", entry("x", 1, expires_at=clock.now + 2.0))
     c.store_write(b"long-key-ttl", entry("y", 1, expires_at=clock.now + 60.0))
@@ -541,7 +541,7 @@ def test_the_earlier_of_local_ttl_and_key_expiry_wins(clock: ManualClock) -> Non
     assert c.get(b"long-key-ttl") is None
 
 
-def test_an_update_restarts_the_local_ttl(clock: ManualClock) -> None:
+def test_an_update_restarts_the_local_ttl(clock: ManualClock[float]) -> None:
     c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, monotonic=clock)
     c.store_write(K, entry("x", 1))
     clock.advance(4.0)
@@ -552,7 +552,7 @@ def test_an_update_restarts_the_local_ttl(clock: ManualClock) -> None:
     assert got.value == "y"
 
 
-def test_an_event_for_a_locally_expired_entry_does_not_revive_it(clock: ManualClock) -> None:
+def test_an_event_for_a_locally_expired_entry_does_not_revive_it(clock: ManualClock[float]) -> None:
     c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, monotonic=clock)
     c.store_write(K, entry("x", 1))
     clock.advance(5.0)
@@ -560,7 +560,7 @@ def test_an_event_for_a_locally_expired_entry_does_not_revive_it(clock: ManualCl
     assert c.get(K) is None
 
 
-def test_expire_purges_now(clock: ManualClock) -> None:
+def test_expire_purges_now(clock: ManualClock[float]) -> None:
     c: LocalCache[str] = LocalCache(maxsize=10, ttl=5.0, monotonic=clock)
     c.store_write(b"a", entry("a", 1, expires_at=clock.now + 1.0))
     c.store_write(b"b", entry("b", 1))
@@ -618,7 +618,7 @@ def test_nothing_is_served_while_disconnected(cache: LocalCache[str]) -> None:
     assert got.value == "y"
 
 
-def test_stale_while_disconnected_serves_marked_entries(clock: ManualClock) -> None:
+def test_stale_while_disconnected_serves_marked_entries(clock: ManualClock[float]) -> None:
     c: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, stale_while_disconnected=True)
     c.store_write(K, entry("x", 1))
     c.store_write(b"expiring", entry("e", 1, expires_at=clock.now + 1.0))

@@ -26,13 +26,13 @@ def entry(value: str, n: int, **kw: Any) -> CachedEntry[str]:
 
 
 @pytest.fixture
-def clock() -> ManualClock:
+def clock() -> ManualClock[float]:
     return ManualClock()
 
 
 @pytest.mark.parametrize("ttl", [None, 1000.0], ids=["hot-map", "locked-path"])
 def test_an_entry_is_served_only_within_max_staleness_of_its_confirmation(
-    clock: ManualClock, ttl: float | None
+    clock: ManualClock[float], ttl: float | None
 ) -> None:
     cache: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, ttl=ttl, max_staleness=5)
     cache.store_write(K, entry("one", 1))
@@ -47,7 +47,7 @@ def test_an_entry_is_served_only_within_max_staleness_of_its_confirmation(
     assert cache.peek(K) is not None and cache.holds(K)  # kept, for a re-read to confirm
 
 
-def test_a_notification_confirms_and_a_reread_of_the_same_version_confirms(clock: ManualClock) -> None:
+def test_a_notification_confirms_and_a_reread_of_the_same_version_confirms(clock: ManualClock[float]) -> None:
     cache: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, max_staleness=5)
     cache.store_write(K, entry("one", 1))
     clock.now += 4
@@ -69,7 +69,7 @@ def test_a_notification_confirms_and_a_reread_of_the_same_version_confirms(clock
     assert hit is not None and hit.value == "three"
 
 
-def test_confirm_restamps_only_the_version_held(clock: ManualClock) -> None:
+def test_confirm_restamps_only_the_version_held(clock: ManualClock[float]) -> None:
     cache: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, max_staleness=5)
     cache.store_write(K, entry("one", 1))
     clock.now += 5
@@ -81,7 +81,7 @@ def test_confirm_restamps_only_the_version_held(clock: ManualClock) -> None:
     assert not cache.confirm(b"other", v(1))
 
 
-def test_due_lists_what_ages_out_soon_oldest_first_and_leaves_expiring_keys_alone(clock: ManualClock) -> None:
+def test_due_lists_what_ages_out_soon_oldest_first_and_leaves_expiring_keys_alone(clock: ManualClock[float]) -> None:
     cache: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, max_staleness=10)
     cache.store_write(b"a", entry("a", 1))
     clock.now += 3
@@ -97,7 +97,7 @@ def test_due_lists_what_ages_out_soon_oldest_first_and_leaves_expiring_keys_alon
     assert cache.due(within=0) == [b"a", b"b", b"c"]
 
 
-def test_none_trusts_notifications_forever_and_the_default_is_30_s(clock: ManualClock) -> None:
+def test_none_trusts_notifications_forever_and_the_default_is_30_s(clock: ManualClock[float]) -> None:
     forever: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock, max_staleness=None)
     default: LocalCache[str] = LocalCache(maxsize=10, monotonic=clock)
     assert default.max_staleness == DEFAULT_MAX_STALENESS == 30.0

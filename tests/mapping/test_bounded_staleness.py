@@ -16,6 +16,7 @@ import time
 from sskv_mapping import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.mapping import AsyncStateStoreDict
+from tests._support import watches_of
 from tests._support.broker_stats import FAST_SYS, dropped_messages
 from tests._support.procs import start_emulator
 from tests._support.waiting import eventually
@@ -80,7 +81,7 @@ async def test_a_reader_whose_loop_stalled_serves_current_values_within_max_stal
                 assert violations == []
                 assert nothing_stale_served()
                 assert [await d.get(f"k{i}") for i in range(KEYS)] == [f"new-{i}" for i in range(KEYS)]
-                assert d._store.watches.revalidations > 0
+                assert watches_of(d._store).revalidations > 0
                 print(f"every value served current {waited:.2f} s after the writer finished")
                 await d.close()
             assert await dropped_messages(broker) > 0  # the fault happened: notifications were lost
@@ -101,7 +102,7 @@ async def test_the_background_revalidation_keeps_entries_served_past_max_stalene
         for i in range(20):
             assert await d.get(f"k{i}") == i
         store = d._store
-        await eventually(lambda: store.watches.revalidations >= 60, timeout=30)  # three rounds of 20, at least
+        await eventually(lambda: watches_of(store).revalidations >= 60, timeout=30)  # three rounds of 20, at least
         hit = d._core.hit
         # served from the cache, many max_staleness periods after they were read (no timing asserted: a shared
         # CPU may delay a round, and an entry is then a miss until its re-read lands)

@@ -40,7 +40,7 @@ async def _filled(store: InProcessStore, listing: ListingMode, n: int) -> str:
     namespace = f"c{uuid.uuid4().hex[:10]}"
     async with (
         store.async_client(timeout=30) as client,
-        AsyncStateStoreDict(client, namespace=namespace, local_cache_size=0, listing=listing) as d,
+        AsyncStateStoreDict[int](client, namespace=namespace, local_cache_size=0, listing=listing) as d,
     ):
         await d.update({f"k{i}": i for i in range(n)})
     return namespace

@@ -11,6 +11,7 @@ from typing import Any
 
 from sskv_mapping.mapping import StateStoreDict
 from sskv_mapping.mapping._listing import NamespaceListing
+from tests._support import watches_of
 from tests._support.waiting import eventually_sync as eventually
 
 DictFactory = Callable[..., StateStoreDict[Any]]
@@ -25,21 +26,21 @@ def test_watches_stay_bounded_by_the_cache_size(make_dict: DictFactory) -> None:
     reader: StateStoreDict[Any] = make_dict(local_cache_size=CACHE_SIZE)
     store = reader._async._store
     client = store.client
-    limit = store.watches.limit
+    limit = watches_of(store).limit
     assert limit == 2 * CACHE_SIZE
     most = 0
     for i in range(KEYS):
         assert reader[f"k{i}"] == i
-        most = max(most, len(store.watches))
+        most = max(most, len(watches_of(store)))
     assert most <= limit + 1, f"{most} watches held at once for a cache of {CACHE_SIZE}"
     # the released watches' STOPs go out in the background: the client's registrations follow
     assert isinstance(store.index, NamespaceListing)
-    expected = set(store.watches) | store.index.watched_keys()  # the index shards it loaded have theirs
+    expected = set(watches_of(store)) | store.index.watched_keys()  # the index shards it loaded have theirs
     try:
         eventually(lambda: set(client.watched_keys) == expected, timeout=10)
     except TimeoutError:
         raise AssertionError(f"{sorted(client.watched_keys)} != {sorted(expected)}") from None
-    assert store.watches.released == KEYS - len(store.watches)  # every other key's watch was released
+    assert watches_of(store).released == KEYS - len(watches_of(store))  # every other key's watch was released
 
 
 def test_a_key_watched_again_after_its_release_sees_changes(make_dict: DictFactory) -> None:

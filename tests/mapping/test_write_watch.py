@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from sskv_mapping.mapping import StateStoreDict
+from tests._support import watches_of
 from tests._support.waiting import eventually_sync as eventually
 from tests.mapping.conftest import DictFactory
 
@@ -28,7 +29,7 @@ def test_a_write_only_fill_is_one_set_per_key_and_registers_no_watch(make_dict: 
         d[f"k{i}"] = i
     assert client.requests_sent - before == KEYS  # one SET per key, nothing beside it
     assert client.watched_keys == []
-    assert store.watches.released == 0
+    assert watches_of(store).released == 0
     assert store.cache is not None and len(store.cache) == 0  # nothing written unwatched is kept
 
 

@@ -21,6 +21,7 @@ from sskv_mapping.client._in_flight import (
     foreground,
 )
 from sskv_mapping.mapping import AsyncStateStoreDict
+from tests._support import watches_of
 from tests._support.waiting import eventually
 
 # -- the gate itself --------------------------------------------------------------------------------------
@@ -189,9 +190,9 @@ async def test_watch_releases_yield_to_callers_finish_under_their_load_and_the_c
         try:
             for i in range(KEYS):  # past the watch limit (2 x 8) the idle watches are released in the background
                 assert await d.get(f"k{i}") == i
-            released = store.watches.released
-            assert released >= KEYS - 2 * store.watches.limit
-            await eventually(lambda: store.watches.releasing.done == store.watches.released, timeout=60)
+            released = watches_of(store).released
+            assert released >= KEYS - 2 * watches_of(store).limit
+            await eventually(lambda: watches_of(store).releasing.done == watches_of(store).released, timeout=60)
         finally:
             done.set()
             await asyncio.gather(*callers)
@@ -201,7 +202,7 @@ async def test_watch_releases_yield_to_callers_finish_under_their_load_and_the_c
         assert gate.busy_background_peak == BACKGROUND_BUSY  # and never took more beside a caller's request
         assert gate.in_flight == gate.background == 0
         # the STOPs reached the service: the client watches only what the dict still does
-        assert set(client.watched_keys) == set(store.watches)
+        assert set(client.watched_keys) == set(watches_of(store))
         # the cache stays current: a cached key changed elsewhere is seen, and so is a released one read again
         last = f"k{KEYS - 1}"
         assert store.cache is not None and store.cache.holds(store.data_key(last))
@@ -222,7 +223,7 @@ async def test_revalidations_are_background_work(broker_address: tuple[str, int]
         for i in range(20):
             assert await d.get(f"k{i}") == i
         sent = client.in_flight.background_sent
-        await eventually(lambda: d._store.watches.revalidations >= 20, timeout=20)
+        await eventually(lambda: watches_of(d._store).revalidations >= 20, timeout=20)
         assert client.in_flight.background_sent - sent >= 20
         await d.close()
 
