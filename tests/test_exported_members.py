@@ -34,6 +34,7 @@ EXPECTED = {
     # values the client hands back or takes
     "Entry",
     "SetResult",
+    "ClientStats",
     "SetCondition",
     "VDeleteResult",
     "HybridLogicalClock",
@@ -156,6 +157,7 @@ PUBLIC_MODULES = {
         "UNSET",
         "AsyncKeyWatch",
         "AsyncStateStoreClient",
+        "ClientStats",
         "Connecting",
         "ConnectionState",
         "Entry",

@@ -60,6 +60,7 @@ __all__ = [
     "UNSET",
     "AsyncKeyWatch",
     "AsyncStateStoreClient",
+    "ClientStats",
     "Connecting",
     "ConnectionState",
     "Entry",
@@ -287,6 +288,31 @@ class SetResult:
         return self.applied
 
 
+@dataclass(frozen=True, slots=True)
+class ClientStats:
+    """A snapshot of a client's counters, each since it was made (see :meth:`AsyncStateStoreClient.stats`).
+
+    ``requests_sent``: requests published (each resend counts; one refused before sending does not);
+    ``undelivered_resends``: requests the broker delivered to nobody (PUBACK 0x10, the service away), sent again;
+    ``reconnects``: reconnects done; ``suspected_takeovers``: streaks of connections the broker closed without a
+    word right after connecting; ``sessions_lost``: reconnects that found the broker without this client's
+    session (the calls in flight failed); ``duplicate_notifications``: notifications dropped as not newer than
+    one delivered; ``clock_drift_warnings``: responses whose version was too far ahead of this machine's clock to
+    merge; ``bad_notifications``: malformed notifications dropped; ``previous_session_messages``: messages the
+    broker kept for a previous process with this client id, dropped.
+    """
+
+    requests_sent: int
+    undelivered_resends: int
+    reconnects: int
+    suspected_takeovers: int
+    sessions_lost: int
+    duplicate_notifications: int
+    clock_drift_warnings: int
+    bad_notifications: int
+    previous_session_messages: int
+
+
 # How get and set make their command and result (one of each per call): a frozen dataclass's __init__ sets each field
 # through object.__setattr__; its slots' own setters do the same without the name lookup and argument parsing.
 _new = object.__new__
@@ -479,6 +505,21 @@ class AsyncStateStoreClient:
     def previous_session_messages(self) -> int:
         """Messages the broker kept in the session for a previous process with this client id: dropped, counted."""
         return self._inbound.previous_session_messages
+
+    def stats(self) -> ClientStats:
+        """A snapshot of this client's counters (what each one counts: docs/guide/client.md, "Counters")."""
+        sender, keeper, inbound = self._sender, self._keeper, self._inbound
+        return ClientStats(
+            requests_sent=sender.requests_sent,
+            undelivered_resends=sender.undelivered_resends,
+            reconnects=keeper.reconnects,
+            suspected_takeovers=keeper.suspicion.streaks,
+            sessions_lost=keeper.sessions_lost,
+            duplicate_notifications=self._watches.duplicate_notifications,
+            clock_drift_warnings=self.clock_drift_warnings,
+            bad_notifications=inbound.bad_notifications,
+            previous_session_messages=inbound.previous_session_messages,
+        )
 
     @property
     def failure(self) -> StateStoreError | None:
@@ -926,6 +967,9 @@ class StateStoreClient(BlockingTwin):
     def settings(self) -> ConnectionSettings:
         """The connection settings this client was made with."""
         return self._async.settings
+
+    def stats(self) -> ClientStats:
+        return self._async.stats()
 
     def __repr__(self) -> str:
         return f"<StateStoreClient {self.client_id!r} {self.settings.url} {self.state.value}>"
