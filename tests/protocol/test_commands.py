@@ -61,7 +61,7 @@ def test_set_with_px_only() -> None:
 @pytest.mark.parametrize(
     ("command", "payload"),
     [
-        (Set(b"key", b"value", SetCondition.NX, 1000), SET_EXAMPLE),  # the example of protocol.md
+        (Set(b"key", b"value", SetCondition.NX, 1000), SET_EXAMPLE),  # the spec's own example
         (Set(b"k", b"v"), b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"),
         (Set(b"k", b""), b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n"),  # an empty value is $0
         (Get(b"k"), b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"),
