@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .._namespace.fanout import gather_bounded
+from .._namespace.fanout import SharedLoads, gather_bounded
 from .._namespace.key_index import IndexEntry
 from .._namespace.key_layout import KeyLayout
 from .._namespace.key_locks import OwnedLock, drain_owned, owned_lock
@@ -49,7 +49,6 @@ class _Shard:
     entries: dict[str, IndexEntry] = field(default_factory=dict)
     version: HybridLogicalClock | None = None
     sub: KeySubscription | None = None
-    loading: asyncio.Future[None] | None = None
     loaded: bool = False
     # One rewrite at a time per shard and process: the leased lock's holder value is ours for every task here,
     # so it cannot tell our own tasks apart. Waiting tasks' keys ride along in the next batch.
@@ -184,6 +183,7 @@ class StoredKeyIndex:
         self._grace_ms = grace_ms
         self._now_ms = now_ms
         self._shards: list[_Shard] = []
+        self._loading: SharedLoads[int] = SharedLoads()  # shards being watched and read for the first time
         self._started = False
         self._start_lock = asyncio.Lock()
         # which shards hold (or held) entries, so that a listing of a small namespace reads a few shards, not S
@@ -311,25 +311,14 @@ class StoredKeyIndex:
         """Watch shard ``i`` and read it once (watch first, then read: a change between is reported)."""
         await self.start()
         shard = self._shards[i]
-        if shard.loaded:
-            return shard
-        if shard.loading is not None:
-            await asyncio.shield(shard.loading)
-            return shard
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        shard.loading = fut
-        try:
-            await self._watch(i)
-            await self._refresh_shard(i)
-            shard.loaded = True
-            fut.set_result(None)
-        except BaseException as exc:
-            fut.set_exception(exc)
-            fut.exception()
-            raise
-        finally:
-            shard.loading = None
+        if not shard.loaded:
+            await self._loading.run(i, self._load_shard)
         return shard
+
+    async def _load_shard(self, i: int) -> None:
+        await self._watch(i)
+        await self._refresh_shard(i)
+        self._shards[i].loaded = True
 
     def _used_notified(self) -> None:
         """The shards in use changed, told by a notification (a subclass's hook)."""
