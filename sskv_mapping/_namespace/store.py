@@ -95,7 +95,6 @@ class NamespaceStore(Generic[V]):
         cache: LocalCache[V] | None,
         index: Callable[[NamespaceStore[V]], KeyIndex] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        wall_ms: Callable[[], int] = system_clock_ms,
     ) -> None:
         check_namespace(namespace)
         self._binding = KeyLayout(namespace).data_prefix()  # ``ns/``: what a key-bound codec signs before the key
@@ -112,7 +111,6 @@ class NamespaceStore(Generic[V]):
             if cache is None
             else KeyWatches(client, cache, self._on_event, self._reread, prefix=self._prefix, name=namespace)
         )
-        self._wall_ms = wall_ms
         # the key listing the owner injects (the dict's: SCAN or a stored index, see _listing); None: the cache's
         self.index: KeyIndex | None = None if index is None else index(self)
         self._was_down = False
@@ -414,7 +412,7 @@ class NamespaceStore(Generic[V]):
             # a value too large to store must not leave its key listed: refused before the index entry is written
             exact_ttl = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)
             self.client.check_set(data_key, raw, condition=condition, ttl=exact_ttl, fencing_token=fencing_token)
-            await self.index.add([(key, None if ttl_ms is None else self._wall_ms() + ttl_ms)])
+            await self.index.add([(key, None if ttl_ms is None else system_clock_ms() + ttl_ms)])
         started = self._clock()
         result = await self.client.set(
             data_key,
@@ -488,7 +486,7 @@ class NamespaceStore(Generic[V]):
         if self.index is None:
             raise ConfigurationError("this namespace keeps no index")
         listing = await self.index.listing(refresh=refresh)
-        now = self._wall_ms()
+        now = system_clock_ms()
         ordered = sorted(listing.items(), key=lambda kv: (kv[1].added_ms, kv[0]))
         doubtful = [k for k, e in ordered if e.expires_ms is not None and e.expires_ms <= now]
         gone: set[str] = set()

@@ -168,7 +168,6 @@ class StoredKeyIndex:
         grace_ms: int = 60_000,
         lock_timeout: float | None = 30.0,
         keep: float = 0.02,
-        now_ms: Callable[[], int] = system_clock_ms,
     ) -> None:
         if not 1 <= shards <= 0xFFFF:
             raise ConfigurationError(f"an index has 1 to 65535 shards, not {shards}")
@@ -180,7 +179,6 @@ class StoredKeyIndex:
         self.meta_key = keys.index_meta()
         self._locking = _Locking(lease, keep, lock_timeout)
         self._grace_ms = grace_ms
-        self._now_ms = now_ms
         self._shards: list[_Shard] = []
         self._loading: SharedLoads[int] = SharedLoads()  # shards being watched and read for the first time
         self._started = False
@@ -355,7 +353,7 @@ class StoredKeyIndex:
 
     async def add(self, keys: Iterable[tuple[str, int | None]]) -> None:
         await self.start()
-        now = self._now_ms()
+        now = system_clock_ms()
         by_shard: dict[int, list[tuple[str, int | None]]] = {}
         for key, expires in keys:
             by_shard.setdefault(shard_of(key, self.shards), []).append((key, expires))
@@ -468,7 +466,7 @@ class StoredKeyIndex:
         Each candidate is checked again under its shard's lock (an insert may have completed meanwhile).
         """
         await self.start()
-        now = self._now_ms()
+        now = system_clock_ms()
         cutoff = now - self._grace_ms
         by_shard: dict[int, list[str]] = {}
         for key in missing:

@@ -66,15 +66,10 @@ class NamespaceListing:
         data_key: Callable[[str], bytes],
         *,
         mode: ListingMode = "auto",
-        now_ms: Callable[[], int] | None = None,
     ) -> None:
         self.client = client
         self.requested = check_listing(mode)
-        self.stored = (
-            _TellingIndex(client, keys, data_key)
-            if now_ms is None
-            else _TellingIndex(client, keys, data_key, now_ms=now_ms)
-        )
+        self.stored = _TellingIndex(client, keys, data_key)
         #: told of keys about to be written here, and (index mode) of the index's notifications: see :meth:`listen`
         self.listeners: list[Listener] = []
         self.stored.listeners = self.listeners

@@ -72,7 +72,7 @@ async def test_a_fresh_len_reads_the_shards_not_the_data(store_backend: StoreBac
         assert sorted(await fresh.keys()) == sorted(f"k{i}" for i in range(300))
     data_reads = [k for k in asked if k.startswith(f"{namespace}/".encode())]
     assert data_reads == []
-    assert len(asked) <= DEFAULT_SHARDS + 3  # the meta, used-shards and old-index keys, then the shards
+    assert len(asked) <= DEFAULT_SHARDS + 2  # the meta and used-shards keys, then the shards
 
 
 async def test_an_expired_key_leaves_the_listing(store_backend: StoreBackend, namespace: str) -> None:
