@@ -152,14 +152,9 @@ class _Instruments:
             unit="{request}",
             description="Requests the broker delivered to nobody (the service away) and that were sent again",
         )
-        # ``sessions_lost``: the client's count of reconnects where the broker no longer had its session (read
-        # with getattr: a client object without the counter reports nothing rather than a made-up zero)
         meter.create_observable_counter(
             "sskv.client.sessions_lost",
-            observe(
-                lambda c: [] if getattr(c, "sessions_lost", None) is None else [(c.sessions_lost, client_attrs(c))],
-                _clients,
-            ),
+            observe(lambda c: [(c.sessions_lost, client_attrs(c))], _clients),
             unit="{session}",
             description="Reconnects where the broker no longer had this client's session",
         )

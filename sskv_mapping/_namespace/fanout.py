@@ -1,4 +1,4 @@
-"""Bounded fan-out: many requests pipelined on one connection, a bounded number in flight.
+"""Bounded fan-out: many requests pipelined on one connection, a bounded number in flight; and one load per key.
 
 Every ``*_many`` form and sweep goes through it (docs/design/namespaces.md, "The namespace store and its parts").
 """
@@ -9,16 +9,17 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 from ..client._in_flight import background
 
-__all__ = ["BoundedWork", "gather_bounded"]
+__all__ = ["BoundedWork", "SharedLoads", "gather_bounded"]
 
 log = logging.getLogger("sskv_mapping")
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 
 async def gather_bounded(coros: Iterable[Awaitable[T]], limit: int) -> list[T]:
@@ -117,3 +118,48 @@ class BoundedWork(Generic[T]):
                     await gather_bounded(self._take(), self._limit)
         finally:
             self._task = None
+
+
+class SharedLoads(Generic[K]):
+    """One load per key at a time: the first caller of :meth:`run` for a key runs the load, and callers that come
+    while it runs wait for its end instead (a cached read, a key's KEYNOTIFY, an index shard's first read).
+
+    The load's failure is raised to every waiter. A load that is cancelled hands its cancellation to nobody: the
+    first of its waiters loads again, and the others wait for that one.
+    """
+
+    __slots__ = ("_running",)
+
+    def __init__(self) -> None:
+        self._running: dict[K, asyncio.Future[None]] = {}
+
+    def __contains__(self, key: object) -> bool:
+        """Whether a load of ``key`` runs now."""
+        return key in self._running
+
+    async def run(self, key: K, load: Callable[[K], Awaitable[T]]) -> T | None:
+        """``load(key)``'s result if this call ran it, or ``None`` once the load another caller ran has ended."""
+        running = self._running
+        while (shared := running.get(key)) is not None:
+            try:
+                await asyncio.shield(shared)
+            except asyncio.CancelledError:
+                if shared.cancelled():
+                    continue  # the load was cancelled, not this caller
+                raise
+            return None
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        running[key] = fut
+        try:
+            result = await load(key)
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: nobody may be waiting
+            raise
+        finally:
+            del running[key]
+        fut.set_result(None)
+        return result

@@ -170,8 +170,6 @@ HISHEL_INDEX: Final = Layout("hishel index", "prefix", "{ns}/idx/{digest}")
 HISHEL_META: Final = Layout("hishel meta", "prefix", "{ns}/meta/{entry}")
 HISHEL_CHUNK: Final = Layout("hishel body chunk", "prefix", "{ns}/body/{entry}/{chunk:d}")
 INDEX_META: Final = Layout("index meta", "dict", "{ns}#index-meta")
-INDEX_FORMAT1: Final = Layout("index (format 1)", "dict", "{ns}#index")
-INDEX_FORMAT1_LOCK: Final = Layout("index-lock (format 1)", "dict", "{ns}#index-lock", lock=True)
 INDEX_USED: Final = Layout("index shards used", "dict", "{ns}#index-used")
 INDEX_USED_LOCK: Final = Layout("index-used-lock", "dict", "{ns}#index-used-lock", lock=True)
 INDEX_SHARD: Final = Layout("index shard", "dict", "{ns}#index/{shard:04x}")
@@ -192,8 +190,6 @@ LAYOUTS: Final[tuple[Layout, ...]] = (
     HISHEL_CHUNK,
     DATA,
     INDEX_META,
-    INDEX_FORMAT1,
-    INDEX_FORMAT1_LOCK,
     INDEX_USED,
     INDEX_USED_LOCK,
     INDEX_SHARD,
@@ -289,12 +285,6 @@ class KeyLayout:
     # a dict's stored index
     def index_meta(self) -> bytes:
         return INDEX_META.build_checked(self.namespace, {})
-
-    def index_format1(self) -> bytes:
-        return INDEX_FORMAT1.build_checked(self.namespace, {})
-
-    def index_format1_lock(self) -> bytes:
-        return INDEX_FORMAT1_LOCK.build_checked(self.namespace, {})
 
     def index_used(self) -> bytes:
         return INDEX_USED.build_checked(self.namespace, {})

@@ -26,7 +26,7 @@ from ..client._requests import on_publish
 from ..codecs import Codec, JsonCodec, RawCodec, StrCodec, decode_value, encode_value
 from ..errors import ConfigurationError, DecodeError, StateStoreError
 from ..local_cache import ABSENT, Absent, CachedEntry, LocalCache
-from .fanout import gather_bounded
+from .fanout import SharedLoads, gather_bounded
 from .key_index import KeyIndex
 from .key_layout import KeyLayout
 from .watches import KeyWatches
@@ -95,7 +95,6 @@ class NamespaceStore(Generic[V]):
         cache: LocalCache[V] | None,
         index: Callable[[NamespaceStore[V]], KeyIndex] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        wall_ms: Callable[[], int] = system_clock_ms,
     ) -> None:
         check_namespace(namespace)
         self._binding = KeyLayout(namespace).data_prefix()  # ``ns/``: what a key-bound codec signs before the key
@@ -105,14 +104,13 @@ class NamespaceStore(Generic[V]):
         self.cache = cache
         self._prefix = self._binding
         self._clock = clock
-        self._reading: dict[bytes, asyncio.Future[None]] = {}  # cached reads in flight, which others wait for
+        self._reading: SharedLoads[bytes] = SharedLoads()  # cached reads in flight, which others wait for
         #: what keeps the local cache current (the keys' KEYNOTIFYs and the revalidator); None without a cache
         self.watches: KeyWatches | None = (
             None
             if cache is None
             else KeyWatches(client, cache, self._on_event, self._reread, prefix=self._prefix, name=namespace)
         )
-        self._wall_ms = wall_ms
         # the key listing the owner injects (the dict's: SCAN or a stored index, see _listing); None: the cache's
         self.index: KeyIndex | None = None if index is None else index(self)
         self._was_down = False
@@ -228,31 +226,11 @@ class NamespaceStore(Generic[V]):
         # at once is one GET. The others wait for it and look in the cache again: what it stored or confirmed is a
         # hit then, and anything that changed the key meanwhile (a write, an event, an invalidation) shows there
         # too; only if the cache still cannot answer do they read for themselves. Its failure is theirs.
-        shared = self._reading.get(data_key)
-        if shared is not None:
-            try:
-                await asyncio.shield(shared)
-            except asyncio.CancelledError:
-                if not shared.cancelled():
-                    raise  # this caller was cancelled
-            hit = cache.get(data_key)
-            return hit if hit is not None else await self._read_through(data_key)
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._reading[data_key] = fut
-        try:
-            entry = await self._read_through(data_key)
-        except asyncio.CancelledError:
-            fut.cancel()
-            raise
-        except BaseException as exc:
-            fut.set_exception(exc)
-            fut.exception()  # retrieved: nobody may have joined
-            raise
-        finally:
-            if self._reading.get(data_key) is fut:
-                del self._reading[data_key]
-        fut.set_result(None)
-        return entry
+        entry = await self._reading.run(data_key, self._read_through)
+        if entry is not None:
+            return entry
+        hit = cache.get(data_key)
+        return hit if hit is not None else await self._read_through(data_key)
 
     async def _read_through(self, data_key: bytes) -> CachedEntry[V]:
         """GET the key through the local cache (stored there unless something newer is known)."""
@@ -434,7 +412,7 @@ class NamespaceStore(Generic[V]):
             # a value too large to store must not leave its key listed: refused before the index entry is written
             exact_ttl = None if ttl_ms is None else timedelta(milliseconds=ttl_ms)
             self.client.check_set(data_key, raw, condition=condition, ttl=exact_ttl, fencing_token=fencing_token)
-            await self.index.add([(key, None if ttl_ms is None else self._wall_ms() + ttl_ms)])
+            await self.index.add([(key, None if ttl_ms is None else system_clock_ms() + ttl_ms)])
         started = self._clock()
         result = await self.client.set(
             data_key,
@@ -508,7 +486,7 @@ class NamespaceStore(Generic[V]):
         if self.index is None:
             raise ConfigurationError("this namespace keeps no index")
         listing = await self.index.listing(refresh=refresh)
-        now = self._wall_ms()
+        now = system_clock_ms()
         ordered = sorted(listing.items(), key=lambda kv: (kv[1].added_ms, kv[0]))
         doubtful = [k for k, e in ordered if e.expires_ms is not None and e.expires_ms <= now]
         gone: set[str] = set()

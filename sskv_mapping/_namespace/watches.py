@@ -16,7 +16,7 @@ from ..client._client import AsyncStateStoreClient, KeySubscription
 from ..client._in_flight import background
 from ..errors import StateStoreError
 from ..local_cache import LocalCache
-from .fanout import BoundedWork, gather_bounded
+from .fanout import BoundedWork, SharedLoads, gather_bounded
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class KeyWatches:
         self.prefix = prefix
         self._name = name
         self._subs: dict[bytes, KeySubscription] = {}
-        self._pending: dict[bytes, asyncio.Future[None]] = {}  # KEYNOTIFYs in flight, which others wait for
+        self._pending: SharedLoads[bytes] = SharedLoads()  # KEYNOTIFYs in flight, which others wait for
         # Watches of keys the cache no longer holds are released once there are this many: the store keeps
         # a KEYNOTIFY registration per watched key, and a long-lived process reads far more keys than it
         # caches.
@@ -95,29 +95,18 @@ class KeyWatches:
             self._revalidator = asyncio.get_running_loop().create_task(
                 self._revalidate_loop(cache.max_staleness), name=f"sskv-revalidate-{self._name}"
             )
-        pending = self._pending.get(data_key)
-        if pending is not None:
-            await asyncio.shield(pending)
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending[data_key] = fut
-        try:
-            self._subs[data_key] = await self._client.subscribe_key(data_key, self._on_event)
-            fut.set_result(None)
-        except BaseException as exc:
-            fut.set_exception(exc)
-            fut.exception()
-            raise
-        finally:
-            del self._pending[data_key]
+        await self._pending.run(data_key, self._watch)
+
+    async def _watch(self, data_key: bytes) -> None:
+        self._subs[data_key] = await self._client.subscribe_key(data_key, self._on_event)
         if len(self._subs) > self.limit:
             self._release_idle(keep=data_key)
 
     def switch_prefix(self, prefix: bytes) -> None:
         """The keys are under ``prefix`` from now on: every watch settled so far is released."""
         self.prefix = prefix
-        stale = [k for k in self._subs if k not in self._pending]
-        self.releasing.submit([self._subs.pop(k) for k in stale])
+        stale, self._subs = list(self._subs.values()), {}
+        self.releasing.submit(stale)
 
     async def close(self) -> None:
         """Stop revalidating and release every watch (waiting for the releases)."""
@@ -137,7 +126,7 @@ class KeyWatches:
         re-create it first), so nothing stale can be served.
         """
         cache = self._cache
-        idle = [k for k in self._subs if k != keep and k not in self._pending and not cache.holds(k)]
+        idle = [k for k in self._subs if k != keep and not cache.holds(k)]
         self.released += len(idle)
         self.releasing.submit([self._subs.pop(k) for k in idle])
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .._namespace.fanout import gather_bounded
+from .._namespace.fanout import SharedLoads, gather_bounded
 from .._namespace.key_index import IndexEntry
 from .._namespace.key_layout import KeyLayout
 from .._namespace.key_locks import OwnedLock, drain_owned, owned_lock
@@ -26,7 +26,6 @@ from ..errors import ConfigurationError, ProtocolError
 from ..lock import AsyncLeasedLock
 from ._index_format import decode_shard as _decode
 from ._index_format import decode_used as _decode_used
-from ._index_format import decode_v1 as _decode_v1
 from ._index_format import encode_shard as _encode
 from ._index_format import encode_used as _encode_used
 from ._index_format import shard_of
@@ -49,7 +48,6 @@ class _Shard:
     entries: dict[str, IndexEntry] = field(default_factory=dict)
     version: HybridLogicalClock | None = None
     sub: KeySubscription | None = None
-    loading: asyncio.Future[None] | None = None
     loaded: bool = False
     # One rewrite at a time per shard and process: the leased lock's holder value is ours for every task here,
     # so it cannot tell our own tasks apart. Waiting tasks' keys ride along in the next batch.
@@ -170,7 +168,6 @@ class StoredKeyIndex:
         grace_ms: int = 60_000,
         lock_timeout: float | None = 30.0,
         keep: float = 0.02,
-        now_ms: Callable[[], int] = system_clock_ms,
     ) -> None:
         if not 1 <= shards <= 0xFFFF:
             raise ConfigurationError(f"an index has 1 to 65535 shards, not {shards}")
@@ -182,17 +179,12 @@ class StoredKeyIndex:
         self.meta_key = keys.index_meta()
         self._locking = _Locking(lease, keep, lock_timeout)
         self._grace_ms = grace_ms
-        self._now_ms = now_ms
         self._shards: list[_Shard] = []
+        self._loading: SharedLoads[int] = SharedLoads()  # shards being watched and read for the first time
         self._started = False
         self._start_lock = asyncio.Lock()
         # which shards hold (or held) entries, so that a listing of a small namespace reads a few shards, not S
         self._used = _UsedShards(client, keys, self._locking, self._used_notified)
-
-    @property
-    def v1_key(self) -> bytes:
-        """The key of a format-1 (single-object) index of the namespace, migrated when found."""
-        return self._keys.index_format1()
 
     # -- keys -------------------------------------------------------------------------------------------
 
@@ -213,13 +205,13 @@ class StoredKeyIndex:
                 return
             shards = await self._read_meta()
             if shards is None:
-                shards = await self._create_or_migrate()
+                shards = await self._create()
             self.shards = shards
             self._shards = [_Shard() for _ in range(shards)]
             self._started = True
 
     async def _read_meta(self) -> int | None:
-        meta, v1 = await asyncio.gather(self.client.get(self.meta_key), self.client.get(self.v1_key))
+        meta = await self.client.get(self.meta_key)
         if meta is None:
             return None
         try:
@@ -229,57 +221,18 @@ class StoredKeyIndex:
             shards = None
         if not isinstance(shards, int) or not 1 <= shards <= 0xFFFF:
             raise ProtocolError(f"the index meta key of {self._keys.namespace!r} is not {{'version': 2, 'shards': n}}")
-        if v1 is not None:
-            raise ConfigurationError(
-                f"namespace {self._keys.namespace!r} was migrated to the sharded index, but a "
-                "process on the single-object index (format 1) wrote its old index key since: upgrade every "
-                "process using the namespace, then delete the key "
-                f"{self.v1_key.decode('utf-8', 'replace')!r} (its keys are listed again by "
-                "re-writing them)"
-            )
         return shards
 
-    async def _create_or_migrate(self) -> int:
-        """Write the meta key (migrating a format-1 index first, if there is one); returns the agreed shard count."""
-        v1_lock = owned_lock(self.client, self._keys.index_format1_lock(), lease=max(self._locking.lease, 30.0))
-        async with v1_lock.hold(self._locking.timeout) as lock:
-            shards = await self._read_meta()  # another process may have done it while we waited
-            if shards is not None:
-                return shards
-            shards = self._wanted_shards
-            old = await self.client.get(self.v1_key)
-            if old is not None:
-                await self._migrate(_decode_v1(old.value), shards)
-            meta = json.dumps({"version": _FORMAT_VERSION, "shards": shards}).encode()
-            await self.client.set(self.meta_key, meta, condition=SetCondition.NX)
-            if old is not None:
-                await lock.delete(self.v1_key)  # fenced by format 1's lock tokens: ours is newer
-                log.info(
-                    "migrated the format-1 index of %r (%d keys) into %d shards",
-                    self._keys.namespace,
-                    len(old.value),
-                    shards,
-                )
-        return (await self._read_meta()) or shards
-
-    async def _migrate(self, old: dict[str, int], shards: int) -> None:
-        by_shard: dict[int, dict[str, IndexEntry]] = {}
-        for key, added in old.items():
-            by_shard.setdefault(shard_of(key, shards), {})[key] = IndexEntry(added)
-
-        async def write(i: int, entries: dict[str, IndexEntry]) -> None:
-            async with self._locked(i) as lock:  # before any shard is known here: nothing to mark stale
-                current = _decode((await self._get(i)) or None)
-                current.update({k: e for k, e in entries.items() if k not in current})
-                await lock.set(self.shard_key(i), _encode(current))
-
-        await self._mark_used(by_shard)
-        await gather_bounded((write(i, e) for i, e in by_shard.items()), _FAN_OUT)
+    async def _create(self) -> int:
+        """Write the meta key unless another process did first (SET NX); returns the agreed shard count."""
+        meta = json.dumps({"version": _FORMAT_VERSION, "shards": self._wanted_shards}).encode()
+        await self.client.set(self.meta_key, meta, condition=SetCondition.NX)
+        return (await self._read_meta()) or self._wanted_shards
 
     async def close(self) -> None:
         # shard locks kept, and releases still under way
         names = {self._keys.index_shard_lock(i) for i in range(self.shards)}
-        await drain_owned(self.client, names | {self._keys.index_used_lock(), self._keys.index_format1_lock()})
+        await drain_owned(self.client, names | {self._keys.index_used_lock()})
         subs = [s.sub for s in [*self._shards, self._used.shard] if s.sub is not None]
         for shard in [*self._shards, self._used.shard]:
             shard.sub = None
@@ -311,25 +264,14 @@ class StoredKeyIndex:
         """Watch shard ``i`` and read it once (watch first, then read: a change between is reported)."""
         await self.start()
         shard = self._shards[i]
-        if shard.loaded:
-            return shard
-        if shard.loading is not None:
-            await asyncio.shield(shard.loading)
-            return shard
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        shard.loading = fut
-        try:
-            await self._watch(i)
-            await self._refresh_shard(i)
-            shard.loaded = True
-            fut.set_result(None)
-        except BaseException as exc:
-            fut.set_exception(exc)
-            fut.exception()
-            raise
-        finally:
-            shard.loading = None
+        if not shard.loaded:
+            await self._loading.run(i, self._load_shard)
         return shard
+
+    async def _load_shard(self, i: int) -> None:
+        await self._watch(i)
+        await self._refresh_shard(i)
+        self._shards[i].loaded = True
 
     def _used_notified(self) -> None:
         """The shards in use changed, told by a notification (a subclass's hook)."""
@@ -411,7 +353,7 @@ class StoredKeyIndex:
 
     async def add(self, keys: Iterable[tuple[str, int | None]]) -> None:
         await self.start()
-        now = self._now_ms()
+        now = system_clock_ms()
         by_shard: dict[int, list[tuple[str, int | None]]] = {}
         for key, expires in keys:
             by_shard.setdefault(shard_of(key, self.shards), []).append((key, expires))
@@ -524,7 +466,7 @@ class StoredKeyIndex:
         Each candidate is checked again under its shard's lock (an insert may have completed meanwhile).
         """
         await self.start()
-        now = self._now_ms()
+        now = system_clock_ms()
         cutoff = now - self._grace_ms
         by_shard: dict[int, list[str]] = {}
         for key in missing:

@@ -1,5 +1,5 @@
-"""The stored key index's format, pure: what a shard, the used-shards key and a format-1 index look like as bytes,
-and which shard a key belongs to. :mod:`sskv_mapping.mapping._index` (``StoredKeyIndex``) reads and writes the store
+"""The stored key index's format, pure: what a shard and the used-shards key look like as bytes, and which shard a
+key belongs to. :mod:`sskv_mapping.mapping._index` (``StoredKeyIndex``) reads and writes the store
 with it.
 
 What it does and why: docs/design/namespaces.md, "The stored index, key by key", `mapping/_index_format.py`.
@@ -14,7 +14,7 @@ from typing import Any
 from .._namespace.key_index import IndexEntry
 from ..errors import ProtocolError
 
-__all__ = ["IndexEntry", "decode_shard", "decode_used", "decode_v1", "encode_shard", "encode_used", "shard_of"]
+__all__ = ["IndexEntry", "decode_shard", "decode_used", "encode_shard", "encode_used", "shard_of"]
 
 
 def shard_of(key: str, shards: int) -> int:
@@ -70,11 +70,3 @@ def decode_used(raw: bytes | None) -> dict[str, IndexEntry]:
 def encode_used(used: dict[str, IndexEntry]) -> bytes:
     """The used-shards key's stored bytes: its shard numbers, sorted."""
     return json.dumps(sorted(int(k) for k in used), separators=(",", ":")).encode()
-
-
-def decode_v1(raw: bytes) -> dict[str, int]:
-    """A single-object namespace index (format 1: ``{key: added_ms}``), read once to migrate it into shards."""
-    data = _json(raw, "the single-object namespace index (format 1)")
-    if not isinstance(data, dict) or not all(isinstance(v, int) for v in data.values()):
-        raise ProtocolError("the single-object namespace index (format 1) is not a JSON object of key -> int")
-    return data

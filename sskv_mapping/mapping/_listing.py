@@ -5,7 +5,6 @@ Design: docs/design/namespaces.md, "Listing a dict namespace".
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Literal
@@ -67,15 +66,10 @@ class NamespaceListing:
         data_key: Callable[[str], bytes],
         *,
         mode: ListingMode = "auto",
-        now_ms: Callable[[], int] | None = None,
     ) -> None:
         self.client = client
         self.requested = check_listing(mode)
-        self.stored = (
-            _TellingIndex(client, keys, data_key)
-            if now_ms is None
-            else _TellingIndex(client, keys, data_key, now_ms=now_ms)
-        )
+        self.stored = _TellingIndex(client, keys, data_key)
         #: told of keys about to be written here, and (index mode) of the index's notifications: see :meth:`listen`
         self.listeners: list[Listener] = []
         self.stored.listeners = self.listeners
@@ -124,8 +118,7 @@ class NamespaceListing:
         """``listing="index"`` on a namespace that has keys but no stored index (written in SCAN mode): its index
         would list none of them, so ``len()`` would say 0 and ``clear()`` leave them. Refused (``ConfigurationError``,
         nothing written) where SCAN can tell; a namespace with an index, or none and no keys, opens as before."""
-        meta, v1 = await asyncio.gather(self.client.get(self.stored.meta_key), self.client.get(self.stored.v1_key))
-        if meta is not None or v1 is not None or not await self._scan_answers():
+        if await self.client.get(self.stored.meta_key) is not None or not await self._scan_answers():
             return
         async for page in self.client.scan_pages(self.pattern):
             if page:

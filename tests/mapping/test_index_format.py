@@ -1,5 +1,5 @@
-"""The stored index's format on its own (``_index_format``, pure): round trips of shards, the used-shards key and
-the single-object index (format 1), canonical bytes, typed errors for what does not decode, and a shard function
+"""The stored index's format on its own (``_index_format``, pure): round trips of shards and the used-shards key,
+canonical bytes, typed errors for what does not decode, and a shard function
 pinned to values, since every process and every release must put a key in the same shard."""
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from sskv_mapping.mapping import _index
 from sskv_mapping.mapping._index_format import (
     decode_shard,
     decode_used,
-    decode_v1,
     encode_shard,
     encode_used,
     shard_of,
@@ -88,17 +87,6 @@ def test_the_used_shards_round_trip_sorted(numbers: set[int]) -> None:
 def test_a_used_shards_key_that_does_not_decode_is_a_protocol_error(raw: bytes) -> None:
     with pytest.raises(ProtocolError, match="used-shards key"):
         decode_used(raw)
-
-
-@given(st.dictionaries(keys, ms, max_size=20))
-def test_a_format_1_index_decodes(old: dict[str, int]) -> None:
-    assert decode_v1(json.dumps(old).encode()) == old
-
-
-@pytest.mark.parametrize("raw", [b"nope", b"[1]", b'{"k": "1"}', b'{"k": 1.5}'])
-def test_a_format_1_index_that_does_not_decode_is_a_protocol_error(raw: bytes) -> None:
-    with pytest.raises(ProtocolError, match=r"single-object namespace index \(format 1\)"):
-        decode_v1(raw)
 
 
 @given(keys, st.integers(min_value=1, max_value=0xFFFF))

@@ -2,25 +2,16 @@
 
 * an insert rewrites one small shard (one notification of one shard, whatever the namespace holds);
 * a fresh process's ``len()`` and ``keys()`` read the index shards, never the data keys;
-* expiry recorded in the shard entry: an expired key leaves the listing once its data is gone;
-* a namespace with the single-object index (format 1: one ``ns#index`` object) is migrated on first open -- once,
-  even when two processes open it at the same moment -- and refused if a format-1 writer recreates its old index
-  afterwards.
+* expiry recorded in the shard entry: an expired key leaves the listing once its data is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from sskv_mapping._protocol.notifications import KeyEvent, KeyOperation
-from sskv_mapping.client import AsyncStateStoreClient
-from sskv_mapping.errors import ConfigurationError
-from sskv_mapping.lock import AsyncLeasedLock
 from sskv_mapping.mapping import AsyncStateStoreDict
 from sskv_mapping.mapping._index import DEFAULT_SHARDS
 from sskv_mapping.mapping._listing import NamespaceListing
@@ -81,7 +72,7 @@ async def test_a_fresh_len_reads_the_shards_not_the_data(store_backend: StoreBac
         assert sorted(await fresh.keys()) == sorted(f"k{i}" for i in range(300))
     data_reads = [k for k in asked if k.startswith(f"{namespace}/".encode())]
     assert data_reads == []
-    assert len(asked) <= DEFAULT_SHARDS + 3  # the meta, used-shards and old-index keys, then the shards
+    assert len(asked) <= DEFAULT_SHARDS + 2  # the meta and used-shards keys, then the shards
 
 
 async def test_an_expired_key_leaves_the_listing(store_backend: StoreBackend, namespace: str) -> None:
@@ -99,51 +90,3 @@ async def test_an_expired_key_leaves_the_listing(store_backend: StoreBackend, na
         assert d._store.index is not None
         entry = (await d._store.index.listing())["renewed"]
         assert entry.expires_ms is None
-
-
-async def _write_format1_namespace(client: AsyncStateStoreClient, namespace: str, keys: dict[str, int]) -> None:
-    """What a format-1 writer leaves in the store: data keys and one index object written under its lock."""
-    lock = AsyncLeasedLock(client, f"{namespace}#index-lock", lease=5)
-    await lock.acquire(timeout=10)
-    index = {k: 1_700_000_000_000 + n for n, k in enumerate(keys)}
-    await lock.set(f"{namespace}#index", json.dumps(index).encode())
-    await lock.release()
-    for k, v in keys.items():
-        await client.set(f"{namespace}/{k}", json.dumps(v).encode())
-
-
-async def test_a_format_1_namespace_is_migrated_once_by_two_processes_opening_it(
-    store_backend: StoreBackend, namespace: str
-) -> None:
-    old = {f"old{i}": i for i in range(150)}
-    await _write_format1_namespace(await store_backend.async_client(), namespace, old)
-    a: AsyncStateStoreDict[int] = AsyncStateStoreDict(
-        await store_backend.async_client(), namespace=namespace, listing="index"
-    )
-    b: AsyncStateStoreDict[int] = AsyncStateStoreDict(
-        await store_backend.async_client(), namespace=namespace, listing="index"
-    )
-    await asyncio.gather(a.open(), b.open())
-    try:
-        assert await a.copy() == old and await b.copy() == old
-        assert await a.client.get(f"{namespace}#index") is None  # the old index is gone
-        await a.set("new", 1)
-        assert await b.len() == 151
-    finally:
-        await a.close()
-        await b.close()
-
-
-async def test_a_format_1_writer_after_the_migration_is_refused_loudly(
-    store_backend: StoreBackend, namespace: str
-) -> None:
-    client = await store_backend.async_client()
-    await _write_format1_namespace(client, namespace, {"a": 1})
-    async with AsyncStateStoreDict[int](client, namespace=namespace, listing="index") as d:
-        assert await d.keys() == ["a"]
-    await _write_format1_namespace(client, namespace, {"b": 2})  # an old process still running
-    late: AsyncStateStoreDict[int] = AsyncStateStoreDict(
-        await store_backend.async_client(), namespace=namespace, listing="index"
-    )
-    with pytest.raises(ConfigurationError, match=r"single-object index \(format 1\)"):
-        await late.open()

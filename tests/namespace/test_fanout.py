@@ -1,5 +1,6 @@
 """The one bounded fan-out (``sskv_mapping._namespace.fanout.gather_bounded``): results in order, never more
-than ``limit`` in flight, the first failure raised as itself and the rest cancelled."""
+than ``limit`` in flight, the first failure raised as itself and the rest cancelled; and ``SharedLoads``, one load
+per key that concurrent callers wait for."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Awaitable, Iterator
 
 import pytest
 
-from sskv_mapping._namespace.fanout import BoundedWork, gather_bounded
+from sskv_mapping._namespace.fanout import BoundedWork, SharedLoads, gather_bounded
 from tests._support.waiting import eventually
 
 
@@ -151,3 +152,84 @@ async def test_bounded_work_cancel_drops_what_is_queued() -> None:
     with pytest.raises(asyncio.CancelledError):
         await work.wait()
     assert work.pending == 0 and len(started) == 2
+
+
+class _Load:
+    """A load that counts its runs and waits for ``release`` (set, or given an exception to raise) to end."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.started = asyncio.Event()
+        self.release: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def __call__(self, key: str) -> str:
+        self.runs += 1
+        self.started.set()
+        return f"{key}:{await self.release}"
+
+
+async def _waiting(loads: SharedLoads[str], key: str, load: _Load, n: int) -> list[asyncio.Task[str | None]]:
+    """The first of ``n`` callers of ``key`` is loading and the others wait for it (each ran up to its first wait
+    before the load's start wakes this caller: they were queued first)."""
+    tasks = [asyncio.ensure_future(loads.run(key, load)) for _ in range(n)]
+    await load.started.wait()
+    assert not any(t.done() for t in tasks)
+    return tasks
+
+
+async def test_concurrent_callers_share_one_load_and_only_its_caller_gets_the_result() -> None:
+    loads: SharedLoads[str] = SharedLoads()
+    load = _Load()
+    tasks = await _waiting(loads, "k", load, 5)
+    assert "k" in loads and "other" not in loads
+    load.release.set_result("v")
+    assert await asyncio.gather(*tasks) == ["k:v", None, None, None, None]
+    assert load.runs == 1
+    assert "k" not in loads
+    assert await loads.run("k", _ready("again")) == "k:again"  # ended: the next call loads anew
+
+
+def _ready(value: str) -> _Load:
+    load = _Load()
+    load.release.set_result(value)
+    return load
+
+
+async def test_a_failed_load_is_raised_to_every_waiter_and_the_next_call_loads_again() -> None:
+    loads: SharedLoads[str] = SharedLoads()
+    load = _Load()
+    tasks = await _waiting(loads, "k", load, 3)
+    load.release.set_exception(KeyError("boom"))
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert [type(r) for r in results] == [KeyError] * 3
+    assert load.runs == 1
+    assert await loads.run("k", _ready("v")) == "k:v"
+
+
+async def test_a_cancelled_load_hands_over_to_one_waiter_and_the_others_wait_for_it() -> None:
+    loads: SharedLoads[str] = SharedLoads()
+    load = _Load()
+    leader, *waiters = await _waiting(loads, "k", load, 3)
+    first_release = load.release
+    load.release = asyncio.get_running_loop().create_future()  # what the second run waits for
+    load.started.clear()
+    leader.cancel()
+    await load.started.wait()  # a waiter took over: not cancelled itself
+    assert first_release.cancelled() and leader.cancelled()
+    assert all(not w.done() for w in waiters)
+    load.release.set_result("v")
+    assert sorted(await asyncio.gather(*waiters), key=str) == [None, "k:v"]
+    assert load.runs == 2
+
+
+async def test_a_cancelled_waiter_leaves_the_load_running() -> None:
+    loads: SharedLoads[str] = SharedLoads()
+    load = _Load()
+    leader, waiter = await _waiting(loads, "k", load, 2)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert not leader.done() and "k" in loads
+    load.release.set_result("v")
+    assert await leader == "k:v"
+    assert load.runs == 1

@@ -70,7 +70,6 @@ def test_the_inspector_names_a_key_by_its_layout() -> None:
     assert role == KeyRole("web", "cache", "entry", "a/b#ü")
     assert role_of(b"orders#index-lock/002a") == KeyRole("orders", "dict", "index-lock", "002a", lock=True)
     assert role_of(b"web#persist/0123456789ab/0f") == KeyRole("web", "cache", "ledger shard", "0123456789ab/0f")
-    assert role_of(b"orders#index-lock") == KeyRole("orders", "dict", "index-lock (format 1)", "", lock=True)
     assert role_of(b"web/django-lock/:1:k") == KeyRole("web", "prefix", "django-lock", ":1:k", lock=True)
 
 
@@ -86,8 +85,6 @@ PINNED: list[tuple[str, bytes]] = [
     ("lock", KeyLayout("web").key_lock("lock", "n")),
     ("gos-lock", KeyLayout("web").key_lock("gos-lock", "page/1")),
     ("index meta", KeyLayout("orders").index_meta()),
-    ("index (format 1)", KeyLayout("orders").index_format1()),
-    ("index-lock (format 1)", KeyLayout("orders").index_format1_lock()),
     ("index shards used", KeyLayout("orders").index_used()),
     ("index-used-lock", KeyLayout("orders").index_used_lock()),
     ("index shard", KeyLayout("orders").index_shard(0x29C)),
@@ -109,8 +106,6 @@ EXPECTED = [
     b"web#lock/n",
     b"web#gos-lock/page/1",
     b"orders#index-meta",
-    b"orders#index",
-    b"orders#index-lock",
     b"orders#index-used",
     b"orders#index-used-lock",
     b"orders#index/029c",

@@ -39,8 +39,6 @@ async def test_a_dict_with_a_stored_index_writes_these_keys() -> None:
         b"pin/a/b#c",
         "pin/ü".encode(),
         b"pin#index-meta",
-        b"pin#index",  # format 1, looked for once when the namespace is created
-        b"pin#index-lock",
         b"pin#index-used",
         b"pin#index-used-lock",
         b"pin#index/029c",  # shard 0x29c of 1024 holds "a/b#c"
