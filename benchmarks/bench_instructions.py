@@ -174,8 +174,8 @@ async def _setup(name: str, stack: AsyncExitStack) -> Op:
             qos=1,
             correlation_data=next(sequence).to_bytes(16, "big"),
             response_topic="clients/bench-requester/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke/response",
-            content_type=None,
             user_properties=user_properties,
+            content_type=None,
         )
         server._handle_request(message)
         return None

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import ConfigurationError, ProtocolError
 
@@ -32,69 +31,26 @@ class MalformedPacketError(ProtocolError):
     """A PUBLISH packet that does not follow MQTT 5 (or that paho/aiomqtt would refuse)."""
 
 
-_set = object.__setattr__
 _new = object.__new__
 
 
 @dataclass(slots=True)
-class _InboundFields:
-    """:class:`InboundMessage`'s fields, mutable: how one is built (as :class:`OutgoingMessage`, at the end)."""
-
-    topic: str
-    payload: bytes
-    qos: int
-    correlation_data: bytes | None
-    response_topic: str | None
-    content_type: str | None
-    user_properties: tuple[tuple[str, str], ...]
-    message_expiry: int | None = None
-
-
-@dataclass(frozen=True, slots=True, init=False)
 class InboundMessage:
-    """A received PUBLISH, with the MQTT 5 properties this project uses, as plain values."""
+    """A received PUBLISH, with the MQTT 5 properties this project uses, as plain values, its fields in
+    :class:`OutgoingMessage`'s order.
+
+    Read-only by convention, not frozen (as ``httpx.Request``): one is built per message received, and a frozen
+    dataclass's ``__init__`` costs three times as much. It compares by value, so it is not hashable.
+    """
 
     topic: str
     payload: bytes
     qos: int
     correlation_data: bytes | None
     response_topic: str | None
-    content_type: str | None
     user_properties: tuple[tuple[str, str], ...]
-    message_expiry: int | None
-
-    def __new__(
-        cls,
-        topic: str,
-        payload: bytes,
-        qos: int,
-        correlation_data: bytes | None,
-        response_topic: str | None,
-        content_type: str | None,
-        user_properties: tuple[tuple[str, str], ...],
-        message_expiry: int | None = None,
-    ) -> InboundMessage:
-        # one per message received: see OutgoingMessage.__new__ for why a twin is filled instead
-        if cls is InboundMessage:
-            message = _new(_InboundFields)
-            message.topic = topic
-            message.payload = payload
-            message.qos = qos
-            message.correlation_data = correlation_data
-            message.response_topic = response_topic
-            message.content_type = content_type
-            message.user_properties = user_properties
-            message.message_expiry = message_expiry
-            message.__class__ = InboundMessage  # type: ignore[assignment]
-            return message  # type: ignore[return-value]  # an InboundMessage now
-        fields = (topic, payload, qos, correlation_data, response_topic, content_type, user_properties, message_expiry)
-        frozen = _new(cls)  # a subclass: field by field
-        for name, value in zip(_INBOUND_FIELDS, fields, strict=True):
-            _set(frozen, name, value)
-        return frozen
-
-    def __reduce__(self) -> tuple[type[InboundMessage], tuple[Any, ...]]:
-        return type(self), tuple(getattr(self, name) for name in _INBOUND_FIELDS)
+    content_type: str | None
+    message_expiry: int | None = None
 
     def user_property(self, name: str) -> str | None:
         """The first value of user property ``name`` (order-independent lookup)."""
@@ -435,17 +391,16 @@ def decode_publish(header: int, packet: bytes | bytearray) -> tuple[InboundMessa
             if len(_HEADS) >= _USER_TAILS_MAX:
                 _HEADS.clear()
             _HEADS[head] = (expiry, response_topic)
-        message = _new(_InboundFields)  # InboundMessage(...) without its call: one per message received
+        message = _new(InboundMessage)  # InboundMessage(...) without its call: one per message received
         message.topic = topic
         message.payload = buf[end:]
         message.qos = qos
         message.correlation_data = correlation
         message.response_topic = response_topic
-        message.content_type = content_type
         message.user_properties = tuple(user)
+        message.content_type = content_type
         message.message_expiry = expiry
-        message.__class__ = InboundMessage  # type: ignore[assignment]
-        return message, mid  # type: ignore[return-value]  # an InboundMessage now
+        return message, mid
     except MalformedPacketError:
         raise
     except (IndexError, ValueError) as exc:  # a read past the end; UnicodeDecodeError is a ValueError
@@ -456,8 +411,15 @@ def decode_publish(header: int, packet: bytes | bytearray) -> tuple[InboundMessa
 
 
 @dataclass(slots=True)
-class _OutgoingFields:
-    """:class:`OutgoingMessage`'s fields, mutable: how one is built (see :meth:`OutgoingMessage.__new__`)."""
+class OutgoingMessage:
+    """A PUBLISH to send, with the MQTT 5 properties this project uses, as plain values: what every
+    :class:`~sskv_mapping.Connection`'s ``publish``/``publish_nowait`` takes.
+
+    ``qos`` is 0 or 1; ``correlation_data`` (0x09), ``response_topic`` (0x08), ``content_type`` (0x03) and
+    ``message_expiry`` (0x02, seconds) are left out of the packet when ``None``; ``user_properties`` (0x26) go in
+    their order. The counterpart of :class:`InboundMessage`, with the same fields in the same order. Read-only by
+    convention, not frozen (one is built per request and per reply); it compares by value, so it is not hashable.
+    """
 
     topic: str
     payload: bytes
@@ -468,70 +430,11 @@ class _OutgoingFields:
     content_type: str | None = None
     message_expiry: int | None = None
 
-
-@dataclass(frozen=True, slots=True, init=False)
-class OutgoingMessage:
-    """A PUBLISH to send, with the MQTT 5 properties this project uses, as plain values: what every
-    :class:`~sskv_mapping.Connection`'s ``publish``/``publish_nowait`` takes.
-
-    ``qos`` is 0 or 1; ``correlation_data`` (0x09), ``response_topic`` (0x08), ``content_type`` (0x03) and
-    ``message_expiry`` (0x02, seconds) are left out of the packet when ``None``; ``user_properties`` (0x26) go in
-    their order. The counterpart of :class:`InboundMessage`.
-    """
-
-    topic: str
-    payload: bytes
-    qos: int
-    correlation_data: bytes | None
-    response_topic: str | None
-    user_properties: Sequence[tuple[str, str]]
-    content_type: str | None
-    message_expiry: int | None
-
-    def __new__(
-        cls,
-        topic: str,
-        payload: bytes,
-        qos: int = 1,
-        correlation_data: bytes | None = None,
-        response_topic: str | None = None,
-        user_properties: Sequence[tuple[str, str]] = (),
-        content_type: str | None = None,
-        message_expiry: int | None = None,
-    ) -> OutgoingMessage:
-        # One is built per request and per reply. A frozen dataclass's own __init__ sets each field through
-        # object.__setattr__, 13,600 instructions for these eight (CPython 3.11); filling the mutable twin (the
-        # same slots) and then giving it this class costs 4,400.
-        if cls is OutgoingMessage:
-            message = _new(_OutgoingFields)
-            message.topic = topic
-            message.payload = payload
-            message.qos = qos
-            message.correlation_data = correlation_data
-            message.response_topic = response_topic
-            message.user_properties = user_properties
-            message.content_type = content_type
-            message.message_expiry = message_expiry
-            message.__class__ = OutgoingMessage  # type: ignore[assignment]
-            return message  # type: ignore[return-value]  # an OutgoingMessage now
-        fields = (topic, payload, qos, correlation_data, response_topic, user_properties, content_type, message_expiry)
-        frozen = _new(cls)  # a subclass: field by field
-        for name, value in zip(_OUTGOING_FIELDS, fields, strict=True):
-            _set(frozen, name, value)
-        return frozen
-
-    def __reduce__(self) -> tuple[type[OutgoingMessage], tuple[Any, ...]]:
-        return type(self), tuple(getattr(self, name) for name in _OUTGOING_FIELDS)
-
     def encoded_properties(self) -> bytes:
         """The PUBLISH properties, Property Length first (:func:`publish_properties`)."""
         return publish_properties(
             self.correlation_data, self.response_topic, self.user_properties, self.content_type, self.message_expiry
         )
-
-
-_OUTGOING_FIELDS = tuple(_OutgoingFields.__slots__)
-_INBOUND_FIELDS = tuple(_InboundFields.__slots__)
 
 
 def publish_size(topic_field: int, properties: int, payload: int, qos: int) -> int:

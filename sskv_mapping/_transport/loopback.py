@@ -83,8 +83,8 @@ class LoopbackBroker:
                         qos=1,
                         correlation_data=message.correlation_data,
                         response_topic=message.response_topic,
-                        content_type=message.content_type,
                         user_properties=tuple(message.user_properties),
+                        content_type=message.content_type,
                         message_expiry=message.message_expiry,
                     )
                 )

@@ -217,8 +217,8 @@ def _convert(message: aiomqtt.Message) -> InboundMessage:
         qos=message.qos,
         correlation_data=bytes(corr) if corr is not None else None,
         response_topic=response,
-        content_type=ctype,
         user_properties=tuple((str(k), str(v)) for k, v in user),
+        content_type=ctype,
         message_expiry=expiry,
     )
 

@@ -145,7 +145,7 @@ class Notification:
 
 @dataclass(slots=True)
 class _CoreResultFields:
-    """:class:`CoreResult`'s fields, mutable: how one is built (as ``mqtt_publish.InboundMessage``)."""
+    """:class:`CoreResult`'s fields, mutable: how one is built (see :meth:`CoreResult.__new__`)."""
 
     payload: bytes
     version: HybridLogicalClock | None

@@ -713,7 +713,7 @@ def test_the_emulator_warns_once_per_client_when_the_broker_says_it_drops_messag
     server = EmulatorServer(ConnectionSettings(host="127.0.0.1", port=free_port(), client_id="emu-drops"))
 
     def log_line(text: str) -> InboundMessage:
-        return InboundMessage("$SYS/broker/log/N", text.encode(), 1, None, None, None, ())
+        return InboundMessage("$SYS/broker/log/N", text.encode(), 1, None, None, (), None)
 
     with caplog.at_level(logging.WARNING, "sskv_mapping.emulator"):
         for _ in range(3):

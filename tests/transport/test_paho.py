@@ -251,8 +251,8 @@ def test_encoder_output_decodes_to_the_same_values() -> None:
         qos=1,
         correlation_data=b"\x00" * 16,
         response_topic="clients/x/r",
-        content_type="application/octet-stream",
         user_properties=tuple(user),
+        content_type="application/octet-stream",
         message_expiry=3600,
     )
     assert mid == 42
