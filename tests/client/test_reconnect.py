@@ -156,7 +156,11 @@ async def test_in_flight_calls_fail_with_connection_lost_without_a_session(
         states = StateWatcher(a)
         stack.emulator.pause()  # requests now wait for an answer forever
         try:
+            sent = a.requests_sent
             call = asyncio.ensure_future(a.get("k"))
+            # in flight: handed to the connection before the kill (on uvloop the kill could win, and a call not
+            # yet sent waits for the reconnect within its deadline, as it should)
+            await eventually(lambda: a.requests_sent == sent + 1)
             await asyncio.to_thread(stack.broker.kill)
             with pytest.raises(ConnectionLostError):
                 await asyncio.wait_for(call, 5)
