@@ -38,6 +38,8 @@ LOCAL_CACHE_SIZE = 1000
 
 
 def main(root: str, *extra: str) -> int:
+    # the real path: pytest names tests relative to it, and through a symlink the deselections below would not match
+    root = os.path.realpath(root)
     local_cache = "--local-cache" in extra
     extra = tuple(a for a in extra if a != "--local-cache")
     from sskv_mapping.emulator.broker import MosquittoBroker
