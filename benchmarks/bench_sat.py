@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from bench_rpc import start_emulator  # noqa: E402
+from _shared import start_emulator  # noqa: E402
 from security._sat_front import SatFront, make_jwt  # noqa: E402
 
 from sskv_mapping import AsyncStateStoreClient, ConnectionSettings  # noqa: E402
