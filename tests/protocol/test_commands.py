@@ -82,56 +82,35 @@ def test_encode_exact_bytes(command: Command, payload: bytes) -> None:
 
 
 @pytest.mark.parametrize(
-    ("payload", "value"),
+    ("command", "payload", "decoded"),
     [
-        (b"$5\r\nvalue\r\n", b"value"),
-        (b"$0\r\n\r\n", b""),  # a hit with an empty value is not a miss
-        (b"$4\r\n\r\n\x00\xff\r\n", b"\r\n\x00\xff"),
-        (b"$-1\r\n", None),  # the miss
-    ],
-    ids=["hit", "empty-value", "binary-value", "miss"],
-)
-def test_get_outcomes(payload: bytes, value: bytes | None) -> None:
-    assert Get(b"k").decode(payload) == value
-
-
-@pytest.mark.parametrize(("payload", "applied"), [(b"+OK\r\n", True), (b":-1\r\n", False), (b"-1\r\n", False)])
-def test_set_outcomes(payload: bytes, applied: bool) -> None:
-    result = Set(b"k", b"v", SetCondition.NX).decode(payload)
-    assert result is applied
-
-
-@pytest.mark.parametrize(("payload", "deleted"), [(b":1\r\n", True), (b":0\r\n", False)])
-def test_delete_outcomes(payload: bytes, deleted: bool) -> None:
-    assert Delete(b"k").decode(payload) is deleted
-
-
-@pytest.mark.parametrize(
-    ("payload", "result"),
-    [
-        (b":1\r\n", VDeleteResult.DELETED),
-        (b":0\r\n", VDeleteResult.NOT_FOUND),
-        (b":-1\r\n", VDeleteResult.VALUE_MISMATCH),
-        (b"-1\r\n", VDeleteResult.VALUE_MISMATCH),  # the article's legacy spelling
+        (Get(b"k"), b"$5\r\nvalue\r\n", b"value"),
+        (Get(b"k"), b"$0\r\n\r\n", b""),  # a hit with an empty value is not a miss
+        (Get(b"k"), b"$4\r\n\r\n\x00\xff\r\n", b"\r\n\x00\xff"),
+        (Get(b"k"), b"$-1\r\n", None),  # the miss
+        (Set(b"k", b"v", SetCondition.NX), b"+OK\r\n", True),
+        (Set(b"k", b"v", SetCondition.NX), b":-1\r\n", False),
+        (Set(b"k", b"v", SetCondition.NX), b"-1\r\n", False),
+        (Delete(b"k"), b":1\r\n", True),
+        (Delete(b"k"), b":0\r\n", False),
+        (VDelete(b"k", b"v"), b":1\r\n", VDeleteResult.DELETED),
+        (VDelete(b"k", b"v"), b":0\r\n", VDeleteResult.NOT_FOUND),
+        (VDelete(b"k", b"v"), b":-1\r\n", VDeleteResult.VALUE_MISMATCH),
+        (VDelete(b"k", b"v"), b"-1\r\n", VDeleteResult.VALUE_MISMATCH),  # the article's legacy spelling
+        (KeyNotify(b"k"), b"+OK\r\n", True),  # registered even for a missing key
+        (KeyNotify(b"k", stop=True), b"+OK\r\n", True),
+        (KeyNotify(b"k", stop=True), b":0\r\n", False),  # was not registered
     ],
 )
-def test_vdelete_outcomes(payload: bytes, result: VDeleteResult) -> None:
-    assert VDelete(b"k", b"v").decode(payload) is result
+def test_decode_outcomes(command: Command, payload: bytes, decoded: object) -> None:
+    result = command.decode(payload)
+    assert result == decoded and type(result) is type(decoded)
 
 
 def test_vdelete_result_truthiness() -> None:
     assert bool(VDeleteResult.DELETED) is True
     assert bool(VDeleteResult.NOT_FOUND) is False
     assert bool(VDeleteResult.VALUE_MISMATCH) is False
-
-
-def test_keynotify_registered_even_for_a_missing_key() -> None:
-    assert KeyNotify(b"k").decode(b"+OK\r\n") is True
-
-
-@pytest.mark.parametrize(("payload", "was_registered"), [(b"+OK\r\n", True), (b":0\r\n", False)])
-def test_keynotify_stop_outcomes(payload: bytes, was_registered: bool) -> None:
-    assert KeyNotify(b"k", stop=True).decode(payload) is was_registered
 
 
 @pytest.mark.parametrize(
