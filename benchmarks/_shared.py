@@ -1,16 +1,24 @@
-"""What the benchmark scripts share: the machine line they print, and the emulator process they run (a
-``subprocess.Popen``: they stop it, read its pid, or its inspector's URL as ``inspector_url``)."""
+"""What the benchmark scripts share: the machine line they print, the emulator process they run (a
+``subprocess.Popen``: they stop it, read its pid, or its inspector's URL as ``inspector_url``), the throughput of a
+call with requests in flight, and the bytes a build retains."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import os
 import platform
 import subprocess
 import sys
 import time
+import tracemalloc
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 READY = "serving state store on"
+#: requests in flight in the throughput measures
+IN_FLIGHT = 64
 
 
 def machine() -> str:
@@ -51,3 +59,32 @@ def start_emulator(
     proc.kill()
     proc.wait(5)
     raise RuntimeError("the emulator did not start")
+
+
+async def in_flight_throughput(call: Callable[[], Awaitable[object]], ops: int) -> float:
+    """``await call()`` ``ops`` times (rounded down to a multiple of :data:`IN_FLIGHT`), ``IN_FLIGHT`` at a time:
+    calls per second."""
+    per_worker = ops // IN_FLIGHT
+
+    async def worker() -> None:
+        for _ in range(per_worker):
+            await call()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
+    return per_worker * IN_FLIGHT / (time.perf_counter() - t0)
+
+
+def traced(build: Callable[[], Any]) -> tuple[int, Any, tracemalloc.Snapshot]:
+    """Bytes still allocated after ``build()`` (and a gc), with the snapshot; tracemalloc on only meanwhile."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        obj = build()
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+        snapshot = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    return after - before, obj, snapshot

@@ -51,7 +51,6 @@ import sys
 import time
 import timeit
 import tracemalloc
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +58,7 @@ from cachetools import TTLCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _bench_listing as bench_listing
-from _shared import machine, start_emulator
+from _shared import machine, start_emulator, traced
 
 from sskv_mapping._blocking import get_loop_thread
 from sskv_mapping._namespace.key_index import IndexEntry
@@ -207,21 +206,6 @@ def measure_invalidation(host: str, port: int, changes: int, mode: str) -> dict[
 
 
 # -- (iii) memory -------------------------------------------------------------------------------------------
-
-
-def traced(build: Callable[[], Any]) -> tuple[int, Any, tracemalloc.Snapshot]:
-    """Bytes still allocated after ``build()`` (and a gc), with the snapshot; tracemalloc on only meanwhile."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        obj = build()
-        gc.collect()
-        after = tracemalloc.get_traced_memory()[0]
-        snapshot = tracemalloc.take_snapshot()
-    finally:
-        tracemalloc.stop()
-    return after - before, obj, snapshot
 
 
 def _small_value(i: int) -> Any:

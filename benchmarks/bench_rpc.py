@@ -57,14 +57,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _rawmqtt import RawMqtt, user_properties
-from _shared import machine, start_emulator
+from _shared import IN_FLIGHT, in_flight_throughput, machine, start_emulator
 
 from sskv_mapping.cache import AsyncStateStoreCache
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker, free_port
 from sskv_mapping.mapping import AsyncStateStoreDict
-
-IN_FLIGHT = 64
 
 
 async def raw_floor(host: str, port: int, n: int) -> float:
@@ -136,15 +134,7 @@ async def raw_requester(host: str, port: int, n: int, ops: int, *, write: bool =
         reply = await one()
         lat.append(time.perf_counter() - t0)
     assert reply.startswith(b"+OK\r\n" if write else b"$16\r\n"), reply
-    per_worker = ops // IN_FLIGHT
-
-    async def worker() -> None:
-        for _ in range(per_worker):
-            await one()
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
-    tput = per_worker * IN_FLIGHT / (time.perf_counter() - t0)
+    tput = await in_flight_throughput(one, ops)
     await req.close()
     return statistics.median(lat[n // 10 :]), tput
 
@@ -184,15 +174,7 @@ async def interleaved_latency(reads: dict[str, Any], n: int) -> dict[str, float]
 
 
 async def client_throughput(client: AsyncStateStoreClient, ops: int) -> float:
-    per_worker = ops // IN_FLIGHT
-
-    async def worker() -> None:
-        for _ in range(per_worker):
-            await client.get("bench")
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
-    return per_worker * IN_FLIGHT / (time.perf_counter() - t0)
+    return await in_flight_throughput(lambda: client.get("bench"), ops)
 
 
 def loop_factories() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
@@ -285,15 +267,7 @@ async def redis_numbers(n: int, ops: int) -> tuple[float, float] | None:
             t0 = time.perf_counter()
             await r.get("bench")
             lat.append(time.perf_counter() - t0)
-        per_worker = ops // IN_FLIGHT
-
-        async def worker() -> None:
-            for _ in range(per_worker):
-                await r.get("bench")
-
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
-        tput = per_worker * IN_FLIGHT / (time.perf_counter() - t0)
+        tput = await in_flight_throughput(lambda: r.get("bench"), ops)
         await r.aclose()
         return statistics.median(lat[n // 10 :]), tput
     finally:
