@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_dict import machine
-from bench_scan import fill, start_emulator
+from _shared import machine, start_emulator
+from bench_scan import fill
 
 from sskv_mapping import AsyncStateStoreDict
 from sskv_mapping.client import AsyncStateStoreClient
@@ -87,7 +87,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     print(machine())
     with MosquittoBroker() as broker:
-        emulator = start_emulator(broker.host, broker.port, DEFAULT_SCAN_PAGE_SIZE)
+        emulator = start_emulator(broker.host, broker.port, "--scan-page-size", str(DEFAULT_SCAN_PAGE_SIZE))
         try:
             rows = [asyncio.run(measure(broker.host, broker.port, n, args.repeats, args.changes)) for n in sizes]
         finally:

@@ -45,14 +45,12 @@ import asyncio
 import gc
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 import timeit
 import tracemalloc
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +58,7 @@ from cachetools import TTLCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _bench_listing as bench_listing
+from _shared import machine, start_emulator, traced
 
 from sskv_mapping._blocking import get_loop_thread
 from sskv_mapping._namespace.key_index import IndexEntry
@@ -75,50 +74,12 @@ from sskv_mapping.mapping._index import _encode as encode_index
 
 HOT_KEYS = 1_000
 FAST_SWITCH = 0.0005  # seconds: the third reader's GIL switch interval (CPython's default is 0.005)
-READY = "serving state store on"
 #: reader B's modes for (ii)
 MODES = {
     "tight": "tight spin (the spec)",
     "yield": "spin with `time.sleep(0)` between reads",
     "switch": f"tight spin, `sys.setswitchinterval({FAST_SWITCH})`",
 }
-
-
-def machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    load = ""
-    if hasattr(os, "getloadavg"):
-        load = ", load avg " + " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (
-        f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()} ({sys.implementation.name}), "
-        f"{platform.system()} {platform.release()}{load}"
-    )
-
-
-def start_emulator(host: str, port: int) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sskv_mapping.emulator", "--host", host, "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 20
-    for line in proc.stdout:
-        if READY in line:
-            return proc
-        if time.monotonic() > deadline:
-            break
-    proc.kill()
-    proc.wait(5)
-    raise RuntimeError("the emulator did not start")
 
 
 def pct(samples: list[float], p: float) -> float:
@@ -245,21 +206,6 @@ def measure_invalidation(host: str, port: int, changes: int, mode: str) -> dict[
 
 
 # -- (iii) memory -------------------------------------------------------------------------------------------
-
-
-def traced(build: Callable[[], Any]) -> tuple[int, Any, tracemalloc.Snapshot]:
-    """Bytes still allocated after ``build()`` (and a gc), with the snapshot; tracemalloc on only meanwhile."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        obj = build()
-        gc.collect()
-        after = tracemalloc.get_traced_memory()[0]
-        snapshot = tracemalloc.take_snapshot()
-    finally:
-        tracemalloc.stop()
-    return after - before, obj, snapshot
 
 
 def _small_value(i: int) -> Any:

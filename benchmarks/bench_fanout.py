@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -30,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _rawmqtt import RawMqtt, user_properties
+from _shared import start_emulator
 
 from sskv_mapping._protocol.resp3 import encode_request
 from sskv_mapping._protocol.topics import REQUEST_TOPIC
@@ -40,24 +40,6 @@ from sskv_mapping.emulator.broker import EMULATOR_QUEUE_SETTINGS, MosquittoBroke
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def start_emulator(host: str, port: int, tree: Path | None) -> subprocess.Popen[str]:
-    env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sskv_mapping.emulator", "--host", host, "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        cwd=tree,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "serving state store on" in line:
-            return proc
-    proc.kill()
-    raise RuntimeError("the emulator did not start")
 
 
 async def register(host: str, port: int, key: bytes, ids: list[str]) -> None:
@@ -140,7 +122,7 @@ async def main() -> None:
     args = parser.parse_args()
     counts = [int(n) for n in args.watchers.split(",")]
     with MosquittoBroker(extra_config=list(EMULATOR_QUEUE_SETTINGS)) as broker:  # as --with-broker
-        proc = start_emulator(broker.host, broker.port, args.tree)
+        proc = start_emulator(broker.host, broker.port, tree=args.tree)
         broker_pid = broker.pid
         assert broker_pid is not None
         try:

@@ -19,15 +19,14 @@ This is a script, not a test: the machines are shared and noisy; only same-run r
 from __future__ import annotations
 
 import argparse
-import gc
 import platform
 import statistics
 import sys
 import timeit
-import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
+from _shared import traced
 from cachetools import LRUCache, TTLCache
 
 from sskv_mapping._protocol.hlc import HybridLogicalClock
@@ -73,22 +72,9 @@ def time_hits(rounds: int, hits: int) -> dict[str, list[float]]:
     return results
 
 
-def _allocated(build: Callable[[], Any]) -> tuple[int, Any]:
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        obj = build()
-        gc.collect()
-        after = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
-    return after - before, obj
-
-
 def measure_memory(entries: int) -> list[tuple[str, float, float]]:
     """(what, cache bytes per entry, total bytes per entry incl. keys/values/raw/versions)."""
-    payload_bytes, payload = _allocated(
+    payload_bytes, payload, _ = traced(
         lambda: [(b"user:%08d" % i, i + 1_000_000, str(i).encode(), _version(i)) for i in range(entries)]
     )
     payload_per_entry = payload_bytes / entries
@@ -112,7 +98,7 @@ def measure_memory(entries: int) -> list[tuple[str, float, float]]:
         ("LocalCache (ttl=, TTLCache inside)", lambda: fill_local(3600.0)),
     ]
     for name, build in builds:
-        used, cache = _allocated(build)
+        used, cache, _ = traced(build)
         assert len(cache) == entries
         rows.append((name, used / entries, used / entries + payload_per_entry))
         del cache

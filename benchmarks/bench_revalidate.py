@@ -16,29 +16,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import platform
-import subprocess
-import sys
 import time
-from pathlib import Path
+
+from _shared import start_emulator
 
 from sskv_mapping import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.mapping import AsyncStateStoreDict
-
-
-def start_emulator(host: str, port: int) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sskv_mapping.emulator", "--host", host, "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=Path(__file__).resolve().parent.parent,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "serving state store on" in line:
-            return proc
-    raise RuntimeError("the emulator did not start")
 
 
 async def main() -> None:

@@ -45,7 +45,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -58,25 +57,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _rawmqtt import RawMqtt, user_properties
+from _shared import IN_FLIGHT, in_flight_throughput, machine, start_emulator
 
 from sskv_mapping.cache import AsyncStateStoreCache
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker, free_port
 from sskv_mapping.mapping import AsyncStateStoreDict
-
-IN_FLIGHT = 64
-
-
-def machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}, {platform.system()}"
 
 
 async def raw_floor(host: str, port: int, n: int) -> float:
@@ -107,9 +93,9 @@ async def raw_floor(host: str, port: int, n: int) -> float:
 REQUEST_TOPIC = b"statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke"
 
 
-async def raw_requester(host: str, port: int, n: int, ops: int, *, write: bool = False) -> tuple[float, float]:
-    """(f): GET requests written by hand, sent to the emulator: (median latency, throughput with 64 in flight).
-    ``write``: SET requests instead (each with its own correlation data, so none is a copy of another)."""
+async def raw_connection(host: str, port: int) -> tuple[RawMqtt, dict[bytes, asyncio.Future[bytes]], bytes, bytes]:
+    """The hand-written requester's connection, subscribed to its response topic: (the connection, the futures it
+    resolves by correlation data, the response topic, the user properties of a request: ``__ts`` of now...)."""
     client_id = "bench-raw-requester"
     response_topic = f"clients/{client_id}/services/statestore/_any_/command/invoke/response".encode()
     req = RawMqtt(host, port, client_id)
@@ -119,6 +105,13 @@ async def raw_requester(host: str, port: int, n: int, ops: int, *, write: bool =
     req.on_publish = lambda t, p, props: waiting.pop(props[0x09]).set_result(p)
     wall = time.time_ns() // 1_000_000
     user = user_properties([("__ts", f"{wall:015d}:00000:{client_id}"), ("__srcId", client_id), ("__protVer", "1.0")])
+    return req, waiting, response_topic, user
+
+
+async def raw_requester(host: str, port: int, n: int, ops: int, *, write: bool = False) -> tuple[float, float]:
+    """(f): GET requests written by hand, sent to the emulator: (median latency, throughput with 64 in flight).
+    ``write``: SET requests instead (each with its own correlation data, so none is a copy of another)."""
+    req, waiting, response_topic, user = await raw_connection(host, port)
     payload = b"*2\r\n$3\r\nGET\r\n$5\r\nbench\r\n"
     if write:
         payload = b"*3\r\n$3\r\nSET\r\n$5\r\nbench\r\n$16\r\n" + b"x" * 16 + b"\r\n"
@@ -141,15 +134,7 @@ async def raw_requester(host: str, port: int, n: int, ops: int, *, write: bool =
         reply = await one()
         lat.append(time.perf_counter() - t0)
     assert reply.startswith(b"+OK\r\n" if write else b"$16\r\n"), reply
-    per_worker = ops // IN_FLIGHT
-
-    async def worker() -> None:
-        for _ in range(per_worker):
-            await one()
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
-    tput = per_worker * IN_FLIGHT / (time.perf_counter() - t0)
+    tput = await in_flight_throughput(one, ops)
     await req.close()
     return statistics.median(lat[n // 10 :]), tput
 
@@ -189,15 +174,7 @@ async def interleaved_latency(reads: dict[str, Any], n: int) -> dict[str, float]
 
 
 async def client_throughput(client: AsyncStateStoreClient, ops: int) -> float:
-    per_worker = ops // IN_FLIGHT
-
-    async def worker() -> None:
-        for _ in range(per_worker):
-            await client.get("bench")
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
-    return per_worker * IN_FLIGHT / (time.perf_counter() - t0)
+    return await in_flight_throughput(lambda: client.get("bench"), ops)
 
 
 def loop_factories() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
@@ -290,44 +267,12 @@ async def redis_numbers(n: int, ops: int) -> tuple[float, float] | None:
             t0 = time.perf_counter()
             await r.get("bench")
             lat.append(time.perf_counter() - t0)
-        per_worker = ops // IN_FLIGHT
-
-        async def worker() -> None:
-            for _ in range(per_worker):
-                await r.get("bench")
-
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
-        tput = per_worker * IN_FLIGHT / (time.perf_counter() - t0)
+        tput = await in_flight_throughput(lambda: r.get("bench"), ops)
         await r.aclose()
         return statistics.median(lat[n // 10 :]), tput
     finally:
         proc.terminate()
         proc.wait(5)
-
-
-def start_emulator(host: str, port: int, *extra: str, tree: Path | None = None) -> subprocess.Popen[str]:
-    """The emulator process (from ``tree``'s sources if given); returns once it serves."""
-    env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sskv_mapping.emulator", "--host", host, "--port", str(port), *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        cwd=tree,
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 20
-    for line in proc.stdout:
-        if " on http://" in line:
-            proc.inspector_url = line.rsplit(" on ", 1)[1].strip()  # type: ignore[attr-defined]
-        if "serving state store on" in line:
-            return proc
-        if time.monotonic() > deadline:
-            break
-    proc.kill()
-    raise RuntimeError("the emulator did not start")
 
 
 def start_page(url: str) -> subprocess.Popen[str]:
@@ -440,15 +385,7 @@ class _Cpu:
 async def raw_throughput(host: str, port: int, ops: int, others: list[int]) -> tuple[float, float, float, float]:
     """(i): the raw requester's GETs to the zero-cost responder, 64 in flight: (ops/s, own CPU, servers' CPU, the
     broker's CPU)."""
-    client_id = "bench-raw-requester"
-    response_topic = f"clients/{client_id}/services/statestore/_any_/command/invoke/response".encode()
-    req = RawMqtt(host, port, client_id)
-    await req.connect()
-    await req.subscribe(response_topic.decode())
-    waiting: dict[bytes, asyncio.Future[bytes]] = {}
-    req.on_publish = lambda t, p, props: waiting.pop(props[0x09]).set_result(p)
-    wall = time.time_ns() // 1_000_000
-    user = user_properties([("__ts", f"{wall:015d}:00000:{client_id}"), ("__srcId", client_id), ("__protVer", "1.0")])
+    req, waiting, response_topic, user = await raw_connection(host, port)
     payload = b"*2\r\n$3\r\nGET\r\n$5\r\nbench\r\n"
     loop = asyncio.get_running_loop()
     counter = iter(range(1, 10**9))

@@ -30,13 +30,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from bench_rpc import start_emulator  # noqa: E402
+from _shared import IN_FLIGHT, in_flight_throughput, start_emulator  # noqa: E402
 from security._sat_front import SatFront, make_jwt  # noqa: E402
 
 from sskv_mapping import AsyncStateStoreClient, ConnectionSettings  # noqa: E402
 from sskv_mapping.emulator.broker import MosquittoBroker  # noqa: E402
-
-IN_FLIGHT = 64
 
 
 def write_token(path: Path, lifetime: float) -> None:
@@ -58,15 +56,7 @@ async def measure(client: AsyncStateStoreClient, requests: int, ops: int) -> tup
         t0 = time.perf_counter()
         await client.get("bench-sat")
         lat.append(time.perf_counter() - t0)
-    per_worker = ops // IN_FLIGHT
-
-    async def worker() -> None:
-        for _ in range(per_worker):
-            await client.get("bench-sat")
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
-    return statistics.median(lat[requests // 10 :]), per_worker * IN_FLIGHT / (time.perf_counter() - t0)
+    return statistics.median(lat[requests // 10 :]), await in_flight_throughput(lambda: client.get("bench-sat"), ops)
 
 
 async def arm(broker: MosquittoBroker, lifetime: float | None, requests: int, ops: int) -> tuple[float, float, int]:

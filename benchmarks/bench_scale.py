@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _scale_cache
-from bench_dict import machine, start_emulator
+from _shared import machine, start_emulator
 
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -32,30 +31,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_dict import machine
+from _shared import machine, start_emulator
 
 from sskv_mapping import escape_glob
 from sskv_mapping.client import AsyncStateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
-
-READY = "serving state store on"
-
-
-def start_emulator(host: str, port: int, page_size: int) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "sskv_mapping.emulator", "--host", host, "--port", str(port)]
-    proc = subprocess.Popen(
-        [*argv, "--scan-page-size", str(page_size)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 20
-    for line in proc.stdout:
-        if READY in line:
-            return proc
-        if time.monotonic() > deadline:
-            break
-    proc.kill()
-    proc.wait(5)
-    raise RuntimeError("the emulator did not start")
 
 
 async def fill(client: AsyncStateStoreClient, ns: str, n: int) -> None:
@@ -164,7 +144,7 @@ def main() -> int:
     with MosquittoBroker() as broker:
         for page_size in (int(p) for p in args.page_sizes.split(",")):
             print(f"emulator --scan-page-size {page_size}:", flush=True)
-            emulator = start_emulator(broker.host, broker.port, page_size)
+            emulator = start_emulator(broker.host, broker.port, "--scan-page-size", str(page_size))
             try:
                 asyncio.run(measure(broker.host, broker.port, sizes, args.repeats))
             finally:

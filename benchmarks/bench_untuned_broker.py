@@ -26,33 +26,17 @@ import time
 import uuid
 from typing import Any
 
+from _shared import start_emulator
+
 from sskv_mapping._transport import stream
 from sskv_mapping.client import AsyncStateStoreClient, StateStoreClient
 from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.mapping import StateStoreDict
 
-READY = "serving state store on"
 _NO_QUICKACK = (
     "import sys, sskv_mapping._transport.stream as s; s._TCP_QUICKACK = None; "
     "from sskv_mapping.emulator.process import main; sys.exit(main(sys.argv[1:]))"
 )
-
-
-def start_emulator(host: str, port: int, quickack: bool) -> subprocess.Popen[str]:
-    head = [sys.executable, "-m", "sskv_mapping.emulator"] if quickack else [sys.executable, "-c", _NO_QUICKACK]
-    proc = subprocess.Popen(
-        [*head, "--host", host, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 30
-    for line in proc.stdout:
-        if READY in line:
-            return proc
-        if time.monotonic() > deadline:
-            break
-    proc.kill()
-    proc.wait(5)
-    raise RuntimeError("the emulator did not start")
 
 
 def ms(samples: list[float]) -> float:
@@ -104,7 +88,11 @@ def main() -> int:
         dicts: dict[str, StateStoreDict[Any]] = {}
         for name, broker in brokers.items():
             broker.start()
-            emulators.append(start_emulator(broker.host, broker.port, quickack))
+            emulators.append(
+                start_emulator(
+                    broker.host, broker.port, head=None if quickack else [sys.executable, "-c", _NO_QUICKACK]
+                )
+            )
             client = StateStoreClient(broker.host, broker.port)
             client.connect()
             clients.append(client)

@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_dict import machine, start_emulator
+from _shared import machine, start_emulator
 
 import sskv_mapping
 from sskv_mapping.client import AsyncStateStoreClient

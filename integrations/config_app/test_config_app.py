@@ -23,28 +23,16 @@ pytest.importorskip("uvloop")
 
 import httpx
 
-from sskv_mapping.emulator.broker import MosquittoBroker
-from tests._support.procs import start_emulator
 from tests._support.uvicorn_server import UvicornServer
 
 pytestmark = pytest.mark.broker
 
 
-@pytest.fixture(scope="module")
-def store_url() -> Iterator[str]:
-    broker = MosquittoBroker().start()
-    try:
-        with start_emulator(broker.host, broker.port):
-            yield f"mqtt://{broker.host}:{broker.port}"
-    finally:
-        broker.stop()
-
-
 @pytest.fixture
-def served(store_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[UvicornServer, str]]:
+def served(private_store_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[UvicornServer, str]]:
     namespace = f"config-app-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("SSKV_CONFIG_NAMESPACE", namespace)
-    with UvicornServer("config_app.app:app", sskv_url=store_url, loop="uvloop") as server:
+    with UvicornServer("config_app.app:app", sskv_url=private_store_url, loop="uvloop") as server:
         yield server, namespace
 
 
@@ -67,9 +55,10 @@ def until(client: httpx.Client, path: str, wanted: Callable[[Any], bool], timeou
 
 
 def test_a_setting_flipped_with_sskv_set_changes_the_service_live(
-    served: tuple[UvicornServer, str], store_url: str
+    served: tuple[UvicornServer, str], private_store_url: str
 ) -> None:
     server, namespace = served
+    store_url = private_store_url
     with httpx.Client(base_url=server.base_url, timeout=30) as c:
         assert c.get("/greet").json() == {"message": "Hello!"}
         assert c.get("/items").json() == [0, 1, 2]

@@ -4,9 +4,7 @@ instances sharing the state store through mosquitto and the emulator process."""
 
 from __future__ import annotations
 
-import signal
 import sys
-from collections.abc import Iterator
 
 import pytest
 
@@ -16,58 +14,25 @@ if sys.platform == "win32":
     pytest.skip("uvloop has no Windows build", allow_module_level=True)
 pytest.importorskip("uvloop")
 
-import httpx
-
-from sskv_mapping.emulator.broker import MosquittoBroker
-from tests._support.procs import start_emulator
-from tests._support.uvicorn_server import STOPPED, UvicornServer
+from tests._support.example_apps import (
+    check_a_clean_stop,
+    check_the_page_is_shared,
+    check_the_settings_are_shared,
+    two_clients,
+)
+from tests._support.uvicorn_server import two_servers
 
 pytestmark = pytest.mark.broker
+APP = "fastapi_app.app:app"
 
 
-@pytest.fixture(scope="module")
-def store_url() -> Iterator[str]:
-    """A private mosquitto with the emulator process serving it (stopped with the module)."""
-    broker = MosquittoBroker().start()
-    try:
-        with start_emulator(broker.host, broker.port):
-            yield f"mqtt://{broker.host}:{broker.port}"
-    finally:
-        broker.stop()
+def test_the_app_serves_on_uvloop_and_shares_the_store(private_store_url: str) -> None:
+    with two_servers(APP, sskv_url=private_store_url) as servers, two_clients(servers) as (ca, cb):
+        check_the_page_is_shared(ca, cb)
+        check_the_settings_are_shared(ca, cb)
+        counts = [c.post("/visits").json()["visits"] for c in (ca, cb, ca, cb)]
+        assert counts == [1, 2, 3, 4]  # one counter across both processes
 
 
-@pytest.fixture
-def servers(store_url: str) -> Iterator[tuple[UvicornServer, UvicornServer]]:
-    with (
-        UvicornServer("fastapi_app.app:app", sskv_url=store_url, loop="uvloop") as a,
-        UvicornServer("fastapi_app.app:app", sskv_url=store_url, loop="uvloop") as b,
-    ):
-        yield a, b
-
-
-def test_the_app_serves_on_uvloop_and_shares_the_store(servers: tuple[UvicornServer, UvicornServer]) -> None:
-    a, b = servers
-    for server in servers:  # uvloop's extension is loaded in the serving process: the app runs on its loop
-        assert "uvloop/loop." in server.loaded_modules()
-    with httpx.Client(base_url=a.base_url, timeout=30) as ca, httpx.Client(base_url=b.base_url, timeout=30) as cb:
-        page = ca.get("/")
-        assert page.status_code == 200
-        assert "<h1>Hello!</h1>" in page.text
-        assert cb.get("/").text == page.text  # B serves A's render from the store's page cache
-        assert ca.put("/settings", json={"greeting": "Hi"}).json() == {"greeting": "Hi"}
-        assert cb.get("/settings").json() == {"greeting": "Hi"}
-        assert "<h1>Hi!</h1>" in cb.get("/").text  # the write emptied the shared page cache
-        counts = [ca.post("/visits").json()["visits"], cb.post("/visits").json()["visits"]]
-        counts.append(ca.post("/visits").json()["visits"])
-        assert counts == [1, 2, 3]  # one counter across both processes
-
-
-def test_the_app_stops_cleanly_on_uvloop(store_url: str) -> None:
-    server = UvicornServer("fastapi_app.app:app", sskv_url=store_url, loop="uvloop").start()
-    with httpx.Client(base_url=server.base_url, timeout=30) as c:
-        assert c.get("/settings").status_code == 200
-    status = server.stop()
-    # uvicorn re-raises the SIGTERM it handled once shut down (0.29+): killed by it, after a clean shutdown
-    assert status in (0, -signal.SIGTERM), server.output
-    assert STOPPED in server.output  # the lifespan's exit (closing the store) ran and succeeded
-    assert "Traceback" not in server.output
+def test_the_app_stops_cleanly_on_uvloop(private_store_url: str) -> None:
+    check_a_clean_stop(APP, private_store_url)

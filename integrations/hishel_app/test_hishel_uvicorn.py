@@ -16,7 +16,7 @@ pytest.importorskip("hishel")
 import httpx
 
 from sskv_mapping import StateStoreClient
-from tests._support.uvicorn_server import UvicornServer
+from tests._support.uvicorn_server import UvicornServer, two_servers
 from tests._support.waiting import eventually_sync
 
 pytestmark = pytest.mark.broker
@@ -24,11 +24,8 @@ pytestmark = pytest.mark.broker
 
 @pytest.fixture
 def servers(statestore_url: str) -> Iterator[tuple[UvicornServer, UvicornServer]]:
-    with (
-        UvicornServer("hishel_app.app:app", sskv_url=statestore_url, loop="asyncio") as a,
-        UvicornServer("hishel_app.app:app", sskv_url=statestore_url, loop="asyncio") as b,
-    ):
-        yield a, b
+    with two_servers("hishel_app.app:app", sskv_url=statestore_url, loop="asyncio") as pair:
+        yield pair
 
 
 def published(store: StateStoreClient, url: str) -> bool:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sskv_mapping.emulator.broker import free_port
@@ -44,3 +46,10 @@ class UvicornServer(ServerProcess):
     def loaded_modules(self) -> str:
         """The shared objects mapped into the server process (``/proc/PID/maps``): which C extensions it runs."""
         return Path(f"/proc/{self.pid}/maps").read_text()
+
+
+@contextmanager
+def two_servers(app: str, *, sskv_url: str, loop: str = "uvloop") -> Iterator[tuple[UvicornServer, UvicornServer]]:
+    """Two processes serving ``app`` on one store, as two deployments behind a load balancer."""
+    with UvicornServer(app, sskv_url=sskv_url, loop=loop) as a, UvicornServer(app, sskv_url=sskv_url, loop=loop) as b:
+        yield a, b

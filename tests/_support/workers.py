@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .procs import ServerProcess
+from .procs import REPO_ROOT, ServerProcess
 
-__all__ = ["UVICORN_WORKER_CONF", "Gunicorn", "forked_workers", "gunicorn_config"]
+__all__ = ["UVICORN_WORKER_CONF", "Gunicorn", "forked_workers", "gunicorn_config", "uvicorn_workers"]
 
 #: A gunicorn config (``-c``) for uvicorn workers: their access lines go through gunicorn's access log handlers but
 #: not its ``--access-logformat``; this puts the worker's pid in front of them as that format does.
@@ -111,8 +111,8 @@ class Gunicorn(ServerProcess):
         return set(re.findall(r"^ACCESS <(\d+)>", self.output, re.MULTILINE))
 
     def until_both_workers_served(self, call: Callable[[], tuple[int, str]], deadline: float = 60.0) -> list[int]:
-        """Call ``call()`` from four threads until the access log shows two workers served (or ``deadline``);
-        every status seen, in order."""
+        """Call ``call()`` from four threads until the access log shows two workers served (or ``deadline``), and
+        check that both did and every answer was a 200; every status seen, in order."""
         statuses: list[int] = []
         end = time.monotonic() + deadline
 
@@ -123,4 +123,14 @@ class Gunicorn(ServerProcess):
         with ThreadPoolExecutor(4) as pool:
             for future in [pool.submit(loop) for _ in range(4)]:
                 future.result()
+        assert len(self.served_by()) == 2, self.output
+        assert statuses and set(statuses) == {200}, self.output
         return statuses
+
+
+def uvicorn_workers(app: str, directory: Path) -> Gunicorn:
+    """:class:`Gunicorn` with uvicorn workers (``UVICORN_WORKER_CONF``, written in ``directory``) serving an ASGI
+    example app of ``integrations/``."""
+    conf = gunicorn_config(directory, UVICORN_WORKER_CONF)
+    worker = "uvicorn.workers.UvicornWorker"
+    return Gunicorn(app, REPO_ROOT / "integrations", dict(os.environ), "-k", worker, "-c", str(conf))

@@ -26,23 +26,20 @@ BACKEND = "sskv_mapping.integrations.constance.StateStoreBackend"
 
 def main(sdist_root: str) -> int:
     sys.path.insert(0, str(REPO))
-    from sskv_mapping.emulator.broker import MosquittoBroker
-    from tests._support.procs import start_emulator
+    from sskv_mapping.integrations._common import close_shared_objects
+    from tests.peer._store import private_store, run_with_django
 
     # their tests are a package named ``tests`` too: ours leaves the import system before theirs comes in
     for name in [n for n in sys.modules if n == "tests" or n.startswith("tests.")]:
         del sys.modules[name]
     sys.path.remove(str(REPO))
     sys.path.insert(0, sdist_root)
-    with MosquittoBroker() as broker:
-        emulator = start_emulator(broker.host, broker.port)
-        try:
-            return run(f"mqtt://{broker.host}:{broker.port}")
-        finally:
-            emulator.stop()
+    with private_store() as url:
+        return run_with_django(*their_suite(url), close=close_shared_objects)
 
 
-def run(url: str) -> int:
+def their_suite(url: str) -> tuple[unittest.TestSuite, str]:
+    """Their Redis backend's test classes on ours (Django set up for them); the suite, and the versions line."""
     os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     import django
     from django.conf import settings as django_settings
@@ -53,14 +50,15 @@ def run(url: str) -> int:
     django.setup()
     from constance import settings
     from constance.base import Config
-    from django.test.runner import DiscoverRunner
 
     from tests.backends.test_redis import TestRedis, TestRedisAsync
 
     def empty(config: Any) -> None:
         config._backend.state_store_dict.clear()
 
-    class TestStateStore(TestRedis):
+    class OnOurBackend:
+        """Their ``setUp``/``tearDown``, with our namespace emptied where they empty the Redis mock-up."""
+
         _BACKEND = BACKEND
 
         def setUp(self) -> None:
@@ -73,40 +71,17 @@ def run(url: str) -> int:
             empty(self.config)
             settings.BACKEND = self.old_backend
 
-    class TestStateStoreAsync(TestRedisAsync):
-        _BACKEND = BACKEND
+    class TestStateStore(OnOurBackend, TestRedis):
+        pass
 
-        def setUp(self) -> None:
-            self.old_backend = settings.BACKEND
-            settings.BACKEND = self._BACKEND
-            self.config = Config()
-            empty(self.config)
-
-        def tearDown(self) -> None:
-            empty(self.config)
-            settings.BACKEND = self.old_backend
+    class TestStateStoreAsync(OnOurBackend, TestRedisAsync):
+        pass
 
     loader = unittest.TestLoader()
     suite = unittest.TestSuite([loader.loadTestsFromTestCase(c) for c in (TestStateStore, TestStateStoreAsync)])
-    runner = DiscoverRunner(verbosity=1, interactive=False)
-    runner.setup_test_environment()
-    old = runner.setup_databases()
-    try:
-        result = runner.run_suite(suite)
-    finally:
-        runner.teardown_databases(old)
-        runner.teardown_test_environment()
-        from sskv_mapping.integrations._common import close_shared_objects
-
-        close_shared_objects()  # before the broker goes: no reconnect noise
-    failed = len(result.failures) + len(result.errors)
-    skipped = len(result.skipped)
-    passed = result.testsRun - failed - skipped
     from importlib.metadata import version
 
-    print(f"django {django.get_version()}, django-constance {version('django-constance')}: {result.testsRun} collected")
-    print(f"{passed} passed, {failed} failed, {skipped} skipped")
-    return 0 if failed == 0 else 1
+    return suite, f"django {django.get_version()}, django-constance {version('django-constance')}"
 
 
 if __name__ == "__main__":

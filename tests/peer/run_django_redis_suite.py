@@ -78,33 +78,26 @@ def pytest_collection_modifyitems(config, items):
 
 
 def main(tests_dir: str, *extra: str) -> int:
-    from sskv_mapping.emulator.broker import MosquittoBroker
-    from tests._support.procs import start_emulator
+    from tests.peer._store import private_store
 
     tests = Path(tests_dir)
     (tests / "settings" / "sqlite.py").write_text(SETTINGS)
     (tests / "sskv_only_sqlite.py").write_text(ONLY_OUR_SETTINGS)
-    with MosquittoBroker() as broker:
-        emulator = start_emulator(broker.host, broker.port)
-        try:
-            env = {
-                **os.environ,
-                "SSKV_PEER_URL": f"mqtt://{broker.host}:{broker.port}",
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(tests), os.environ.get("PYTHONPATH")])),
-            }
-            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "sskv_only_sqlite"]
-            argv += ["-o", "addopts=", "-rfs", "--rootdir", str(tests.parent)]
-            for names in DESELECTED.values():
-                argv += [
-                    a
-                    for n in names
-                    for a in ("--deselect", f"tests/test_backend.py::TestDjangoRedisCache::{n}[sqlite]")
-                ]
-            return subprocess.run(
-                [*argv, *extra, "tests/test_backend.py"], cwd=tests.parent, env=env, check=False
-            ).returncode
-        finally:
-            emulator.stop()
+    with private_store() as url:
+        env = {
+            **os.environ,
+            "SSKV_PEER_URL": url,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(tests), os.environ.get("PYTHONPATH")])),
+        }
+        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "sskv_only_sqlite"]
+        argv += ["-o", "addopts=", "-rfs", "--rootdir", str(tests.parent)]
+        for names in DESELECTED.values():
+            argv += [
+                a for n in names for a in ("--deselect", f"tests/test_backend.py::TestDjangoRedisCache::{n}[sqlite]")
+            ]
+        return subprocess.run(
+            [*argv, *extra, "tests/test_backend.py"], cwd=tests.parent, env=env, check=False
+        ).returncode
 
 
 if __name__ == "__main__":

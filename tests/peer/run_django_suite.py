@@ -34,21 +34,16 @@ sys.path.insert(0, str(HERE.parents[1]))  # the repository root: tests._support
 
 
 def main(tests_dir: str, mode: str = "sync", cache: str = "") -> int:
-    from sskv_mapping.emulator.broker import MosquittoBroker
-    from tests._support.procs import start_emulator
+    from tests.peer._store import private_store
 
     sys.path.insert(0, tests_dir)  # Django's tests/: the ``cache`` test package
     listed = json.loads((HERE / "django_exclusions.json").read_text())
     exclusions: dict[str, str] = {k: v for k, v in listed.items() if not k.startswith("_")}
     if mode == "async":
         exclusions.update(listed["_async"])
-    with MosquittoBroker() as broker:
-        emulator = start_emulator(broker.host, broker.port)
-        try:
-            options = {"local_cache_size": LOCAL_CACHE_SIZE} if cache == "local" else {}
-            return run(f"mqtt://{broker.host}:{broker.port}", exclusions, mirror=mode == "async", options=options)
-        finally:
-            emulator.stop()
+    options = {"local_cache_size": LOCAL_CACHE_SIZE} if cache == "local" else {}
+    with private_store() as url:
+        return run(url, exclusions, mirror=mode == "async", options=options)
 
 
 class AsyncMirror:
@@ -133,8 +128,10 @@ def run(url: str, exclusions: dict[str, str], mirror: bool = False, options: dic
     django.setup()
     from cache.tests import BaseCacheTests, caches_setting_for_tests
     from django.test import TestCase
-    from django.test.runner import DiscoverRunner
     from django.test.utils import override_settings
+
+    from sskv_mapping.integrations._common import close_shared_clients
+    from tests.peer._store import run_with_django
 
     aliases = caches_setting_for_tests(BACKEND=backend, LOCATION=url, exclude={"cull", "zero_cull"})
     for alias in aliases.values():
@@ -158,27 +155,9 @@ def run(url: str, exclusions: dict[str, str], mirror: bool = False, options: dic
         their_module.cache = AsyncMirror(default_cache)
         their_module.caches = MirrorCaches(all_caches)
     suite = unittest.TestLoader().loadTestsFromTestCase(StateStoreCacheTests)
-    runner = DiscoverRunner(verbosity=1, interactive=False)
-    runner.setup_test_environment()
-    old = runner.setup_databases()
-    try:
-        result = runner.run_suite(suite)
-    finally:
-        runner.teardown_databases(old)
-        runner.teardown_test_environment()
-        from sskv_mapping.integrations._common import close_shared_clients
-
-        close_shared_clients()  # before the broker goes: no reconnect noise
-    failed = len(result.failures) + len(result.errors)
-    skipped = len(result.skipped)
-    passed = result.testsRun - failed - skipped
-    for test, reason in result.skipped:
-        print(f"skipped {test.id().rsplit('.', 1)[-1]}: {reason}")
     how = "through the async a* methods (AsyncMirror)" if mirror else "sync API"
     how += f", OPTIONS={options}" if options else ""
-    print(f"django {django.get_version()}, {how}: {result.testsRun} collected")
-    print(f"{passed} passed, {failed} failed, {skipped} skipped")
-    return 0 if failed == 0 else 1
+    return run_with_django(suite, f"django {django.get_version()}, {how}", close=close_shared_clients)
 
 
 if __name__ == "__main__":

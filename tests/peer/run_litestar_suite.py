@@ -42,31 +42,26 @@ def main(root: str, *extra: str) -> int:
     root = os.path.realpath(root)
     local_cache = "--local-cache" in extra
     extra = tuple(a for a in extra if a != "--local-cache")
-    from sskv_mapping.emulator.broker import MosquittoBroker
-    from tests._support.procs import start_emulator
+    from tests.peer._store import private_store
 
     ini = Path(root) / "sskv-pytest.ini"  # their pyproject's settings need plugins and markers we do not install
     ini.write_text("[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n")
-    with MosquittoBroker() as broker:
-        emulator = start_emulator(broker.host, broker.port)
-        try:
-            env = {
-                **os.environ,
-                "SSKV_PEER_URL": f"mqtt://{broker.host}:{broker.port}",
-                "SSKV_PEER_LOCAL_CACHE": str(LOCAL_CACHE_SIZE if local_cache else 0),
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
-            }
-            argv = [sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", root, "-q", "-p", "no:cacheprovider"]
-            # their conftest loads docker fixtures (Postgres, Redis...) that none of these tests uses
-            argv += ["-p", "no:tests.docker_service_fixtures", "-p", "litestar_store_plugin", "-rfEs", "-k", NOT_OURS]
-            argv += [arg for test in DESELECTED for arg in ("--deselect", test)]
-            mode = f"a local cache of {LOCAL_CACHE_SIZE} entries" if local_cache else "no local cache"
-            print(f"Litestar's tests with our store, {mode}; deselected:", flush=True)
-            for test, why in {**DESELECTED, f"-k {NOT_OURS!r}": "their store is a Redis or Valkey server"}.items():
-                print(f"  {test}: {why}", flush=True)
-            return subprocess.run([*argv, *extra, *FILES], cwd=root, env=env, check=False).returncode
-        finally:
-            emulator.stop()
+    with private_store() as url:
+        env = {
+            **os.environ,
+            "SSKV_PEER_URL": url,
+            "SSKV_PEER_LOCAL_CACHE": str(LOCAL_CACHE_SIZE if local_cache else 0),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
+        }
+        argv = [sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", root, "-q", "-p", "no:cacheprovider"]
+        # their conftest loads docker fixtures (Postgres, Redis...) that none of these tests uses
+        argv += ["-p", "no:tests.docker_service_fixtures", "-p", "litestar_store_plugin", "-rfEs", "-k", NOT_OURS]
+        argv += [arg for test in DESELECTED for arg in ("--deselect", test)]
+        mode = f"a local cache of {LOCAL_CACHE_SIZE} entries" if local_cache else "no local cache"
+        print(f"Litestar's tests with our store, {mode}; deselected:", flush=True)
+        for test, why in {**DESELECTED, f"-k {NOT_OURS!r}": "their store is a Redis or Valkey server"}.items():
+            print(f"  {test}: {why}", flush=True)
+        return subprocess.run([*argv, *extra, *FILES], cwd=root, env=env, check=False).returncode
 
 
 if __name__ == "__main__":

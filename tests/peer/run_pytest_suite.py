@@ -21,29 +21,14 @@ sys.path.insert(0, str(HERE.parents[1]))  # the repository root: tests._support
 
 
 def main(tests_dir: str, module: str, *extra: str) -> int:
-    from sskv_mapping.emulator.broker import MosquittoBroker
-    from tests._support.procs import start_emulator
+    from tests.peer._store import private_store
 
     target = Path(tests_dir) / "test_sskv_statestore_cache.py"
     shutil.copy(HERE / module, target)
-    with MosquittoBroker() as broker:
-        emulator = start_emulator(broker.host, broker.port)
-        try:
-            env = {**os.environ, "SSKV_PEER_URL": f"mqtt://{broker.host}:{broker.port}"}
-            argv = [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                "-rs",
-                *extra,
-                target.name,
-            ]
-            return subprocess.run(argv, cwd=tests_dir, env=env, check=False).returncode
-        finally:
-            emulator.stop()
+    with private_store() as url:
+        env = {**os.environ, "SSKV_PEER_URL": url}
+        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *extra, target.name]
+        return subprocess.run(argv, cwd=tests_dir, env=env, check=False).returncode
 
 
 if __name__ == "__main__":

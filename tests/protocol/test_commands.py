@@ -82,56 +82,35 @@ def test_encode_exact_bytes(command: Command, payload: bytes) -> None:
 
 
 @pytest.mark.parametrize(
-    ("payload", "value"),
+    ("command", "payload", "decoded"),
     [
-        (b"$5\r\nvalue\r\n", b"value"),
-        (b"$0\r\n\r\n", b""),  # a hit with an empty value is not a miss
-        (b"$4\r\n\r\n\x00\xff\r\n", b"\r\n\x00\xff"),
-        (b"$-1\r\n", None),  # the miss
-    ],
-    ids=["hit", "empty-value", "binary-value", "miss"],
-)
-def test_get_outcomes(payload: bytes, value: bytes | None) -> None:
-    assert Get(b"k").decode(payload) == value
-
-
-@pytest.mark.parametrize(("payload", "applied"), [(b"+OK\r\n", True), (b":-1\r\n", False), (b"-1\r\n", False)])
-def test_set_outcomes(payload: bytes, applied: bool) -> None:
-    result = Set(b"k", b"v", SetCondition.NX).decode(payload)
-    assert result is applied
-
-
-@pytest.mark.parametrize(("payload", "deleted"), [(b":1\r\n", True), (b":0\r\n", False)])
-def test_delete_outcomes(payload: bytes, deleted: bool) -> None:
-    assert Delete(b"k").decode(payload) is deleted
-
-
-@pytest.mark.parametrize(
-    ("payload", "result"),
-    [
-        (b":1\r\n", VDeleteResult.DELETED),
-        (b":0\r\n", VDeleteResult.NOT_FOUND),
-        (b":-1\r\n", VDeleteResult.VALUE_MISMATCH),
-        (b"-1\r\n", VDeleteResult.VALUE_MISMATCH),  # the article's legacy spelling
+        (Get(b"k"), b"$5\r\nvalue\r\n", b"value"),
+        (Get(b"k"), b"$0\r\n\r\n", b""),  # a hit with an empty value is not a miss
+        (Get(b"k"), b"$4\r\n\r\n\x00\xff\r\n", b"\r\n\x00\xff"),
+        (Get(b"k"), b"$-1\r\n", None),  # the miss
+        (Set(b"k", b"v", SetCondition.NX), b"+OK\r\n", True),
+        (Set(b"k", b"v", SetCondition.NX), b":-1\r\n", False),
+        (Set(b"k", b"v", SetCondition.NX), b"-1\r\n", False),
+        (Delete(b"k"), b":1\r\n", True),
+        (Delete(b"k"), b":0\r\n", False),
+        (VDelete(b"k", b"v"), b":1\r\n", VDeleteResult.DELETED),
+        (VDelete(b"k", b"v"), b":0\r\n", VDeleteResult.NOT_FOUND),
+        (VDelete(b"k", b"v"), b":-1\r\n", VDeleteResult.VALUE_MISMATCH),
+        (VDelete(b"k", b"v"), b"-1\r\n", VDeleteResult.VALUE_MISMATCH),  # the article's legacy spelling
+        (KeyNotify(b"k"), b"+OK\r\n", True),  # registered even for a missing key
+        (KeyNotify(b"k", stop=True), b"+OK\r\n", True),
+        (KeyNotify(b"k", stop=True), b":0\r\n", False),  # was not registered
     ],
 )
-def test_vdelete_outcomes(payload: bytes, result: VDeleteResult) -> None:
-    assert VDelete(b"k", b"v").decode(payload) is result
+def test_decode_outcomes(command: Command, payload: bytes, decoded: object) -> None:
+    result = command.decode(payload)
+    assert result == decoded and type(result) is type(decoded)
 
 
 def test_vdelete_result_truthiness() -> None:
     assert bool(VDeleteResult.DELETED) is True
     assert bool(VDeleteResult.NOT_FOUND) is False
     assert bool(VDeleteResult.VALUE_MISMATCH) is False
-
-
-def test_keynotify_registered_even_for_a_missing_key() -> None:
-    assert KeyNotify(b"k").decode(b"+OK\r\n") is True
-
-
-@pytest.mark.parametrize(("payload", "was_registered"), [(b"+OK\r\n", True), (b":0\r\n", False)])
-def test_keynotify_stop_outcomes(payload: bytes, was_registered: bool) -> None:
-    assert KeyNotify(b"k", stop=True).decode(payload) is was_registered
 
 
 @pytest.mark.parametrize(
@@ -238,104 +217,74 @@ def test_parse_command_accepts(args: list[bytes], command: Command) -> None:
     assert parse_command(req(*args)) == command
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        [b"GET"],
-        [b"GET", b"k", b"x"],
-        [b"DEL"],
-        [b"DEL", b"k", b"x"],
-        [b"VDEL", b"k"],
-        [b"VDEL", b"k", b"v", b"x"],
-        [b"KEYNOTIFY"],
-        [b"KEYNOTIFY", b"k", b"STOP", b"x"],
-        [b"SET"],
-        [b"SET", b"k"],
-        [b"SET", b"k", b"v", b"NX", b"PX", b"1", b"x"],
-    ],
-)
-def test_parse_command_arity(args: list[bytes]) -> None:
-    with pytest.raises(WrongNumberOfArgumentsError) as info:
-        parse_command(req(*args))
-    assert info.value.text == "wrong number of arguments"
+#: requests the parser refuses, with the error class and the ``-ERR`` text the service answers them with
+WRONG_ARITY = ("wrong number of arguments", WrongNumberOfArgumentsError)
+UNKNOWN = ("unknown command", UnknownCommandError)
+EMPTY_KEY = ("the key length is zero", KeyLengthZeroError)
+SYNTAX = ("syntax error", RequestSyntaxError)
+REFUSED: list[tuple[list[bytes] | bytes, tuple[str, type[ServiceError]]]] = [
+    ([b"GET"], WRONG_ARITY),
+    ([b"GET", b"k", b"x"], WRONG_ARITY),
+    ([b"DEL"], WRONG_ARITY),
+    ([b"DEL", b"k", b"x"], WRONG_ARITY),
+    ([b"VDEL", b"k"], WRONG_ARITY),
+    ([b"VDEL", b"k", b"v", b"x"], WRONG_ARITY),
+    ([b"KEYNOTIFY"], WRONG_ARITY),
+    ([b"KEYNOTIFY", b"k", b"STOP", b"x"], WRONG_ARITY),
+    ([b"SET"], WRONG_ARITY),
+    ([b"SET", b"k"], WRONG_ARITY),
+    ([b"SET", b"k", b"v", b"NX", b"PX", b"1", b"x"], WRONG_ARITY),
+    *[([verb, b"k"], UNKNOWN) for verb in [b"PING", b"HGET", b"SCANX", b"GETX", b"", b"SET ", b"\xff"]],
+    ([b"GET", b""], EMPTY_KEY),
+    ([b"DEL", b""], EMPTY_KEY),
+    ([b"VDEL", b"", b"v"], EMPTY_KEY),
+    ([b"KEYNOTIFY", b""], EMPTY_KEY),
+    ([b"KEYNOTIFY", b"", b"STOP"], EMPTY_KEY),
+    ([b"SET", b"", b"v"], EMPTY_KEY),
+    ([b"SET", b"k", b"v", b"PX"], SYNTAX),  # PX without milliseconds
+    ([b"SET", b"k", b"v", b"PX", b"0"], SYNTAX),
+    ([b"SET", b"k", b"v", b"PX", b"-1"], SYNTAX),
+    ([b"SET", b"k", b"v", b"PX", b"+5"], SYNTAX),
+    ([b"SET", b"k", b"v", b"PX", b" 5"], SYNTAX),
+    ([b"SET", b"k", b"v", b"PX", b"5 "], SYNTAX),
+    ([b"SET", b"k", b"v", b"PX", b"1.5"], SYNTAX),
+    ([b"SET", b"k", b"v", b"PX", b"1e3"], SYNTAX),
+    ([b"SET", b"k", b"v", b"PX", b""], SYNTAX),
+    ([b"SET", b"k", b"v", b"PX", b"abc"], SYNTAX),
+    ([b"SET", b"k", b"v", b"PX", "٣".encode()], SYNTAX),
+    ([b"SET", b"k", b"v", b"PX", b"9" * 40], SYNTAX),
+    ([b"SET", b"k", b"v", b"PX", b"100", b"NX"], SYNTAX),  # the condition always comes before PX
+    ([b"SET", b"k", b"v", b"PX", b"100", b"NEX"], SYNTAX),
+    ([b"SET", b"k", b"v", b"NX", b"NX"], SYNTAX),
+    ([b"SET", b"k", b"v", b"NX", b"NEX"], SYNTAX),
+    ([b"SET", b"k", b"v", b"XX"], SYNTAX),
+    ([b"SET", b"k", b"v", b"NEX", b"value"], SYNTAX),  # NEX is a bare token, not "NEX <value>"
+    ([b"SET", b"k", b"v", b"EX", b"10"], SYNTAX),
+    ([b"SET", b"k", b"v", b"PX", b"10", b"PX"], SYNTAX),
+    ([b"KEYNOTIFY", b"k", b"START"], SYNTAX),
+    ([b"KEYNOTIFY", b"k", b""], SYNTAX),
+    # payloads that are no RESP array of bulk strings at all
+    (b"", SYNTAX),
+    (b"GET k\r\n", SYNTAX),  # inline commands are not RESP
+    (b"*0\r\n", SYNTAX),
+    (b"$3\r\nGET\r\n", SYNTAX),
+    (b"*2\r\n$3\r\nGET\r\n:1\r\n", SYNTAX),
+    (b"*2\r\n$3\r\nGET\r\n$-1\r\n", SYNTAX),
+    (b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nX", SYNTAX),
+    (b"*2\r\n$3\r\nGET\r\n$2\r\nk\r\n", SYNTAX),
+    (b"*2\r\n$3\r\nGET\r\n*1\r\n$1\r\nk\r\n", SYNTAX),
+    (b"*999999999999999999\r\n$3\r\nGET\r\n", SYNTAX),
+    (b"\xff\xfe", SYNTAX),
+]
 
 
-@pytest.mark.parametrize("verb", [b"PING", b"HGET", b"SCANX", b"GETX", b"", b"SET ", b"\xff"])
-def test_parse_command_unknown_verb(verb: bytes) -> None:
-    with pytest.raises(UnknownCommandError) as info:
-        parse_command(req(verb, b"k"))
-    assert info.value.text == "unknown command"
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        [b"GET", b""],
-        [b"DEL", b""],
-        [b"VDEL", b"", b"v"],
-        [b"KEYNOTIFY", b""],
-        [b"KEYNOTIFY", b"", b"STOP"],
-        [b"SET", b"", b"v"],
-    ],
-)
-def test_parse_command_empty_key(args: list[bytes]) -> None:
-    with pytest.raises(KeyLengthZeroError) as info:
-        parse_command(req(*args))
-    assert info.value.text == "the key length is zero"
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        [b"SET", b"k", b"v", b"PX"],  # PX without milliseconds
-        [b"SET", b"k", b"v", b"PX", b"0"],
-        [b"SET", b"k", b"v", b"PX", b"-1"],
-        [b"SET", b"k", b"v", b"PX", b"+5"],
-        [b"SET", b"k", b"v", b"PX", b" 5"],
-        [b"SET", b"k", b"v", b"PX", b"5 "],
-        [b"SET", b"k", b"v", b"PX", b"1.5"],
-        [b"SET", b"k", b"v", b"PX", b"1e3"],
-        [b"SET", b"k", b"v", b"PX", b""],
-        [b"SET", b"k", b"v", b"PX", b"abc"],
-        [b"SET", b"k", b"v", b"PX", "٣".encode()],
-        [b"SET", b"k", b"v", b"PX", b"9" * 40],
-        [b"SET", b"k", b"v", b"PX", b"100", b"NX"],  # the condition always comes before PX
-        [b"SET", b"k", b"v", b"PX", b"100", b"NEX"],
-        [b"SET", b"k", b"v", b"NX", b"NX"],
-        [b"SET", b"k", b"v", b"NX", b"NEX"],
-        [b"SET", b"k", b"v", b"XX"],
-        [b"SET", b"k", b"v", b"NEX", b"value"],  # NEX is a bare token, not "NEX <value>"
-        [b"SET", b"k", b"v", b"EX", b"10"],
-        [b"SET", b"k", b"v", b"PX", b"10", b"PX"],
-        [b"KEYNOTIFY", b"k", b"START"],
-        [b"KEYNOTIFY", b"k", b""],
-    ],
-)
-def test_parse_command_syntax_errors(args: list[bytes]) -> None:
-    with pytest.raises(RequestSyntaxError) as info:
-        parse_command(req(*args))
-    assert info.value.text == "syntax error"
-
-
-@pytest.mark.parametrize(
-    "payload",
-    [
-        b"",
-        b"GET k\r\n",  # inline commands are not RESP
-        b"*0\r\n",
-        b"$3\r\nGET\r\n",
-        b"*2\r\n$3\r\nGET\r\n:1\r\n",
-        b"*2\r\n$3\r\nGET\r\n$-1\r\n",
-        b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nX",
-        b"*2\r\n$3\r\nGET\r\n$2\r\nk\r\n",
-        b"*2\r\n$3\r\nGET\r\n*1\r\n$1\r\nk\r\n",
-        b"*999999999999999999\r\n$3\r\nGET\r\n",
-        b"\xff\xfe",
-    ],
-)
-def test_parse_command_garbage_is_a_syntax_error(payload: bytes) -> None:
-    with pytest.raises(RequestSyntaxError):
-        parse_command(payload)
+@pytest.mark.parametrize(("request_", "refusal"), REFUSED)
+def test_parse_command_refuses(request_: list[bytes] | bytes, refusal: tuple[str, type[ServiceError]]) -> None:
+    """An argument list (encoded as a request) or a raw payload: the typed error, with the service's text."""
+    text, error = refusal
+    with pytest.raises(error) as info:
+        parse_command(req(*request_) if isinstance(request_, list) else request_)
+    assert info.value.text == text
 
 
 # ---------------------------------------------------------------------------------------------------------
