@@ -613,9 +613,7 @@ class DjangoRedisExtras:
 
     async def apexpire(self, key: str, timeout: int, version: int | None = None) -> bool:
         """Like :meth:`pexpire`."""
-        if timeout is _default_timeout():
-            return await self.aexpire(key, timeout, version=version)
-        return await self.aexpire(key, _as_seconds(timeout) / 1000, version=version)
+        return await self._aexpire(key, version, self._expiry_seconds(timeout, 1 / 1000))
 
     async def aexpire_at(self, key: str, when: datetime | float, version: int | None = None) -> bool:
         """Like :meth:`expire_at`."""
