@@ -480,12 +480,12 @@ class NamespaceStore(Generic[V]):
         listing = await self.index.listing(refresh=refresh)
         return [k for k, _ in sorted(listing.items(), key=lambda kv: (kv[1].added_ms, kv[0]))]
 
-    async def live_keys(self, *, refresh: bool = False) -> list[str]:
+    async def live_keys(self) -> list[str]:
         """The listed keys that exist now, oldest first, without reading their data -- except the few whose
         recorded expiry has passed, which are checked (a later write may have renewed them) and pruned if gone."""
         if self.index is None:
             raise ConfigurationError("this namespace keeps no index")
-        listing = await self.index.listing(refresh=refresh)
+        listing = await self.index.listing()
         now = system_clock_ms()
         ordered = sorted(listing.items(), key=lambda kv: (kv[1].added_ms, kv[0]))
         doubtful = [k for k, e in ordered if e.expires_ms is not None and e.expires_ms <= now]
@@ -496,9 +496,9 @@ class NamespaceStore(Generic[V]):
             await self.index.prune(gone)
         return [k for k, _ in ordered if k not in gone]
 
-    async def live_items(self, *, refresh: bool = False) -> list[tuple[str, CachedEntry[V]]]:
+    async def live_items(self) -> list[tuple[str, CachedEntry[V]]]:
         """``(key, entry)`` for every listed key that exists now; dangling index entries are pruned."""
-        keys = await self.live_keys(refresh=refresh)
+        keys = await self.live_keys()
         entries = await self.read_many(keys)
         live = [(k, e) for k, e in zip(keys, entries, strict=True) if e.value is not ABSENT]
         missing = [k for k, e in zip(keys, entries, strict=True) if e.value is ABSENT]

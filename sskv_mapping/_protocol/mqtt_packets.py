@@ -496,9 +496,9 @@ def _reason(code: int) -> bytes:
     return bytes((code,))
 
 
-def connack_packet(reason: int, session_present: bool = False) -> bytes:
-    """CONNACK with ``reason`` and no properties (a refusal has session present 0, MQTT 5 3.2.2.1.1)."""
-    return _packet(0x20, bytes((1 if session_present and reason < 0x80 else 0,)) + _reason(reason) + b"\x00")
+def connack_packet(reason: int) -> bytes:
+    """CONNACK with ``reason``, session present 0 and no properties: a refusal's (MQTT 5 3.2.2.1.1)."""
+    return _packet(0x20, b"\x00" + _reason(reason) + b"\x00")
 
 
 def ack_packet(kind: int, packet_id: int, reasons: Iterable[int]) -> bytes:

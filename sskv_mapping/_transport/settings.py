@@ -51,8 +51,8 @@ ENV_LOCATION = "env:"
 DEFAULT_URL = "mqtt://127.0.0.1:1883"
 
 
-def generate_client_id(prefix: str = "sskv") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:16]}"
+def generate_client_id() -> str:
+    return f"sskv-{uuid.uuid4().hex[:16]}"
 
 
 #: What :func:`generate_client_id` makes (a settings object's id that nobody chose).

@@ -647,19 +647,8 @@ class StateStoreCache(BlockingTwin, SharesCore[_CacheCore[V]]):
         max_staleness: float | None = DEFAULT_MAX_STALENESS,
         **client_options: Any,
     ) -> StateStoreCache[Any]:
-        """Connect a client of its own and open the cache (closed with the cache).
-
-        Args:
-            broker: where to connect: a broker URL (``mqtt://host:port``, ``mqtts://`` for TLS), an Azure IoT
-                Operations connection string, ``"env:"`` (the ``AIO_*`` variables), or a
-                :class:`ConnectionSettings`.
-            client_options: the client's arguments (``timeout``: seconds per request, ``None`` forever;
-                ``client_id``, ``username``, ``password``, ``tls``, ``sat_token_file``, ``reconnect``,
-                ``max_in_flight``...): see :class:`AsyncStateStoreClient`. Connection options override what
-                ``broker`` says.
-
-        The other arguments are the cache's own, as in the constructor.
-        """
+        """The blocking :meth:`AsyncStateStoreCache.connect` (same arguments): the cache, open, on a client of its own
+        (closed with the cache)."""
         return connect_blocking_face(
             cls,
             broker,

@@ -100,13 +100,10 @@ MAX_DECOMPRESSED: Final = 64 * 1024 * 1024
 
 class CompressedCodec:
     """Another codec's bytes compressed when they are at least ``min_length`` long (a one-byte header says
-    which); signing codecs keep signing (the signature is inside the compressed bytes)."""
+    which); signing codecs keep signing (the signature is inside the compressed bytes). ``compressor`` and
+    ``min_length`` as :func:`redis_options` checked them."""
 
     def __init__(self, inner: Codec[Any], compressor: str, *, min_length: int = 15) -> None:
-        if compressor not in _COMPRESSORS:
-            raise ConfigurationError(f"COMPRESSOR must be one of {sorted(_COMPRESSORS)}, not {compressor!r}")
-        if isinstance(min_length, bool) or not isinstance(min_length, int) or min_length < 0:
-            raise ConfigurationError(f"COMPRESS_MIN_LENGTH must be an int >= 0, not {min_length!r}")
         self.inner = inner
         self.compressor = compressor
         self.min_length = min_length
@@ -613,9 +610,7 @@ class DjangoRedisExtras:
 
     async def apexpire(self, key: str, timeout: int, version: int | None = None) -> bool:
         """Like :meth:`pexpire`."""
-        if timeout is _default_timeout():
-            return await self.aexpire(key, timeout, version=version)
-        return await self.aexpire(key, _as_seconds(timeout) / 1000, version=version)
+        return await self._aexpire(key, version, self._expiry_seconds(timeout, 1 / 1000))
 
     async def aexpire_at(self, key: str, when: datetime | float, version: int | None = None) -> bool:
         """Like :meth:`expire_at`."""

@@ -536,19 +536,8 @@ class StateStoreDict(BlockingTwin, SharesCore[_DictCore[V]], MutableMapping[str,
         listing: ListingMode = "auto",
         **client_options: Any,
     ) -> StateStoreDict[Any]:
-        """Connect a client of its own and open the namespace (closed with the dict).
-
-        Args:
-            broker: where to connect: a broker URL (``mqtt://host:port``, ``mqtts://`` for TLS), an Azure IoT
-                Operations connection string, ``"env:"`` (the ``AIO_*`` variables), or a
-                :class:`ConnectionSettings`.
-            client_options: the client's arguments (``timeout``: seconds per request, ``None`` forever;
-                ``client_id``, ``username``, ``password``, ``tls``, ``sat_token_file``, ``reconnect``,
-                ``max_in_flight``...): see :class:`AsyncStateStoreClient`. Connection options override what
-                ``broker`` says.
-
-        The other arguments are the dict's own, as in the constructor.
-        """
+        """The blocking :meth:`AsyncStateStoreDict.connect` (same arguments): the dict, open, on a client of its own
+        (closed with the dict)."""
         return connect_blocking_face(
             cls,
             broker,

@@ -22,7 +22,7 @@ from .._protocol.commands import SetCondition
 from .._protocol.hlc import HybridLogicalClock, system_clock_ms
 from .._protocol.notifications import KeyEvent, KeyOperation
 from ..client._client import AsyncStateStoreClient, KeySubscription
-from ..errors import ConfigurationError, ProtocolError
+from ..errors import ProtocolError
 from ..lock import AsyncLeasedLock
 from ._index_format import decode_shard as _decode
 from ._index_format import decode_used as _decode_used
@@ -36,8 +36,8 @@ log = logging.getLogger("sskv_mapping.index")
 
 #: Shards of a new namespace's index. At 100,000 keys a shard holds ~100 entries (~3 KB): what one insert
 #: rewrites and one notification carries; a fresh listing of such a namespace reads 1,024 small keys. Only the
-#: shards in use are read and watched, so a small namespace costs a few. Namespaces of millions of keys want
-#: more (``StoredKeyIndex(shards=...)`` when the namespace is created).
+#: shards in use are read and watched, so a small namespace costs a few. The count is stored with the namespace
+#: (its meta key): the shards of an existing namespace are what it says.
 DEFAULT_SHARDS = 1024
 _FORMAT_VERSION = 2
 _FAN_OUT = 64
@@ -79,6 +79,11 @@ class _Locking(NamedTuple):
     lease: float
     keep: float
     timeout: float | None
+
+
+_LOCKING = _Locking(lease=5.0, keep=0.02, timeout=30.0)
+#: How old (ms) an entry whose data is missing must be before a reader unlists it: an insert lists the key first.
+_GRACE_MS = 60_000
 
 
 class _UsedShards:
@@ -162,23 +167,13 @@ class StoredKeyIndex:
         client: AsyncStateStoreClient,
         keys: KeyLayout,
         data_key: Callable[[str], bytes],
-        *,
-        shards: int = DEFAULT_SHARDS,
-        lease: float = 5.0,
-        grace_ms: int = 60_000,
-        lock_timeout: float | None = 30.0,
-        keep: float = 0.02,
     ) -> None:
-        if not 1 <= shards <= 0xFFFF:
-            raise ConfigurationError(f"an index has 1 to 65535 shards, not {shards}")
         self.client = client
         self._keys = keys
         self._data_key = data_key
-        self._wanted_shards = shards
         self.shards = 0  # known once started: what the namespace's meta key says
         self.meta_key = keys.index_meta()
-        self._locking = _Locking(lease, keep, lock_timeout)
-        self._grace_ms = grace_ms
+        self._locking = _LOCKING
         self._shards: list[_Shard] = []
         self._loading: SharedLoads[int] = SharedLoads()  # shards being watched and read for the first time
         self._started = False
@@ -225,9 +220,9 @@ class StoredKeyIndex:
 
     async def _create(self) -> int:
         """Write the meta key unless another process did first (SET NX); returns the agreed shard count."""
-        meta = json.dumps({"version": _FORMAT_VERSION, "shards": self._wanted_shards}).encode()
+        meta = json.dumps({"version": _FORMAT_VERSION, "shards": DEFAULT_SHARDS}).encode()
         await self.client.set(self.meta_key, meta, condition=SetCondition.NX)
-        return (await self._read_meta()) or self._wanted_shards
+        return (await self._read_meta()) or DEFAULT_SHARDS
 
     async def close(self) -> None:
         # shard locks kept, and releases still under way
@@ -467,7 +462,7 @@ class StoredKeyIndex:
         """
         await self.start()
         now = system_clock_ms()
-        cutoff = now - self._grace_ms
+        cutoff = now - _GRACE_MS
         by_shard: dict[int, list[str]] = {}
         for key in missing:
             by_shard.setdefault(shard_of(key, self.shards), []).append(key)

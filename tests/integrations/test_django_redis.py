@@ -282,6 +282,9 @@ async def test_async_twins(cache: StateStoreCache) -> None:
     assert await cache.aexpire("ak1", 10)
     pttl = await cache.apttl("ak1")
     assert pttl is not None and 9_000 <= pttl <= 10_000
+    assert await cache.apexpire("ak1", 20_500)  # milliseconds, as pexpire
+    pttl = await cache.apttl("ak1")
+    assert pttl is not None and 20_000 <= pttl <= 20_500
     assert await cache.aexpire_at("ak2", dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1))
     assert await cache.adelete_pattern("ak*") == 2
     assert await cache.akeys("ak*") == []
