@@ -57,6 +57,7 @@ SERVICE_NODE_ID = "StateStore"
 _UNLIMITED_DRIFT = 2**64
 _MAX_COUNTER = 2**64 - 1
 
+_new = object.__new__
 _OK = resp3.encode_simple("OK")
 _ONE = resp3.encode_integer(1)
 _ZERO = resp3.encode_integer(0)
@@ -356,7 +357,12 @@ class EmulatorCore:
         if entry is None:
             return CoreResult(_NIL, None, notes)
         value = entry.value
-        return CoreResult(b"$%d\r\n%s\r\n" % (len(value), value), entry.version, notes)  # resp3.encode_bulk
+        result = _new(CoreResult)  # CoreResult(...) without its __init__ call: one per GET
+        result.payload = b"$%d\r\n%s\r\n" % (len(value), value)  # resp3.encode_bulk
+        result.version = entry.version
+        result.notifications = notes
+        result.duplicate = False
+        return result
 
     def _dispatch(
         self,
