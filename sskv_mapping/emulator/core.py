@@ -57,6 +57,7 @@ SERVICE_NODE_ID = "StateStore"
 _UNLIMITED_DRIFT = 2**64
 _MAX_COUNTER = 2**64 - 1
 
+_new = object.__new__
 _OK = resp3.encode_simple("OK")
 _ONE = resp3.encode_integer(1)
 _ZERO = resp3.encode_integer(0)
@@ -143,17 +144,7 @@ class Notification:
         return notification_topic(self.client_id, self.key)
 
 
-@dataclass(slots=True)
-class _CoreResultFields:
-    """:class:`CoreResult`'s fields, mutable: how one is built (see :meth:`CoreResult.__new__`)."""
-
-    payload: bytes
-    version: HybridLogicalClock | None
-    notifications: list[Notification]
-    duplicate: bool
-
-
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(slots=True, init=False)
 class CoreResult:
     """What the service answers to one request.
 
@@ -161,6 +152,9 @@ class CoreResult:
     ``notifications`` the messages to publish after the response, in order (an expiry noticed while
     handling the request comes first). ``duplicate``: the request was a copy of one already served, and this
     is the first copy's answer (nothing was applied, nothing is notified).
+
+    Read-only by convention, not frozen (as :class:`~sskv_mapping._protocol.mqtt_publish.InboundMessage`): one is
+    built per request served, and a frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``.
     """
 
     payload: bytes
@@ -168,30 +162,17 @@ class CoreResult:
     notifications: list[Notification]
     duplicate: bool
 
-    def __new__(
-        cls,
+    def __init__(
+        self,
         payload: bytes,
         version: HybridLogicalClock | None,
         notifications: list[Notification] | None = None,
         duplicate: bool = False,
-    ) -> CoreResult:
-        # one per request: a frozen dataclass's __init__ sets each field through object.__setattr__; filling the
-        # mutable twin (the same slots) and then giving it this class is a third of that
-        result = object.__new__(_CoreResultFields)
-        result.payload = payload
-        result.version = version
-        result.notifications = [] if notifications is None else notifications
-        result.duplicate = duplicate
-        if cls is CoreResult:
-            result.__class__ = CoreResult  # type: ignore[assignment]
-            return result  # type: ignore[return-value]  # a CoreResult now
-        frozen = object.__new__(cls)  # a subclass: field by field
-        for name in _CoreResultFields.__slots__:
-            object.__setattr__(frozen, name, getattr(result, name))
-        return frozen
-
-    def __reduce__(self) -> tuple[type[CoreResult], tuple[Any, ...]]:
-        return type(self), (self.payload, self.version, self.notifications, self.duplicate)
+    ) -> None:
+        self.payload = payload
+        self.version = version
+        self.notifications = [] if notifications is None else notifications
+        self.duplicate = duplicate
 
 
 @dataclass(slots=True)
@@ -376,13 +357,12 @@ class EmulatorCore:
         if entry is None:
             return CoreResult(_NIL, None, notes)
         value = entry.value
-        result = object.__new__(_CoreResultFields)  # CoreResult(...) without its call: one per GET
+        result = _new(CoreResult)  # CoreResult(...) without its __init__ call: one per GET
         result.payload = b"$%d\r\n%s\r\n" % (len(value), value)  # resp3.encode_bulk
         result.version = entry.version
         result.notifications = notes
         result.duplicate = False
-        result.__class__ = CoreResult  # type: ignore[assignment]
-        return result  # type: ignore[return-value]  # a CoreResult now
+        return result
 
     def _dispatch(
         self,

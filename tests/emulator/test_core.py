@@ -441,27 +441,23 @@ def test_versions_strictly_increase_per_key_even_when_the_wall_clock_stands_stil
     assert all(a < b for a, b in itertools.pairwise(seen))
 
 
-def test_version_is_newer_than_a_request_timestamp_from_the_future(s: Store) -> None:
-    ahead = HybridLogicalClock(T0 + 59_000, 42, "zzz-client")
-    v = s.call(b"SET", b"k", b"v", ts=str(ahead)).version
-    assert v is not None and v > ahead and v.node_id == SERVICE_NODE_ID
+@pytest.mark.parametrize(
+    "ts",
+    [
+        pytest.param(HybridLogicalClock(T0 + 59_000, 42, "zzz-client"), id="from-the-future"),
+        pytest.param(HybridLogicalClock(T0 + 10_000, 3, SERVICE_NODE_ID), id="carrying-the-service-node-id"),
+        pytest.param(HybridLogicalClock(T0 + 1_000, 2**64 - 1, "client-a"), id="counter-at-its-maximum"),
+        pytest.param(HybridLogicalClock(T0 + 1_000, 2**64 - 1, SERVICE_NODE_ID), id="service-counter-at-its-maximum"),
+    ],
+)
+def test_version_is_newer_than_the_request_timestamp(s: Store, ts: HybridLogicalClock) -> None:
+    r = s.call(b"SET", b"k", b"v", ts=str(ts))
+    assert r.payload == b"+OK\r\n" and r.version is not None and r.version > ts
+    assert r.version.node_id == SERVICE_NODE_ID
     later = s.call(b"SET", b"other", b"v", ts=str(HybridLogicalClock(T0, 0, "c"))).version
-    assert later is not None and later > v  # the service clock keeps the merged value
-
-
-def test_version_is_newer_than_a_timestamp_carrying_the_service_node_id(s: Store) -> None:
-    ts = HybridLogicalClock(T0 + 10_000, 3, SERVICE_NODE_ID)
-    v = s.call(b"SET", b"k", b"v", ts=str(ts)).version
-    assert v is not None and v > ts
-
-
-def test_version_is_newer_than_a_timestamp_whose_counter_is_at_its_maximum(s: Store) -> None:
-    for node in ("client-a", SERVICE_NODE_ID):
-        ts = HybridLogicalClock(T0 + 1_000, 2**64 - 1, node)
-        r = s.call(b"SET", b"k", b"v", ts=str(ts))
-        assert r.payload == b"+OK\r\n" and r.version is not None and r.version > ts
-        later = s.call(b"SET", b"k", b"w").version
-        assert later is not None and later > r.version
+    assert later is not None and later > r.version  # the service clock keeps the merged value
+    last = s.call(b"SET", b"k", b"w").version  # the writer's own clock has seen r.version
+    assert last is not None and last > later
 
 
 def test_version_after_delete_is_newer_than_everything_before(s: Store) -> None:
