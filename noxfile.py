@@ -275,16 +275,20 @@ def uvloop(session: nox.Session) -> None:
     session.run(*PYTEST, "-rs", *UVLOOP_SUITES, *session.posargs)
 
 
+#: the TTL table (tests/integrations/test_ttl_table.py) checked against the frameworks whose timeout it translates
+TTL_TABLE = "tests/integrations/test_ttl_table.py"
+
 FRAMEWORK_TESTS = {
     "django": [
+        TTL_TABLE,
         "tests/integrations/test_django.py",
         "tests/integrations/test_django6.py",
         "tests/integrations/test_django_redis.py",  # django-redis's extras
         "integrations/django_app",
     ],
-    "flask": ["tests/integrations/test_flask.py", "integrations/flask_app"],
-    "litestar": ["tests/integrations/test_litestar.py", "integrations/litestar_app"],
-    "aiocache": ["tests/integrations/test_aiocache.py", "tests/integrations/test_aiocache_api.py"],
+    "flask": ["tests/integrations/test_flask.py", "integrations/flask_app", TTL_TABLE],  # cachelib's rows
+    "litestar": ["tests/integrations/test_litestar.py", "integrations/litestar_app", TTL_TABLE],
+    "aiocache": ["tests/integrations/test_aiocache.py", "tests/integrations/test_aiocache_api.py", TTL_TABLE],
     "fastapi": ["tests/integrations/test_fastapi.py", "integrations/fastapi_app"],
     # dogpile's own backend, mutex and serializer suites, imported from its installed wheel, and ours
     "dogpile": ["tests/integrations/test_dogpile.py", "tests/integrations/test_dogpile_suite.py"],
@@ -367,7 +371,7 @@ def newest(session: nox.Session) -> None:
 
 def _framework(session: nox.Session, name: str, pin: str) -> None:
     _install(session, name, deps=(pin, "httpx>=0.24"))
-    paths = [p for p in FRAMEWORK_TESTS[name] + ["tests/integrations/test_ttl_table.py"] if os.path.exists(p)]
+    paths = [p for p in FRAMEWORK_TESTS[name] if os.path.exists(p)]
     session.run(*PYTEST, *paths, *session.posargs)
 
 
