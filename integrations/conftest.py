@@ -8,16 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from sskv_mapping.emulator.broker import MosquittoBroker
-from tests._support.procs import start_emulator
+from tests._support.procs import private_store
 
 
 @pytest.fixture(scope="module")
 def private_store_url() -> Iterator[str]:
     """A private mosquitto with the emulator process serving it (stopped with the module)."""
-    broker = MosquittoBroker().start()
-    try:
-        with start_emulator(broker.host, broker.port):
-            yield f"mqtt://{broker.host}:{broker.port}"
-    finally:
-        broker.stop()
+    with private_store() as url:
+        yield url

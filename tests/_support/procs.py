@@ -10,9 +10,11 @@ import re
 import signal
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Self
 
+from sskv_mapping.emulator.broker import MosquittoBroker
 from sskv_mapping.testing import EmulatorProcess, live_emulators
 from sskv_mapping.testing import start_emulator as _start
 
@@ -24,6 +26,7 @@ __all__ = [
     "child_processes",
     "kill_child",
     "live_emulators",
+    "private_store",
     "repo_env",
     "start_emulator",
 ]
@@ -71,6 +74,13 @@ def start_emulator(
     """:func:`sskv_mapping.testing.start_emulator` with this checkout first on the child's ``sys.path`` (a worktree's
     tests run the worktree's emulator, whatever the venv installed)."""
     return _start(host, port, *extra_args, timeout=timeout, env=repo_env(env), cwd=str(REPO_ROOT))
+
+
+@contextlib.contextmanager
+def private_store() -> Iterator[str]:
+    """The URL of a private mosquitto with the emulator process serving it; both stopped on exit."""
+    with MosquittoBroker() as broker, start_emulator(broker.host, broker.port):
+        yield f"mqtt://{broker.host}:{broker.port}"
 
 
 def repo_env(env: dict[str, str] | None = None) -> dict[str, str]:

@@ -1,21 +1,10 @@
-"""What the peer runners share: a private mosquitto with the emulator process serving it (loopback only), and
-Django's test runner around a unittest suite, with the summary line every runner ends with."""
+"""What the Django peer runners share: Django's test runner around a unittest suite, with the summary line every
+runner ends with (their private store is ``tests._support.procs.private_store``)."""
 
 from __future__ import annotations
 
 import unittest
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-
-from sskv_mapping.emulator.broker import MosquittoBroker
-from tests._support.procs import start_emulator
-
-
-@contextmanager
-def private_store() -> Iterator[str]:
-    """The URL of a private mosquitto with the emulator process serving it; both stopped on exit."""
-    with MosquittoBroker() as broker, start_emulator(broker.host, broker.port):
-        yield f"mqtt://{broker.host}:{broker.port}"
+from collections.abc import Callable
 
 
 def run_with_django(suite: unittest.TestSuite, header: str, *, close: Callable[[], None]) -> int:

@@ -27,7 +27,8 @@ BACKEND = "sskv_mapping.integrations.constance.StateStoreBackend"
 def main(sdist_root: str) -> int:
     sys.path.insert(0, str(REPO))
     from sskv_mapping.integrations._common import close_shared_objects
-    from tests.peer._store import private_store, run_with_django
+    from tests._support.procs import private_store
+    from tests.peer._store import run_with_django
 
     # their tests are a package named ``tests`` too: ours leaves the import system before theirs comes in
     for name in [n for n in sys.modules if n == "tests" or n.startswith("tests.")]:

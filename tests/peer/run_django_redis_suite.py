@@ -78,7 +78,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def main(tests_dir: str, *extra: str) -> int:
-    from tests.peer._store import private_store
+    from tests._support.procs import private_store
 
     tests = Path(tests_dir)
     (tests / "settings" / "sqlite.py").write_text(SETTINGS)

@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE.parents[1]))  # the repository root: tests._support
 
 
 def main(tests_dir: str, mode: str = "sync", cache: str = "") -> int:
-    from tests.peer._store import private_store
+    from tests._support.procs import private_store
 
     sys.path.insert(0, tests_dir)  # Django's tests/: the ``cache`` test package
     listed = json.loads((HERE / "django_exclusions.json").read_text())

@@ -42,7 +42,7 @@ def main(root: str, *extra: str) -> int:
     root = os.path.realpath(root)
     local_cache = "--local-cache" in extra
     extra = tuple(a for a in extra if a != "--local-cache")
-    from tests.peer._store import private_store
+    from tests._support.procs import private_store
 
     ini = Path(root) / "sskv-pytest.ini"  # their pyproject's settings need plugins and markers we do not install
     ini.write_text("[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n")

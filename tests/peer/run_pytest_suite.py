@@ -21,7 +21,7 @@ sys.path.insert(0, str(HERE.parents[1]))  # the repository root: tests._support
 
 
 def main(tests_dir: str, module: str, *extra: str) -> int:
-    from tests.peer._store import private_store
+    from tests._support.procs import private_store
 
     target = Path(tests_dir) / "test_sskv_statestore_cache.py"
     shutil.copy(HERE / module, target)
